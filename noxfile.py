@@ -1,0 +1,45 @@
+"""Developer sessions: `nox -s tests lint typecheck bench`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.default_venv_backend = "venv"
+
+ROOT = Path(__file__).parent
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite (the README's test command, inside a fresh venv)."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint rules and formatting."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "taskrunner", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "taskrunner", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the package."""
+    session.install("-e", ".[test]", "mypy>=1.10")
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every script under benchmarks/ (or those named: `nox -s bench -- core`)."""
+    session.install("-e", ".[test]")
+    names = session.posargs or sorted(
+        p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_")
+    )
+    for name in names:
+        session.run("python", f"benchmarks/{name}.py")

@@ -1,0 +1,116 @@
+"""Every exception taskrunner raises on purpose.
+
+One root, :class:`TaskRunnerError`; each subclass is named by what went wrong
+and says when it is raised. Data travels as attributes, not only in the
+message, so callers can react without parsing text. Backend-specific errors
+(Redis replies, lost connections) are translated to these at the backend
+boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TaskRunnerError(Exception):
+    """Root of every taskrunner exception."""
+
+
+class TaskNotFound(TaskRunnerError, LookupError):
+    """No task with this name is registered on the runner.
+
+    Raised by :meth:`TaskRunner.dispatch` (and the delayed variants) before
+    anything is queued, and handed to the failure path when a worker reads a
+    message naming a task it does not know.
+    """
+
+    def __init__(self, task_name: str) -> None:
+        super().__init__(f"no task named {task_name!r} is registered")
+        self.task_name = task_name
+
+
+class InvalidTaskPayload(TaskRunnerError, ValueError):
+    """A payload could not be encoded or decoded.
+
+    Raised by :meth:`TaskRunner.dispatch` before anything is queued when the
+    payload is not JSON-serialisable (or does not fit the action's typed
+    payload), and handed to the failure path when a worker reads a stream
+    entry it cannot decode (no ``payload`` field, invalid JSON, a JSON shape
+    that is not a task message, an oversized payload).
+    """
+
+    def __init__(self, reason: str, *, task_name: str | None = None) -> None:
+        where = f" for task {task_name!r}" if task_name else ""
+        super().__init__(f"invalid task payload{where}: {reason}")
+        self.reason = reason
+        self.task_name = task_name
+
+
+class TaskAlreadyDispatched(TaskRunnerError):
+    """A unique task was dispatched while its lock is held.
+
+    Raised by :meth:`TaskRunner.dispatch` for a task registered with
+    ``unique=True`` when an earlier dispatch with the same unique key has not
+    reached its final outcome and its ``unique_for`` has not expired.
+    """
+
+    def __init__(self, task_name: str, lock_key: str) -> None:
+        super().__init__(f"task {task_name!r} is already dispatched (lock {lock_key!r} is held)")
+        self.task_name = task_name
+        self.lock_key = lock_key
+
+
+class TaskExecutionError(TaskRunnerError):
+    """A task's action raised.
+
+    Passed to the ``on_error`` hook for every failed attempt; the original
+    exception is ``__cause__`` and :attr:`error`.
+    """
+
+    def __init__(self, task_name: str, message_id: str, attempt: int, error: BaseException) -> None:
+        super().__init__(
+            f"task {task_name!r} (message {message_id}, attempt {attempt}) raised "
+            f"{type(error).__name__}: {error}"
+        )
+        self.task_name = task_name
+        self.message_id = message_id
+        self.attempt = attempt
+        self.error = error
+
+
+class TaskMaxRetryExceeded(TaskRunnerError):
+    """A message used up its attempts.
+
+    Passed to ``failed_task_handler`` (or recorded in the dead-letter entry)
+    when a task's last allowed attempt failed, or when a message is delivered
+    again after its last attempt (its worker died mid-run). ``last_error`` is
+    the final attempt's exception when there was one.
+    """
+
+    def __init__(
+        self,
+        task_name: str,
+        message_id: str,
+        attempts: int,
+        last_error: BaseException | None = None,
+    ) -> None:
+        tail = f": {type(last_error).__name__}: {last_error}" if last_error else ""
+        super().__init__(
+            f"task {task_name!r} (message {message_id}) failed after {attempts} attempt(s){tail}"
+        )
+        self.task_name = task_name
+        self.message_id = message_id
+        self.attempts = attempts
+        self.last_error = last_error
+
+
+class BackendError(TaskRunnerError):
+    """The backend failed to carry out an operation (lost connection, bad reply).
+
+    The runner retries queue operations with backoff when it sees this; user
+    calls such as :meth:`TaskRunner.dispatch` let it propagate.
+    """
+
+    def __init__(self, message: str, *, detail: Any = None) -> None:
+        super().__init__(message)
+        self.detail = detail
