@@ -105,14 +105,22 @@ def should_reset_metrics(*, now: float, last_reset: float, interval: float) -> b
     return now - last_reset > interval
 
 
-def parse_metrics_hash(raw: Mapping[bytes | str, bytes | str | float]) -> dict[str, float]:
+_HashValue = bytes | str | float
+
+
+def parse_metrics_hash(
+    raw: Mapping[bytes, _HashValue] | Mapping[str, _HashValue],
+) -> dict[str, float]:
     """Decode a metrics hash as ``HGETALL`` returns it into ``{field: number}``.
+
+    Takes the raw reply (bytes, or str with ``decode_responses``).
 
     Values that do not parse as numbers are dropped rather than raised: a
     stray field written by someone else must not stop the aggregator, and a
     missing field counts as 0 in :func:`compute_stats` anyway.
     """
     parsed: dict[str, float] = {}
+    key: bytes | str
     for key, value in raw.items():
         name = key.decode() if isinstance(key, bytes) else key
         try:
