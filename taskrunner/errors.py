@@ -114,3 +114,11 @@ class BackendError(TaskRunnerError):
     def __init__(self, message: str, *, detail: Any = None) -> None:
         super().__init__(message)
         self.detail = detail
+
+
+class AlreadyServing(TaskRunnerError, RuntimeError):
+    """:meth:`TaskRunner.serve` was called while it is already running on that runner.
+
+    One runner serves once at a time; to run more fetchers or workers, raise
+    ``num_fetchers`` / ``num_workers`` or create another runner.
+    """

@@ -1,0 +1,26 @@
+"""taskrunner: a distributed task runner for trio.
+
+Register async tasks on a :class:`TaskRunner`, ``dispatch`` them, and run
+``trio.run(runner.serve)`` in as many processes as you like. Backends:
+:class:`taskrunner.backends.memory.MemoryBackend` (in-process, on trio's
+clock) and ``taskrunner.backends.redis.RedisBackend`` (Redis Streams).
+"""
+
+from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
+from taskrunner._runner import RunnerStatistics as RunnerStatistics
+from taskrunner._runner import TaskRunner as TaskRunner
+from taskrunner._stats import Stats as Stats
+from taskrunner._task import DelayedTask as DelayedTask
+from taskrunner._task import Delivery as Delivery
+from taskrunner._task import Task as Task
+from taskrunner._task import TaskMessage as TaskMessage
+from taskrunner.errors import AlreadyServing as AlreadyServing
+from taskrunner.errors import BackendError as BackendError
+from taskrunner.errors import InvalidTaskPayload as InvalidTaskPayload
+from taskrunner.errors import TaskAlreadyDispatched as TaskAlreadyDispatched
+from taskrunner.errors import TaskExecutionError as TaskExecutionError
+from taskrunner.errors import TaskMaxRetryExceeded as TaskMaxRetryExceeded
+from taskrunner.errors import TaskNotFound as TaskNotFound
+from taskrunner.errors import TaskRunnerError as TaskRunnerError
+
+__version__ = "0.1.0"

@@ -1,0 +1,160 @@
+"""Runner configuration: one frozen, validated value object.
+
+Every duration is in seconds (float). Validation happens in the constructor,
+so a bad value fails where it is written, naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import attrs
+
+from taskrunner._hooks import Hook
+
+
+def _default_host() -> str:
+    # Two live processes sharing a consumer name share a pending list, which
+    # breaks reclaim; hostname plus pid keeps them apart by default.
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise ValueError(f"{attribute.name} must be a non-empty string without spaces, got {value!r}")
+
+
+def _callable_or_none(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise ValueError(f"{attribute.name} must be callable or None, got {value!r}")
+
+
+def _number(value: object) -> float:
+    # bool is an int subclass; True seconds is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number of seconds, got {value!r}")
+    return float(value)
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _seconds(**kwargs: Any) -> Any:
+    return attrs.field(converter=_number, **kwargs)
+
+
+def _count(**kwargs: Any) -> Any:
+    return attrs.field(converter=_int, **kwargs)
+
+
+@attrs.frozen(kw_only=True)
+class TaskRunnerConfig:
+    """How one runner instance behaves. Every runner in a fleet shares the group.
+
+    Raises:
+        ValueError: a field is out of range; the message names the field and value.
+        TypeError: a field has the wrong type (e.g. a string where seconds go).
+    """
+
+    consumer_group: str = attrs.field(validator=_name)
+    """Consumer-group name; namespaces every key and metric of this fleet."""
+
+    host: str = attrs.field(factory=_default_host, validator=_name)
+    """This process's identity in consumer names (``<group>_<host>_<fetcher>``) and
+    heartbeats. Must be unique per live process; the default is ``<hostname>-<pid>``."""
+
+    batch_size: int = _count(default=32, validator=_positive)
+    """Most messages one fetcher read asks for (``XREADGROUP COUNT``)."""
+
+    num_fetchers: int = _count(default=1, validator=_positive)
+    """Concurrent fetchers, each its own consumer with a dedicated connection."""
+
+    num_workers: int = _count(default=32, validator=_positive)
+    """Initial worker-pool capacity: tasks that may run at once in this process."""
+
+    min_workers: int = _count(default=0, validator=_non_negative)
+    """Lower bound for the tuner; tuning is on only when this is > 0."""
+
+    max_workers: int = _count(default=0, validator=_non_negative)
+    """Upper bound for the tuner (>= ``min_workers`` when tuning)."""
+
+    desired_wait_time: float = _seconds(default=0.0, validator=_non_negative)
+    """Predicted queue wait the tuner aims for; 0 turns tuning off."""
+
+    desired_wait_time_tolerance: float = _seconds(default=0.0, validator=_non_negative)
+    """Half-width of the band around ``desired_wait_time`` in which the pool is left alone."""
+
+    tuning_cooldown: float = _seconds(default=10.0, validator=_non_negative)
+    """Least time between two pool-size changes made by the tuner."""
+
+    block_duration: float = _seconds(default=1.0, validator=_positive)
+    """How long a fetcher's read waits for new messages before looping."""
+
+    long_queue_threshold: float = _seconds(default=0.0, validator=_non_negative)
+    """Predicted wait above which ``long_queue_hook`` fires; also sets the aggregator
+    tick (half of it, or 60 s when 0)."""
+
+    long_queue_hook: Hook | None = attrs.field(default=None, validator=_callable_or_none)
+    """Called as ``hook(stats)`` by the leader when the predicted wait is too long."""
+
+    failed_task_handler: Hook | None = attrs.field(default=None, validator=_callable_or_none)
+    """Called as ``handler(delivery, error)`` for messages that cannot succeed. Returning
+    acks the message; raising leaves it pending. Without one, such messages go to the
+    dead-letter stream."""
+
+    on_error: Hook | None = attrs.field(default=None, validator=_callable_or_none)
+    """Called as ``hook(error, delivery)`` for every error the runner reports (failed
+    attempts, failure-path errors). A hook that raises is logged and ignored."""
+
+    metrics_reset_interval: float = _seconds(default=86400.0, validator=_non_negative)
+    """How often the leader zeroes the timing metrics; 0 never does."""
+
+    reclaim_delay: float = _seconds(default=300.0, validator=_positive)
+    """A message pending (not refreshed) longer than this is claimed by another consumer."""
+
+    reclaim_interval: float | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_number)
+    )
+    """How often each fetcher looks for stale messages; default ``reclaim_delay / 2``."""
+
+    delayed_poll_interval: float = _seconds(default=5.0, validator=_positive)
+    """Longest the delayed-task scheduler sleeps between passes."""
+
+    shutdown_grace: float = _seconds(default=30.0, validator=_non_negative)
+    """How long running tasks may take to finish once shutdown starts."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.reclaim_interval is not None and not self.reclaim_interval > 0:
+            raise ValueError(f"reclaim_interval must be > 0, got {self.reclaim_interval!r}")
+        if self.max_workers and self.max_workers < self.min_workers:
+            raise ValueError(
+                f"max_workers must be >= min_workers ({self.min_workers}), got {self.max_workers!r}"
+            )
+
+    @property
+    def effective_reclaim_interval(self) -> float:
+        """Seconds between a fetcher's looks for stale messages."""
+        if self.reclaim_interval is not None:
+            return self.reclaim_interval
+        return self.reclaim_delay / 2
+
+    def consumer_name(self, fetcher_id: int) -> str:
+        """The consumer name of fetcher ``fetcher_id`` (ids start at 1)."""
+        return f"{self.consumer_group}_{self.host}_{fetcher_id}"
+
+

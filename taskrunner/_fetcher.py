@@ -1,0 +1,86 @@
+"""A fetcher: reserves pool slots, reads that many messages, starts them.
+
+Each fetcher is one consumer of the group (``<group>_<host>_<id>``). Before
+each read it reserves free pool slots, so it never holds a message the pool
+cannot start at once (back-pressure). Every ``reclaim_interval`` it first
+claims messages left idle by dead consumers for longer than ``reclaim_delay``.
+Backend errors are logged and retried with backoff; they never end the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from taskrunner._backoff import backoff_delay
+from taskrunner._config import TaskRunnerConfig
+from taskrunner._pool import WorkerPool
+from taskrunner.backends import Backend, QueueEntry
+from taskrunner.errors import BackendError
+
+log = logging.getLogger("taskrunner.fetcher")
+
+Start = Callable[[QueueEntry, str], Awaitable[None]]
+
+
+class FetcherCounters:
+    """Counters shared by a runner's fetchers."""
+
+    def __init__(self) -> None:
+        self.fetched = 0
+        self.reclaimed = 0
+
+
+async def run(
+    fetcher_id: int,
+    config: TaskRunnerConfig,
+    backend: Backend,
+    pool: WorkerPool,
+    workers: trio.Nursery,
+    execute: Start,
+    counters: FetcherCounters,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Fetch and start messages until cancelled.
+
+    Cancellation: a read cancelled in flight may have delivered messages that
+    are never started; they stay pending and are reclaimed after ``reclaim_delay``.
+    """
+    consumer = config.consumer_name(fetcher_id)
+    group = config.consumer_group
+    next_claim = trio.current_time()
+    failures = 0
+    task_status.started()
+    log.debug("fetcher %s started", consumer)
+    while True:
+        slots = await pool.reserve(config.batch_size)
+        entries: list[QueueEntry] = []
+        try:
+            if trio.current_time() >= next_claim:
+                entries = await backend.claim_stale(group, consumer, config.reclaim_delay, slots)
+                if entries:
+                    counters.reclaimed += len(entries)
+                    log.info("%s reclaimed %d stale message(s)", consumer, len(entries))
+                if len(entries) < slots:
+                    next_claim = trio.current_time() + config.effective_reclaim_interval
+            if not entries:
+                entries = await backend.read(group, consumer, slots, config.block_duration)
+            failures = 0
+        except BackendError as exc:
+            pool.release(slots)
+            failures += 1
+            delay = backoff_delay(failures)
+            log.warning("%s: read failed (%s); retrying in %.2fs", consumer, exc, delay)
+            await trio.sleep(delay)
+            continue
+        except BaseException:
+            pool.release(slots)
+            raise
+        if len(entries) < slots:
+            pool.release(slots - len(entries))
+        counters.fetched += len(entries)
+        for entry in entries:
+            workers.start_soon(execute, entry, consumer)

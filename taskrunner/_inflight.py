@@ -1,0 +1,49 @@
+"""Messages being worked on, and when each is due for a refresh.
+
+The worker adds an entry when an action starts and removes it when it ends;
+the refresher asks which entries are due. ``due`` is a pure function of the
+table and ``now``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import attrs
+
+
+@attrs.define
+class _Entry:
+    consumer: str
+    reservation_timeout: float
+    refresh_at: float
+
+
+class InFlight:
+    """The running messages of one runner, keyed by stream id."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._entries
+
+    def add(self, entry_id: str, consumer: str, reservation_timeout: float, now: float) -> None:
+        self._entries[entry_id] = _Entry(consumer, reservation_timeout, now + reservation_timeout)
+
+    def remove(self, entry_id: str) -> None:
+        self._entries.pop(entry_id, None)
+
+    def due(self, now: float, slack: float) -> dict[str, list[str]]:
+        """Ids due for a refresh by ``now + slack``, grouped by consumer; their next
+        refresh is scheduled one reservation timeout from ``now``."""
+        out: dict[str, list[str]] = defaultdict(list)
+        horizon = now + slack
+        for entry_id, entry in self._entries.items():
+            if entry.refresh_at <= horizon:
+                out[entry.consumer].append(entry_id)
+                entry.refresh_at = now + entry.reservation_timeout
+        return dict(out)

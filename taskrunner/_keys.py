@@ -1,0 +1,68 @@
+"""Every key name, built in one place (see docs/redis-key-layout.md).
+
+Pure functions, no I/O. The in-memory backend uses the same names for its
+shared state, so both backends can be inspected the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+PREFIX = "taskrunner"
+
+
+def stream(prefix: str, queue: str) -> str:
+    """The main message stream: ``<prefix>:<queue>``."""
+    return f"{prefix}:{queue}"
+
+
+def dead_letter(prefix: str, queue: str) -> str:
+    """The dead-letter stream: ``<prefix>:<queue>:dead``."""
+    return f"{prefix}:{queue}:dead"
+
+
+def claim_delay_ring(prefix: str, queue: str) -> str:
+    """The claim-delay ring: ``ring:<prefix>:metrics:<queue>``."""
+    return f"ring:{prefix}:metrics:{queue}"
+
+
+def delayed_tasks(group: str) -> str:
+    """The delayed-task ZSET: ``taskrunner:<group>:delayed_tasks``."""
+    return f"{PREFIX}:{group}:delayed_tasks"
+
+
+def metrics(group: str) -> str:
+    """The timing-metrics hash: ``taskrunner:<group>:metrics``."""
+    return f"{PREFIX}:{group}:metrics"
+
+
+def worker_tuning_capacity(group: str) -> str:
+    """The published pool capacity: ``taskrunner:<group>:worker_tuning_capacity``."""
+    return f"{PREFIX}:{group}:worker_tuning_capacity"
+
+
+def leader(group: str) -> str:
+    """The leader lease: ``taskrunner:leader:<base32(sha1(group))>``.
+
+    Standard base32 alphabet with ``=`` padding, as Go's ``base32.StdEncoding``.
+    """
+    digest = hashlib.sha1(group.encode()).digest()
+    return f"{PREFIX}:leader:{base64.b32encode(digest).decode()}"
+
+
+def replication(host: str) -> str:
+    """An instance heartbeat: ``taskrunner:replication:<host>``."""
+    return f"{PREFIX}:replication:{host}"
+
+
+REPLICATION_PATTERN = f"{PREFIX}:replication:*"
+"""``SCAN MATCH`` pattern for every heartbeat key."""
+
+
+def unique_lock(task_name: str, unique_key: str | None) -> str:
+    """A unique-job lock: ``taskrunner:unique:<task>:<key>``, or ``taskrunner:unique:<task>``
+    when the task has no unique key."""
+    if unique_key:
+        return f"{PREFIX}:unique:{task_name}:{unique_key}"
+    return f"{PREFIX}:unique:{task_name}"

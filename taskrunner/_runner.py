@@ -1,0 +1,368 @@
+"""The runner: registry, dispatch, and the nursery tree of ``serve``.
+
+Theory of operation. ``serve`` owns every subsystem through nurseries::
+
+    serve
+    ├── services nursery (stops last)
+    │   ├── acker            batched acks; final flush shielded
+    │   └── refresher        keeps long runs from being reclaimed
+    └── core (shielded, so outside cancellation cannot kill running tasks)
+        └── workers nursery  one task per message, bounded by the pool
+            └── fetchers nursery  reserve slots -> read/claim -> start
+
+Cancelling ``serve`` (or :meth:`TaskRunner.shutdown`) sets the stop event:
+the fetchers nursery is cancelled, the workers nursery gets a deadline of
+``shutdown_grace`` (tasks still running then are cancelled and stay pending),
+and only when it has drained does the services nursery stop, so the acker's
+final flush sees every finished message.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from taskrunner import _fetcher, _keys, _refresher
+from taskrunner._acker import Acker
+from taskrunner._codec import encode_message, encode_payload
+from taskrunner._config import TaskRunnerConfig
+from taskrunner._inflight import InFlight
+from taskrunner._pool import WorkerPool
+from taskrunner._task import Action, Task, TaskMessage, UniqueKey, unique_for_wire
+from taskrunner._timings import TimingRecorder
+from taskrunner._worker import Worker
+from taskrunner.backends import Backend
+from taskrunner.errors import AlreadyServing, TaskAlreadyDispatched, TaskNotFound
+
+log = logging.getLogger("taskrunner")
+
+A = TypeVar("A", bound=Action)
+
+DEFAULT_REFRESH_TICK = 30.0
+
+
+@attrs.frozen(kw_only=True)
+class RunnerStatistics:
+    """A snapshot of one runner's local state (see :meth:`TaskRunner.statistics`)."""
+
+    serving: bool
+    capacity: int
+    """Current worker-pool capacity."""
+    running: int
+    """Tasks running now."""
+    fetched: int
+    """Messages handed to workers (new and reclaimed)."""
+    reclaimed: int
+    """Messages claimed from idle consumers."""
+    completed: int
+    """Actions that returned."""
+    failed: int
+    """Attempts whose action raised."""
+    retried: int
+    """Failed attempts left pending for another try."""
+    dead_lettered: int
+    """Messages moved to the dead-letter stream."""
+    handled: int
+    """Messages handed to ``failed_task_handler`` that it accepted."""
+    acked: int
+    """Messages acknowledged."""
+    ack_backlog: int
+    """Finished messages waiting for their ack."""
+
+
+class TaskRunner:
+    """Registers tasks, dispatches them, and serves them from a backend.
+
+    Args:
+        config: How this instance behaves.
+        backend: Where messages and shared state live (``MemoryBackend``,
+            ``RedisBackend``, or your own implementing
+            :class:`taskrunner.backends.Backend`).
+    """
+
+    def __init__(self, config: TaskRunnerConfig, backend: Backend) -> None:
+        self.config = config
+        self.backend = backend
+        self.instance_id = uuid.uuid4().hex
+        self._tasks: dict[str, Task] = {}
+        self._pool = WorkerPool(config.num_workers)
+        self._inflight = InFlight()
+        self._timings = TimingRecorder()
+        self._acker = Acker(backend, config.consumer_group)
+        self._fetch_counters = _fetcher.FetcherCounters()
+        self._worker = Worker(
+            config, backend, self._tasks, self._pool, self._acker, self._inflight, self._timings
+        )
+        self._serving = False
+        self._stop = trio.Event()
+        self._workers: trio.Nursery | None = None
+
+    def __repr__(self) -> str:
+        return f"<TaskRunner group={self.config.consumer_group!r} host={self.config.host!r}>"
+
+    # Registry ---------------------------------------------------------------
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """Registered tasks by name (a copy)."""
+        return dict(self._tasks)
+
+    def register(self, task: Task) -> Task:
+        """Register ``task``.
+
+        Raises:
+            ValueError: a task with that name is registered already, or its
+                ``reservation_timeout`` is not below the runner's ``reclaim_delay``
+                (the message could be reclaimed while it runs).
+        """
+        if task.name in self._tasks:
+            raise ValueError(f"a task named {task.name!r} is already registered")
+        if task.reservation_timeout >= self.config.reclaim_delay:
+            raise ValueError(
+                f"Task.reservation_timeout ({task.reservation_timeout!r}s) must be below "
+                f"reclaim_delay ({self.config.reclaim_delay!r}s) for task {task.name!r}"
+            )
+        self._tasks[task.name] = task
+        return task
+
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        max_retry: int = 1,
+        reservation_timeout: float = 60.0,
+        unique: bool = False,
+        unique_key: UniqueKey | None = None,
+        unique_for: float = 0.0,
+    ) -> Callable[[A], A]:
+        """Decorator form of :meth:`register`; the name defaults to the function's.
+
+        Example::
+
+            @runner.task(name="send_email", max_retry=3)
+            async def send_email(payload: dict) -> None: ...
+        """
+
+        def decorate(action: A) -> A:
+            self.register(
+                Task(
+                    name=name or action.__name__,
+                    action=action,
+                    max_retry=max_retry,
+                    reservation_timeout=reservation_timeout,
+                    unique=unique,
+                    unique_key=unique_key,
+                    unique_for=unique_for,
+                )
+            )
+            return action
+
+        return decorate
+
+    # Dispatch ---------------------------------------------------------------
+    def _message(self, task: Task, payload: Any) -> TaskMessage:
+        wire_payload = encode_payload(payload, task.payload_type, task.name)
+        return TaskMessage(
+            task_name=task.name,
+            payload=wire_payload,
+            unique=task.unique,
+            unique_for=unique_for_wire(task.unique_for) if task.unique else 0,
+            unique_key=(task.unique_key(payload) or "") if task.unique_key else "",
+            unique_lock_value=uuid.uuid4().hex if task.unique else "",
+            reservation_timeout=int(task.reservation_timeout * 1e9),
+        )
+
+    def _get_task(self, name: str) -> Task:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise TaskNotFound(name) from None
+
+    async def dispatch(self, name: str, payload: Any = None) -> str:
+        """Queue one run of task ``name``.
+
+        Returns:
+            The message id.
+
+        Raises:
+            TaskNotFound: no task ``name`` is registered.
+            InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
+            TaskAlreadyDispatched: ``name`` is unique and its lock is held.
+            BackendError: the backend could not be reached.
+
+        Cancellation: the message may or may not have been queued; a unique
+        task's lock is released if it was not.
+        """
+        task = self._get_task(name)
+        message = self._message(task, payload)
+        data = encode_message(message)
+        if not task.unique:
+            (message_id,) = await self.backend.add([data])
+            return message_id
+        key = _keys.unique_lock(task.name, message.unique_key or None)
+        token = message.unique_lock_value
+        if not await self.backend.acquire_lock(key, token, task.unique_for):
+            raise TaskAlreadyDispatched(task.name, key)
+        added = False
+        try:
+            (message_id,) = await self.backend.add([data])
+            added = True
+        finally:
+            if not added:
+                with trio.CancelScope(shield=True):
+                    await self.backend.release_lock(key, token)
+        return message_id
+
+    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+        """Queue one run of task ``name`` per payload, in one backend call.
+
+        Every payload is encoded before anything is queued, so an invalid one
+        queues none.
+
+        Returns:
+            The message ids, in order.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: the task is unique (dispatch those one by one, so each
+                duplicate can be refused on its own).
+        """
+        task = self._get_task(name)
+        if task.unique:
+            raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
+        data = [encode_message(self._message(task, payload)) for payload in payloads]
+        return await self.backend.add(data) if data else []
+
+    # Serving ----------------------------------------------------------------
+    def _refresh_tick(self) -> float:
+        timeouts = [t.reservation_timeout for t in self._tasks.values()]
+        return min(timeouts) / 2 if timeouts else DEFAULT_REFRESH_TICK
+
+    def resize(self, capacity: int) -> None:
+        """Set the worker-pool capacity; running tasks are never interrupted.
+
+        Raises:
+            ValueError: ``capacity`` < 1.
+        """
+        old = self._pool.capacity
+        self._pool.resize(capacity)
+        if capacity != old:
+            log.info("worker pool resized from %d to %d", old, capacity)
+
+    def shutdown(self, *, grace: float | None = None) -> None:
+        """Ask :meth:`serve` to stop gracefully (it returns once drained).
+
+        Args:
+            grace: Override ``shutdown_grace``; ``0`` cancels running tasks now
+                (a second Ctrl-C). Running tasks are never acked when cancelled.
+        """
+        if grace is not None:
+            self._grace_override = grace
+            if self._workers is not None and self._stop.is_set():
+                self._workers.cancel_scope.deadline = trio.current_time() + grace
+        self._stop.set()
+
+    _grace_override: float | None = None
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Fetch and run tasks until cancelled or :meth:`shutdown`.
+
+        Calls ``task_status.started()`` once fetchers and workers are running.
+
+        Raises:
+            AlreadyServing: ``serve`` is already running on this runner.
+
+        Cancellation: cancelling ``serve`` is a graceful shutdown: fetching
+        stops at once, running tasks get ``shutdown_grace`` to finish, finished
+        ones are acked, and only then does ``serve`` return (re-raising the
+        cancellation).
+        """
+        if self._serving:
+            raise AlreadyServing(f"{self!r} is already serving")
+        self._serving = True
+        self._stop = trio.Event()
+        self._grace_override = None
+        cfg = self.config
+        log.info(
+            "serving group %s as host %s (instance %s): %d fetcher(s), %d worker(s), tasks: %s",
+            cfg.consumer_group,
+            cfg.host,
+            self.instance_id,
+            cfg.num_fetchers,
+            self._pool.capacity,
+            ", ".join(sorted(self._tasks)) or "(none)",
+        )
+        try:
+            async with trio.open_nursery() as services:
+                await services.start(self._acker.run)
+                await services.start(
+                    _refresher.run, self.backend, cfg.consumer_group, self._inflight, self._refresh_tick
+                )
+                try:
+                    async with trio.open_nursery() as core:
+                        await core.start(self._run_core)
+                        task_status.started()
+                        try:
+                            await self._stop.wait()
+                        finally:
+                            self._stop.set()
+                finally:
+                    services.cancel_scope.cancel()
+        finally:
+            self._serving = False
+            log.info("stopped serving group %s", cfg.consumer_group)
+
+    async def _run_core(self, *, task_status: trio.TaskStatus[None]) -> None:
+        cfg = self.config
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as workers:
+                self._workers = workers
+                async with trio.open_nursery() as fetchers:
+                    for fetcher_id in range(1, cfg.num_fetchers + 1):
+                        await fetchers.start(
+                            _fetcher.run,
+                            fetcher_id,
+                            cfg,
+                            self.backend,
+                            self._pool,
+                            workers,
+                            self._worker.execute,
+                            self._fetch_counters,
+                        )
+                    task_status.started()
+                    await self._stop.wait()
+                    fetchers.cancel_scope.cancel()
+                grace = self._grace_override if self._grace_override is not None else cfg.shutdown_grace
+                running = self._pool.in_use
+                if running:
+                    log.info("shutting down: waiting up to %.1fs for %d running task(s)", grace, running)
+                workers.cancel_scope.deadline = trio.current_time() + grace
+            if workers.cancel_scope.cancelled_caught:
+                log.warning(
+                    "shutdown_grace (%.1fs) ran out; unfinished tasks were cancelled and "
+                    "stay pending for reclaim",
+                    grace,
+                )
+            self._workers = None
+
+    def statistics(self) -> RunnerStatistics:
+        """A frozen snapshot of this runner's local counters and pool state."""
+        w = self._worker.counters
+        return RunnerStatistics(
+            serving=self._serving,
+            capacity=self._pool.capacity,
+            running=len(self._inflight),
+            fetched=self._fetch_counters.fetched,
+            reclaimed=self._fetch_counters.reclaimed,
+            completed=w.completed,
+            failed=w.failed,
+            retried=w.retried,
+            dead_lettered=w.dead_lettered,
+            handled=w.handled,
+            acked=self._acker.acked,
+            ack_backlog=self._acker.backlog,
+        )

@@ -1,0 +1,199 @@
+"""Running one message: decode, run the action, decide its outcome.
+
+Outcomes, exactly as docs/behaviour:
+
+- success: ack (batched), release the unique lock after the ack;
+- the action raised and attempts remain: report it (``on_error``, log) and
+  leave the message pending, so it comes back after ``reclaim_delay`` with a
+  higher delivery count;
+- unknown task, undecodable entry, or attempts exhausted: the failure path.
+  ``failed_task_handler(delivery, error)`` returning means handled (ack);
+  raising leaves the message pending for a later try. Without a handler the
+  message goes to the dead-letter stream, then is acked;
+- cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
+
+The duration of every run, failed or not, goes to the timing recorder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import trio
+
+from taskrunner import _keys
+from taskrunner._acker import Acker
+from taskrunner._codec import decode_message, decode_payload
+from taskrunner._config import TaskRunnerConfig
+from taskrunner._hooks import call_hook, call_hook_safely
+from taskrunner._inflight import InFlight
+from taskrunner._pool import WorkerPool
+from taskrunner._task import Delivery, Task, TaskMessage
+from taskrunner._timings import TimingRecorder
+from taskrunner.backends import Backend, QueueEntry
+from taskrunner.errors import (
+    BackendError,
+    InvalidTaskPayload,
+    TaskExecutionError,
+    TaskMaxRetryExceeded,
+    TaskNotFound,
+    TaskRunnerError,
+)
+
+log = logging.getLogger("taskrunner.worker")
+
+
+class WorkerCounters:
+    def __init__(self) -> None:
+        self.completed = 0
+        self.failed = 0
+        self.retried = 0
+        self.dead_lettered = 0
+        self.handled = 0
+
+
+def _lock_of(message: TaskMessage) -> tuple[str, str] | None:
+    if message.unique and message.unique_lock_value:
+        return _keys.unique_lock(message.task_name, message.unique_key or None), (
+            message.unique_lock_value
+        )
+    return None
+
+
+def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> Delivery:
+    return Delivery(
+        id=entry.id,
+        consumer=consumer,
+        delivery_count=entry.delivery_count,
+        raw=entry.payload,
+        message=message,
+    )
+
+
+class Worker:
+    """Executes messages for one runner; :meth:`execute` is started once per message."""
+
+    def __init__(
+        self,
+        config: TaskRunnerConfig,
+        backend: Backend,
+        tasks: Mapping[str, Task],
+        pool: WorkerPool,
+        acker: Acker,
+        inflight: InFlight,
+        timings: TimingRecorder,
+    ) -> None:
+        self._config = config
+        self._backend = backend
+        self._tasks = tasks
+        self._pool = pool
+        self._acker = acker
+        self._inflight = inflight
+        self._timings = timings
+        self.counters = WorkerCounters()
+
+    async def execute(self, entry: QueueEntry, consumer: str) -> None:
+        """Run one message; frees its pool slot when done, whatever happens."""
+        try:
+            await self._execute(entry, consumer)
+        finally:
+            self._pool.release()
+
+    async def _execute(self, entry: QueueEntry, consumer: str) -> None:
+        try:
+            message = decode_message(entry.payload)
+        except InvalidTaskPayload as exc:
+            await self._fail(_delivery(entry, consumer, None), exc)
+            return
+        task = self._tasks.get(message.task_name)
+        if task is None:
+            await self._fail(_delivery(entry, consumer, message), TaskNotFound(message.task_name))
+            return
+        if entry.delivery_count > task.attempts:
+            # The last allowed attempt never finished (its worker died): give up.
+            error = TaskMaxRetryExceeded(task.name, entry.id, task.attempts)
+            await self._fail(_delivery(entry, consumer, message), error)
+            return
+        try:
+            payload = decode_payload(message.payload, task.payload_type, task.name)
+        except InvalidTaskPayload as exc:
+            await self._fail(_delivery(entry, consumer, message), exc)
+            return
+
+        self._inflight.add(entry.id, consumer, task.reservation_timeout, trio.current_time())
+        started = trio.current_time()
+        try:
+            await task.action(payload)
+        except Exception as exc:
+            await self._attempt_failed(task, _delivery(entry, consumer, message), exc)
+            return
+        finally:
+            self._inflight.remove(entry.id)
+            self._timings.record(task.name, trio.current_time() - started)
+        self.counters.completed += 1
+        self._acker.ack(entry.id, _lock_of(message))
+
+    async def _attempt_failed(self, task: Task, delivery: Delivery, exc: Exception) -> None:
+        self.counters.failed += 1
+        error = TaskExecutionError(task.name, delivery.id, delivery.delivery_count, exc)
+        error.__cause__ = exc
+        final = delivery.delivery_count >= task.attempts
+        log.warning(
+            "task %s (message %s) failed on attempt %d of %d: %s: %s%s",
+            task.name,
+            delivery.id,
+            delivery.delivery_count,
+            task.attempts,
+            type(exc).__name__,
+            exc,
+            "" if final else "; it will be retried after reclaim_delay",
+            exc_info=exc,
+        )
+        await call_hook_safely("on_error", self._config.on_error, error, delivery)
+        if final:
+            exhausted = TaskMaxRetryExceeded(task.name, delivery.id, task.attempts, exc)
+            exhausted.__cause__ = exc
+            await self._fail(delivery, exhausted, reported=True)
+        else:
+            self.counters.retried += 1
+
+    async def _fail(self, delivery: Delivery, error: TaskRunnerError, *, reported: bool = False) -> None:
+        """The failure path: handler or dead-letter, then ack; or leave pending."""
+        if not reported:
+            log.error(
+                "message %s (task %s) cannot be processed: %s",
+                delivery.id,
+                delivery.task_name,
+                error,
+            )
+            await call_hook_safely("on_error", self._config.on_error, error, delivery)
+        handler = self._config.failed_task_handler
+        if handler is not None:
+            try:
+                await call_hook(handler, delivery, error)
+            except Exception:
+                log.exception(
+                    "failed_task_handler raised for message %s; leaving it pending "
+                    "(it is tried again after reclaim_delay)",
+                    delivery.id,
+                )
+                return
+            self.counters.handled += 1
+        else:
+            try:
+                dead_id = await self._backend.dead_letter(
+                    self._config.consumer_group,
+                    delivery.id,
+                    delivery.raw,
+                    f"{type(error).__name__}: {error}",
+                )
+            except BackendError as exc:
+                log.error(
+                    "could not dead-letter message %s (%s); leaving it pending", delivery.id, exc
+                )
+                return
+            self.counters.dead_lettered += 1
+            log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
+        lock = _lock_of(delivery.message) if delivery.message is not None else None
+        self._acker.ack(delivery.id, lock)

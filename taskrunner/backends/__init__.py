@@ -1,0 +1,15 @@
+"""Backend interfaces and value types.
+
+- :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
+- :mod:`taskrunner.backends.redis`: Redis Streams, for production.
+"""
+
+from taskrunner.backends._protocols import Backend as Backend
+from taskrunner.backends._protocols import ConsumerInfo as ConsumerInfo
+from taskrunner.backends._protocols import DeadLetter as DeadLetter
+from taskrunner.backends._protocols import DelayedMove as DelayedMove
+from taskrunner.backends._protocols import GroupInfo as GroupInfo
+from taskrunner.backends._protocols import MessageQueue as MessageQueue
+from taskrunner.backends._protocols import QueueEntry as QueueEntry
+from taskrunner.backends._protocols import QueueMetrics as QueueMetrics
+from taskrunner.backends._protocols import SharedState as SharedState

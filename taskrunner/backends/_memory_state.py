@@ -1,0 +1,170 @@
+"""Fleet-wide shared state in process memory, on trio's clock.
+
+String keys with expiry model Redis strings with ``PX`` (leases, locks,
+heartbeats, the tuning value); the delayed set is a dict of member -> score
+per group; the metrics hash a dict of floats. Expired keys vanish lazily when
+looked at, exactly as observed through Redis. Key names are the documented
+ones (``taskrunner._keys``), so a test can inspect them the same way on both
+backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import trio
+
+from taskrunner import _keys
+from taskrunner.backends._protocols import DelayedMove
+
+
+class MemoryState:
+    """A :class:`~taskrunner.backends.SharedState` held in process memory."""
+
+    def __init__(self, add_entry: Callable[[bytes], str]) -> None:
+        self._add_entry = add_entry
+        self._strings: dict[str, tuple[str, float]] = {}  # key -> (value, expires_at)
+        self._delayed: dict[str, dict[bytes, float]] = {}
+        self._metrics: dict[str, dict[str, float]] = {}
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    # Strings with expiry ------------------------------------------------
+    def _get(self, key: str) -> str | None:
+        item = self._strings.get(key)
+        if item is None:
+            return None
+        if item[1] <= trio.current_time():
+            del self._strings[key]
+            return None
+        return item[0]
+
+    def _set_nx(self, key: str, value: str, ttl: float) -> bool:
+        if self._get(key) is not None:
+            return False
+        self._strings[key] = (value, trio.current_time() + ttl)
+        return True
+
+    def _expire_if(self, key: str, value: str, ttl: float) -> bool:
+        if self._get(key) != value:
+            return False
+        self._strings[key] = (value, trio.current_time() + ttl)
+        return True
+
+    def _delete_if(self, key: str, value: str) -> bool:
+        if self._get(key) != value:
+            return False
+        del self._strings[key]
+        return True
+
+    def keys(self) -> list[str]:
+        """Every live string key (for tests and inspection)."""
+        return [k for k in list(self._strings) if self._get(k) is not None]
+
+    def ttl(self, key: str) -> float | None:
+        """Seconds left on a live key, or ``None``."""
+        if self._get(key) is None:
+            return None
+        return self._strings[key][1] - trio.current_time()
+
+    # Leases ---------------------------------------------------------------
+    async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._set_nx(_keys.leader(group), owner, ttl)
+
+    async def renew_lease(self, group: str, owner: str, ttl: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._expire_if(_keys.leader(group), owner, ttl)
+
+    async def resign_lease(self, group: str, owner: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._delete_if(_keys.leader(group), owner)
+
+    async def lease_owner(self, group: str) -> str | None:
+        await trio.lowlevel.checkpoint()
+        return self._get(_keys.leader(group))
+
+    # Delayed set ----------------------------------------------------------
+    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
+        await trio.lowlevel.checkpoint()
+        self._delayed.setdefault(group, {})[member] = run_at
+
+    async def due_delayed(self, group: str, until: float, limit: int) -> list[bytes]:
+        await trio.lowlevel.checkpoint()
+        members = self._delayed.get(group, {})
+        due = sorted((score, m) for m, score in members.items() if score <= until)
+        return [m for _, m in due[:limit]]
+
+    async def next_delayed_at(self, group: str) -> float | None:
+        await trio.lowlevel.checkpoint()
+        return min(self._delayed.get(group, {}).values(), default=None)
+
+    async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
+        await trio.lowlevel.checkpoint()
+        members = self._delayed.get(group, {})
+        moved = 0
+        for move in moves:  # no checkpoint inside: atomic, like the Lua script
+            if move.member not in members:
+                continue
+            if move.lock_key is not None and not self._set_nx(
+                move.lock_key, move.lock_token, move.lock_ttl
+            ):
+                continue
+            del members[move.member]
+            self._add_entry(move.message)
+            moved += 1
+        return moved
+
+    # Metrics hash ---------------------------------------------------------
+    async def increment_metrics(self, group: str, increments: Mapping[str, float]) -> None:
+        await trio.lowlevel.checkpoint()
+        fields = self._metrics.setdefault(group, {})
+        for name, value in increments.items():
+            fields[name] = fields.get(name, 0.0) + value
+
+    async def read_metrics(self, group: str) -> dict[str, float]:
+        await trio.lowlevel.checkpoint()
+        return dict(self._metrics.get(group, {}))
+
+    async def reset_metrics(self, group: str, fields: Sequence[str]) -> None:
+        await trio.lowlevel.checkpoint()
+        stored = self._metrics.setdefault(group, {})
+        for name in fields:
+            stored[name] = 0.0
+
+    # Heartbeats -----------------------------------------------------------
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
+        await trio.lowlevel.checkpoint()
+        self._strings[_keys.replication(host)] = (instance_id, trio.current_time() + ttl)
+
+    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+        self._delete_if(_keys.replication(host), instance_id)
+
+    async def count_heartbeats(self) -> int:
+        await trio.lowlevel.checkpoint()
+        prefix = _keys.REPLICATION_PATTERN.rstrip("*")
+        return sum(1 for k in self.keys() if k.startswith(prefix))
+
+    # Unique locks ---------------------------------------------------------
+    async def acquire_lock(self, key: str, token: str, ttl: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._set_nx(key, token, ttl)
+
+    async def release_lock(self, key: str, token: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._delete_if(key, token)
+
+    # Tuning ---------------------------------------------------------------
+    async def publish_tuning(self, group: str, capacity: int, ttl: float) -> None:
+        await trio.lowlevel.checkpoint()
+        self._strings[_keys.worker_tuning_capacity(group)] = (
+            str(capacity),
+            trio.current_time() + ttl,
+        )
+
+    async def read_tuning(self, group: str) -> int | None:
+        await trio.lowlevel.checkpoint()
+        value = self._get(_keys.worker_tuning_capacity(group))
+        return int(value) if value is not None else None

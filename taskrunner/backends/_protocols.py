@@ -1,0 +1,309 @@
+"""The two interfaces a backend implements; their docstrings are the spec.
+
+A backend is one object that is both a :class:`MessageQueue` (one stream with
+consumer groups, like a Redis stream) and a :class:`SharedState` (the small
+amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
+locks, the published pool size). ``taskrunner.testing`` holds the contract
+suite every backend must pass.
+
+Conventions for every method:
+
+- Times are seconds (float) in the backend's own clock, :meth:`SharedState.now`:
+  unix time on Redis, ``trio.current_time()`` in memory, so that trio's
+  ``MockClock`` drives an in-memory fleet.
+- Failures to reach the store raise :class:`taskrunner.errors.BackendError`
+  (or a subclass); backend-native exceptions never escape.
+- Cancellation: a call cancelled before it returns may or may not have taken
+  effect on the store. Each method says what that leaves behind; all of them
+  are safe to repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class QueueEntry:
+    """One stream entry as handed to a consumer."""
+
+    id: str
+    """Stream id, ``<milliseconds>-<sequence>``."""
+    payload: bytes | None
+    """The entry's ``payload`` field, or ``None`` when it has none."""
+    delivery_count: int
+    """Deliveries so far, this one included (1 on first read)."""
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerInfo:
+    name: str
+    pending: int
+    """Entries delivered to this consumer and not yet acked."""
+    idle: float
+    """Seconds since the consumer last read, claimed or refreshed."""
+
+
+@attrs.frozen(kw_only=True)
+class GroupInfo:
+    name: str
+    pending: int
+    """Entries delivered to the group and not yet acked."""
+    lag: int
+    """Entries in the stream not yet delivered to the group."""
+    consumers: tuple[ConsumerInfo, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class QueueMetrics:
+    """What :meth:`MessageQueue.get_metrics` reports. Claim delays in nanoseconds."""
+
+    queue_size: int
+    message_claim_delay_avg: float
+    message_claim_delay_std: float
+    message_claim_delay_max: float
+    message_claim_delay_last: float
+    """The newest claim delay recorded (0 when none)."""
+    groups: tuple[GroupInfo, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetter:
+    """An entry of the dead-letter stream."""
+
+    id: str
+    """Its id in the dead-letter stream."""
+    message_id: str
+    """The id it had in the main stream."""
+    group: str
+    payload: bytes | None
+    error: str
+
+
+@attrs.frozen(kw_only=True)
+class DelayedMove:
+    """One due member of the delayed set and the stream entry it becomes."""
+
+    member: bytes
+    """The member exactly as stored (it is removed by value)."""
+    message: bytes
+    """The ``payload`` field of the entry to add."""
+    lock_key: str | None = None
+    """For a unique task: the lock to take first; the move is skipped (the member
+    stays) while the lock is held."""
+    lock_token: str = ""
+    lock_ttl: float = 0.0
+
+
+@runtime_checkable
+class MessageQueue(Protocol):
+    """One stream read by consumer groups, with a pending list per consumer.
+
+    Delivery is at-least-once: an entry read but never acked is delivered again
+    (to any consumer of the group) once :meth:`claim_stale` finds it idle.
+    """
+
+    async def add(self, payloads: Sequence[bytes]) -> list[str]:
+        """Append one entry per payload (field ``payload``), in order.
+
+        Returns:
+            Their ids, in order.
+
+        Cancellation: some prefix of the entries may have been added.
+        """
+        ...
+
+    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
+        """Deliver up to ``count`` entries the group has never delivered.
+
+        Creates the group (starting at the beginning of the stream) if it does
+        not exist. Waits up to ``block`` seconds for entries when there are none
+        (``0``: do not wait). Each entry returned is now pending for
+        ``consumer`` with delivery count 1. The backend also records each
+        entry's claim delay (now minus its add time) in its ring.
+
+        Cancellation: entries may have been delivered without being returned;
+        they stay pending for ``consumer`` until acked or claimed.
+        """
+        ...
+
+    async def ack(self, group: str, ids: Sequence[str]) -> int:
+        """Acknowledge entries: drop them from the pending list (and delete them
+        from the stream when the backend deletes on ack).
+
+        Idempotent: unknown or already-acked ids are ignored.
+
+        Returns:
+            How many were pending and are now acked.
+        """
+        ...
+
+    async def claim_stale(
+        self, group: str, consumer: str, min_idle: float, count: int
+    ) -> list[QueueEntry]:
+        """Take over up to ``count`` entries pending (in any consumer of the
+        group) for at least ``min_idle`` seconds, oldest id first.
+
+        Each returned entry's delivery count has grown by one and its idle time
+        is reset. Pending ids whose entry was deleted from the stream are
+        dropped from the pending list and not returned.
+
+        Cancellation: entries may have moved to ``consumer`` without being
+        returned; they will be found again after another ``min_idle``.
+        """
+        ...
+
+    async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+        """Reset the idle time of pending ids and assign them to ``consumer``,
+        without changing delivery counts, so they are not claimed while running.
+
+        Ids not pending are ignored. One round trip for all ids.
+
+        Returns:
+            The ids that were pending.
+        """
+        ...
+
+    async def length(self) -> int:
+        """Entries in the stream (acked entries count until deleted)."""
+        ...
+
+    async def group_info(self, group: str) -> GroupInfo:
+        """Pending count, lag and per-consumer pending/idle of one group (empty
+        if it does not exist)."""
+        ...
+
+    async def delete_consumer(self, group: str, consumer: str) -> int:
+        """Remove a consumer from the group; its pending entries are dropped
+        from the pending list (claim them first to keep them).
+
+        Returns:
+            How many pending entries it had.
+        """
+        ...
+
+    async def get_metrics(self) -> QueueMetrics:
+        """Queue size, claim-delay statistics over the newest 1,000 deliveries,
+        and every group's pending/lag/consumers."""
+        ...
+
+    async def dead_letter(
+        self, group: str, message_id: str, payload: bytes | None, error: str
+    ) -> str:
+        """Append a failed entry to the dead-letter stream.
+
+        Returns:
+            Its id in the dead-letter stream.
+
+        Cancellation: the entry may have been added; a repeat adds it twice.
+        """
+        ...
+
+    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
+        """The oldest ``count`` entries of the dead-letter stream."""
+        ...
+
+
+@runtime_checkable
+class SharedState(Protocol):
+    """Fleet-wide state. Keys follow ``taskrunner._keys`` (the documented layout)."""
+
+    def now(self) -> float:
+        """The backend's clock in seconds: unix time on Redis, trio's clock in memory."""
+        ...
+
+    # Leader lease -------------------------------------------------------
+    async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
+        """Take the group's lease for ``owner`` if nobody holds it (``SET NX PX``)."""
+        ...
+
+    async def renew_lease(self, group: str, owner: str, ttl: float) -> bool:
+        """Extend the lease to ``ttl`` from now, only if ``owner`` holds it."""
+        ...
+
+    async def resign_lease(self, group: str, owner: str) -> bool:
+        """Release the lease, only if ``owner`` holds it."""
+        ...
+
+    async def lease_owner(self, group: str) -> str | None:
+        """Who holds the group's lease, if anyone."""
+        ...
+
+    # Delayed set --------------------------------------------------------
+    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
+        """Add a member (DelayedTask JSON) to the group's delayed set."""
+        ...
+
+    async def due_delayed(self, group: str, until: float, limit: int) -> list[bytes]:
+        """Up to ``limit`` members whose run-at time is ``<= until``, earliest first."""
+        ...
+
+    async def next_delayed_at(self, group: str) -> float | None:
+        """The earliest run-at time in the group's delayed set, if any."""
+        ...
+
+    async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
+        """Atomically, for each move: if the member is still in the set and its
+        lock (if any) can be taken, remove the member and add its message to
+        the stream. A process that dies mid-call moves all or none.
+
+        Returns:
+            How many members were moved.
+        """
+        ...
+
+    # Timing metrics hash ------------------------------------------------
+    async def increment_metrics(self, group: str, increments: Mapping[str, float]) -> None:
+        """Add to fields of the group's metrics hash (one round trip)."""
+        ...
+
+    async def read_metrics(self, group: str) -> dict[str, float]:
+        """Every field of the group's metrics hash."""
+        ...
+
+    async def reset_metrics(self, group: str, fields: Sequence[str]) -> None:
+        """Set the given fields of the metrics hash to 0."""
+        ...
+
+    # Replication heartbeats ---------------------------------------------
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
+        """Set this instance's heartbeat key with a lifetime of ``ttl``."""
+        ...
+
+    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+        """Delete this instance's heartbeat key, only if it still holds ``instance_id``."""
+        ...
+
+    async def count_heartbeats(self) -> int:
+        """Live heartbeat keys (every instance, every group)."""
+        ...
+
+    # Unique locks -------------------------------------------------------
+    async def acquire_lock(self, key: str, token: str, ttl: float) -> bool:
+        """Take a lock that expires after ``ttl`` unless released (``SET NX PX``)."""
+        ...
+
+    async def release_lock(self, key: str, token: str) -> bool:
+        """Delete the lock only if it holds ``token`` (compare-and-delete)."""
+        ...
+
+    # Worker tuning ------------------------------------------------------
+    async def publish_tuning(self, group: str, capacity: int, ttl: float) -> None:
+        """Publish the leader's chosen pool capacity for ``ttl`` seconds."""
+        ...
+
+    async def read_tuning(self, group: str) -> int | None:
+        """The published capacity, if one is live."""
+        ...
+
+
+@runtime_checkable
+class Backend(MessageQueue, SharedState, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue and shared state."""
+
+    async def aclose(self) -> None:
+        """Release connections. Idempotent."""
+        ...

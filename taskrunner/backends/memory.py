@@ -1,0 +1,59 @@
+"""The in-memory backend: a whole fleet in one process, on trio's clock.
+
+One :class:`MemoryBackend` can be shared by several runners in one
+``trio.run`` to simulate a fleet: they see one stream, one set of consumer
+groups and one shared state, and with ``trio.testing.MockClock`` every
+timeout, TTL and idle time advances deterministically.
+
+It is also fine for embedded use in a single process, where losing the queue
+on exit is acceptable.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from taskrunner import _keys
+from taskrunner.backends._memory_state import MemoryState
+from taskrunner.backends._memory_stream import MemoryStream
+
+
+class MemoryBackend(MemoryStream, MemoryState):
+    """Queue and shared state in process memory.
+
+    Args:
+        prefix: Stream namespace, as on Redis (the stream is ``<prefix>:<queue>``).
+        queue: Stream name.
+        delete_on_ack: Delete entries from the stream when acked (as ``XDEL``).
+
+    Must be used inside ``trio.run``: every time comes from ``trio.current_time()``.
+    """
+
+    def __init__(
+        self, *, prefix: str = "taskrunner", queue: str = "tasks", delete_on_ack: bool = True
+    ) -> None:
+        MemoryStream.__init__(self, delete_on_ack=delete_on_ack)
+        MemoryState.__init__(self, add_entry=lambda payload: self.add_raw({"payload": payload}))
+        self.prefix = prefix
+        self.queue = queue
+
+    @property
+    def stream_key(self) -> str:
+        return _keys.stream(self.prefix, self.queue)
+
+    def __repr__(self) -> str:
+        return f"MemoryBackend(stream={self.stream_key!r})"
+
+    async def aclose(self) -> None:
+        """Nothing to release; present for the :class:`~taskrunner.backends.Backend` protocol."""
+
+    async def __aenter__(self) -> MemoryBackend:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
