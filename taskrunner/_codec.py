@@ -48,7 +48,9 @@ def payload_type_of(action: Callable[..., Any]) -> type[Any] | None:
     try:
         hints = typing.get_type_hints(action)
     except Exception as exc:
-        raise ValueError(f"cannot resolve the type annotations of action {action!r}: {exc}") from exc
+        raise ValueError(
+            f"cannot resolve the type annotations of action {action!r}: {exc}"
+        ) from exc
     hint = hints.get(params[0].name)
     if isinstance(hint, type) and (attrs.has(hint) or dataclasses.is_dataclass(hint)):
         return hint
@@ -110,7 +112,9 @@ def encode_message(message: TaskMessage) -> bytes:
     try:
         data = _dumps(doc).encode()
     except (TypeError, ValueError) as exc:
-        raise InvalidTaskPayload(f"not JSON-serialisable: {exc}", task_name=message.task_name) from exc
+        raise InvalidTaskPayload(
+            f"not JSON-serialisable: {exc}", task_name=message.task_name
+        ) from exc
     if len(data) > MAX_MESSAGE_BYTES:
         raise InvalidTaskPayload(
             f"encoded message is {len(data)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit",
@@ -142,7 +146,9 @@ def decode_message(raw: bytes | None) -> TaskMessage:
     if raw is None:
         raise InvalidTaskPayload("stream entry has no 'payload' field")
     if len(raw) > MAX_MESSAGE_BYTES:
-        raise InvalidTaskPayload(f"entry is {len(raw)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit")
+        raise InvalidTaskPayload(
+            f"entry is {len(raw)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit"
+        )
     try:
         doc = json.loads(raw)
     except ValueError as exc:
@@ -151,7 +157,9 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         raise InvalidTaskPayload(f"expected a JSON object, got {type(doc).__name__}")
     task_name = doc.get("task_name")
     if not isinstance(task_name, str) or not task_name:
-        raise InvalidTaskPayload(f"field 'task_name' should be a non-empty string, got {task_name!r}")
+        raise InvalidTaskPayload(
+            f"field 'task_name' should be a non-empty string, got {task_name!r}"
+        )
     return TaskMessage(
         task_name=task_name,
         payload=doc.get("payload"),

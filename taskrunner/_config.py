@@ -33,7 +33,9 @@ def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: float) 
 
 def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise ValueError(f"{attribute.name} must be a non-empty string without spaces, got {value!r}")
+        raise ValueError(
+            f"{attribute.name} must be a non-empty string without spaces, got {value!r}"
+        )
 
 
 def _callable_or_none(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -156,5 +158,3 @@ class TaskRunnerConfig:
     def consumer_name(self, fetcher_id: int) -> str:
         """The consumer name of fetcher ``fetcher_id`` (ids start at 1)."""
         return f"{self.consumer_group}_{self.host}_{fetcher_id}"
-
-

@@ -300,7 +300,11 @@ class TaskRunner:
             async with trio.open_nursery() as services:
                 await services.start(self._acker.run)
                 await services.start(
-                    _refresher.run, self.backend, cfg.consumer_group, self._inflight, self._refresh_tick
+                    _refresher.run,
+                    self.backend,
+                    cfg.consumer_group,
+                    self._inflight,
+                    self._refresh_tick,
                 )
                 try:
                     async with trio.open_nursery() as core:
@@ -336,10 +340,14 @@ class TaskRunner:
                     task_status.started()
                     await self._stop.wait()
                     fetchers.cancel_scope.cancel()
-                grace = self._grace_override if self._grace_override is not None else cfg.shutdown_grace
+                grace = (
+                    self._grace_override if self._grace_override is not None else cfg.shutdown_grace
+                )
                 running = self._pool.in_use
                 if running:
-                    log.info("shutting down: waiting up to %.1fs for %d running task(s)", grace, running)
+                    log.info(
+                        "shutting down: waiting up to %.1fs for %d running task(s)", grace, running
+                    )
                 workers.cancel_scope.deadline = trio.current_time() + grace
             if workers.cancel_scope.cancelled_caught:
                 log.warning(

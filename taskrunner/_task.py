@@ -23,7 +23,9 @@ UniqueKey = Callable[[Any], "str | None"]
 
 def _task_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise ValueError(f"Task.{attribute.name} must be a non-empty string without spaces, got {value!r}")
+        raise ValueError(
+            f"Task.{attribute.name} must be a non-empty string without spaces, got {value!r}"
+        )
 
 
 def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:

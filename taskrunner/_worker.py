@@ -158,7 +158,9 @@ class Worker:
         else:
             self.counters.retried += 1
 
-    async def _fail(self, delivery: Delivery, error: TaskRunnerError, *, reported: bool = False) -> None:
+    async def _fail(
+        self, delivery: Delivery, error: TaskRunnerError, *, reported: bool = False
+    ) -> None:
         """The failure path: handler or dead-letter, then ack; or leave pending."""
         if not reported:
             log.error(

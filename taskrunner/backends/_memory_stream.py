@@ -151,7 +151,9 @@ class MemoryStream:
                 continue
             p = g.pending[entry_id]
             p.consumer, p.delivered_at, p.count = consumer, now, p.count + 1
-            out.append(QueueEntry(id=entry_id, payload=self._entries[seq][1], delivery_count=p.count))
+            out.append(
+                QueueEntry(id=entry_id, payload=self._entries[seq][1], delivery_count=p.count)
+            )
         return out
 
     async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
