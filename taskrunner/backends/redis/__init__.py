@@ -1,0 +1,19 @@
+"""Redis Streams backend, and the trio-native Redis connection layer under it.
+
+Connection layer (private modules; the backend imports from them directly):
+
+- :mod:`._protocol`: :class:`RedisClient` and :class:`DedicatedRedisConnection`,
+  the interface the backend programs against.
+- :mod:`._client`: :class:`NativeRedisClient`, trio sockets + ``hiredis``,
+  automatic pipelining of concurrent calls over a small pool of shared
+  connections, ``dedicated()`` connections for blocking commands.
+- :mod:`._pyredis`: :class:`PyRedisClient`, the same interface over any
+  redis-py sync client (``redis.Redis``, ``redis.RedisCluster``,
+  ``fakeredis.FakeRedis``) in worker threads.
+- :mod:`._scripts`: :class:`Script`, Lua by ``EVALSHA`` with reload on ``NOSCRIPT``.
+- :mod:`._errors`: :class:`RedisConnectionError` and the :class:`ResponseError`
+  family (``NoGroupError``, ``BusyGroupError``, ``NoScriptError``...).
+- :mod:`._config`: :class:`ConnectionConfig` and URL parsing.
+
+See ``docs/redis-connection.md`` for the design notes.
+"""

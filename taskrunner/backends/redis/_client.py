@@ -1,0 +1,229 @@
+"""The trio-native client: a small pool of shared, auto-pipelined connections.
+
+:class:`NativeRedisClient` keeps ``pool_size`` slots, each holding at most one
+:class:`~._multiplexed.SharedConnection`. A call picks a slot (an idle live
+connection first, then an unopened slot, then the least busy live one),
+opening the connection on demand under the slot's lock; callers queued behind
+a failed attempt fail with that attempt's error rather than each trying again,
+and the next attempt waits out the slot's backoff delay. The connections'
+reader/writer tasks run in a nursery the client opens in ``__aenter__``, so the
+client must be used inside ``async with``.
+
+Blocking commands go through :meth:`NativeRedisClient.dedicated`, which hands
+out a :class:`~._connection.DedicatedConnection` of their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import trio
+
+from ._config import ConnectionConfig
+from ._connection import (
+    CommandArg,
+    DedicatedConnection,
+    Reconnector,
+    Reply,
+    pack_command,
+    pack_commands,
+)
+from ._errors import RedisConnectionError, ResponseError
+from ._multiplexed import SharedConnection, wait_for
+
+
+class _Slot:
+    __slots__ = ("connection", "lock", "reconnector")
+
+    def __init__(self, config: ConnectionConfig) -> None:
+        self.connection: SharedConnection | None = None
+        self.lock = trio.Lock()
+        self.reconnector = Reconnector(config)
+
+
+class NativeRedisClient:
+    """A Redis client running natively on trio (see the module docstring).
+
+    Use it as ``async with NativeRedisClient.from_url(url) as client: ...``.
+    Concurrent :meth:`execute`/:meth:`pipeline` calls share ``pool_size``
+    connections and are pipelined automatically. Replies are never decoded.
+
+    Args:
+        config: Where and how to connect.
+        pool_size: Number of shared connections (at least 1).
+    """
+
+    def __init__(self, config: ConnectionConfig, *, pool_size: int = 1) -> None:
+        if pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
+        self.config = config
+        self._slots = [_Slot(config) for _ in range(pool_size)]
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager: Any = None
+        self._dedicated: set[DedicatedConnection] = set()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, *, pool_size: int = 1, **options: Any) -> NativeRedisClient:
+        """Build a client from a URL; ``options`` are :class:`ConnectionConfig` fields
+        or ``ssl_*`` TLS options (see :meth:`ConnectionConfig.from_url`)."""
+        return cls(ConnectionConfig.from_url(url, **options), pool_size=pool_size)
+
+    async def __aenter__(self) -> NativeRedisClient:
+        if self._nursery_manager is not None:
+            raise RuntimeError("this client was already entered")
+        manager = trio.open_nursery()
+        self._nursery = await manager.__aenter__()
+        self._nursery_manager = manager
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+        finally:
+            self._nursery = None
+            result: bool | None = await self._nursery_manager.__aexit__(exc_type, exc, tb)
+        return result
+
+    async def aclose(self) -> None:
+        """Close every connection; pending calls fail with :class:`RedisConnectionError`.
+
+        Later calls raise ``trio.ClosedResourceError``. Idempotent.
+        """
+        self._closed = True
+        for slot in self._slots:
+            if slot.connection is not None:
+                slot.connection.close()
+                slot.connection = None
+        dedicated, self._dedicated = self._dedicated, set()
+        for connection in dedicated:
+            await connection.aclose()
+        await trio.lowlevel.checkpoint()
+
+    def dedicated(self) -> DedicatedConnection:
+        """A new single-user connection for blocking commands (opened on first use).
+
+        The caller owns it and should ``aclose()`` it (or use ``async with``);
+        closing the client closes it too.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the client was closed")
+        connection = DedicatedConnection(self.config)
+        self._dedicated.add(connection)
+        return connection
+
+    async def execute(self, *args: CommandArg) -> Reply:
+        """Run one command on a shared connection and return its reply.
+
+        Returns:
+            The reply (see :data:`~._connection.Reply`): never decoded.
+
+        Raises:
+            ResponseError: The server answered with an error reply; the
+                subclass is chosen by the reply's first word.
+            RedisConnectionError: Connecting failed, or the connection broke
+                or timed out before the reply arrived.
+            trio.ClosedResourceError: The client was closed.
+
+        Cancellation: the command may still be sent and run on the server; its
+        reply is discarded. Use idempotent commands, or make the effect
+        harmless, where a cancelled call must not leave a trace.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        connection = self._pick()
+        if connection is None:
+            connection = await self._connect()
+        reply = await wait_for(connection.submit(pack_command(args), 1))
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
+    async def pipeline(
+        self, commands: Sequence[Sequence[CommandArg]], *, raise_on_error: bool = True
+    ) -> list[Reply]:
+        """Send several commands in one write and return their replies in order.
+
+        This is not a transaction: other callers' commands may run between
+        them (wrap them in ``MULTI``/``EXEC`` yourself for atomicity, or use a
+        Lua script). Every command is executed even when an earlier one fails.
+
+        Args:
+            commands: Commands, each a sequence of arguments.
+            raise_on_error: If true, raise the first error reply after all
+                replies have arrived; if false, return error replies in place
+                as :class:`ResponseError` instances.
+
+        Raises:
+            ResponseError: With ``raise_on_error``, the first error reply.
+            RedisConnectionError: As for :meth:`execute`.
+
+        Cancellation: as for :meth:`execute`, for every command.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not commands:
+            return []
+        connection = self._pick()
+        if connection is None:
+            connection = await self._connect()
+        replies: list[Reply] = await wait_for(
+            connection.submit(pack_commands(commands), len(commands))
+        )
+        if len(commands) == 1:
+            replies = [replies]
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+        return replies
+
+    def _pick(self) -> SharedConnection | None:
+        """A usable connection to queue on now, or ``None`` if one must be opened first."""
+        if self._closed:
+            raise trio.ClosedResourceError("the client was closed")
+        slots = self._slots
+        if len(slots) == 1:
+            connection = slots[0].connection
+            return connection if connection is not None and connection.is_usable else None
+        best: SharedConnection | None = None
+        best_pending = math.inf
+        for slot in slots:
+            connection = slot.connection
+            if connection is None or not connection.is_usable:
+                if best_pending > 0 and not slot.lock.locked():
+                    return None  # open another connection rather than queue behind a busy one
+                continue
+            if connection.pending < best_pending:
+                best, best_pending = connection, connection.pending
+        return best
+
+    async def _connect(self) -> SharedConnection:
+        if self._nursery is None:
+            raise RuntimeError("use the client inside 'async with' before calling it")
+        slot = next(
+            (s for s in self._slots if s.connection is None or not s.connection.is_usable),
+            self._slots[0],
+        )
+        attempts_seen = slot.reconnector.attempts
+        async with slot.lock:
+            if self._closed:
+                raise trio.ClosedResourceError("the client was closed")
+            if slot.connection is not None and slot.connection.is_usable:
+                return slot.connection
+            error = slot.reconnector.last_error
+            if slot.reconnector.attempts != attempts_seen and error is not None:
+                # An attempt made while we queued failed: share its outcome.
+                raise RedisConnectionError(f"could not connect: {error}") from error
+            stream, reader = await slot.reconnector.connect()
+            connection = SharedConnection(stream, reader, self.config.command_timeout)
+            await self._nursery.start(connection.serve)
+            slot.connection = connection
+            return connection
