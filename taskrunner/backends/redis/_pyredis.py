@@ -12,10 +12,9 @@ the cluster object and of its node clients are emptied (the wrapped cluster
 client is taken over). Every call passes ``NEVER_DECODE``, so
 ``decode_responses=True`` clients still give bytes.
 
-fakeredis builds its replies as Python objects, not RESP, and some come back
-as dicts (``XREAD``/``XREADGROUP``, ``XINFO GROUPS``/``CONSUMERS``,
-``HGETALL``...), sometimes with ``str`` keys. :func:`to_resp2` turns those back
-into the RESP2 shape (see its docstring); on a real server it changes nothing.
+The wrapped client must speak RESP2 (``protocol=2``; redis-py 8 defaults to
+RESP3, whose maps, doubles and sets have other shapes): the constructor checks.
+With ``protocol=2`` fakeredis, too, builds RESP2-shaped replies.
 
 Errors are translated at this boundary: redis-py's ``ResponseError`` family to
 ours by the error code (redis-py strips known codes into ``status_code``; we put
@@ -47,45 +46,24 @@ from ._errors import (
 
 _T = TypeVar("_T")
 _RAW = {NEVER_DECODE: True}
-_PAIR_MAP_COMMANDS = frozenset({b"XREAD", b"XREADGROUP"})
 
 
-def to_resp2(command: CommandArg, reply: Any) -> Reply:
-    """Bring a reply built by redis-py or fakeredis back to its RESP2 shape.
-
-    ``dict`` becomes a flat ``[k1, v1, k2, v2, ...]`` list (RESP2 maps), except
-    at the top level of ``XREAD``/``XREADGROUP``, where it becomes the
-    ``[[stream, entries], ...]`` list of pairs (and ``{}`` becomes ``None``,
-    the nil reply for "nothing read"); ``str`` becomes UTF-8 ``bytes``;
-    ``tuple`` becomes ``list``; ``float`` becomes its bulk-string text.
-    Exceptions in the reply are translated. Everything else is kept.
-    """
-    name = command.encode() if isinstance(command, str) else command
-    if isinstance(name, bytes) and name.upper() in _PAIR_MAP_COMMANDS and isinstance(reply, dict):
-        if not reply:
-            return None
-        return [[_resp2(k), _resp2(v)] for k, v in reply.items()]
-    return _resp2(reply)
+def to_resp2(reply: Any) -> Reply:
+    """Translate redis-py exceptions found in a reply (pipeline results, ``EXEC``
+    arrays) into ours; every other value is already in RESP2 shape."""
+    if isinstance(reply, list):
+        if any(isinstance(item, list | redis.exceptions.RedisError) for item in reply):
+            return [to_resp2(item) for item in reply]
+        return reply
+    if isinstance(reply, redis.exceptions.RedisError):
+        return translate_error(reply)
+    return reply
 
 
-def _resp2(value: Any) -> Reply:
-    if isinstance(value, bytes | int | type(None)):
-        return value
-    if isinstance(value, list | tuple):
-        return [_resp2(item) for item in value]
-    if isinstance(value, dict):
-        flat: list[Reply] = []
-        for key, item in value.items():
-            flat.append(_resp2(key))
-            flat.append(_resp2(item))
-        return flat
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, float):
-        return repr(value).encode()
-    if isinstance(value, redis.exceptions.RedisError):
-        return translate_error(value)
-    return value
+def _protocol_of(client: Any) -> Any:
+    if isinstance(client, redis.RedisCluster):
+        return client.nodes_manager.connection_kwargs.get("protocol")
+    return client.connection_pool.get_protocol()
 
 
 def translate_error(exc: BaseException) -> Exception:
@@ -186,7 +164,7 @@ class PyRedisDedicatedConnection:
                 raise
         finally:
             self._busy = False
-        return to_resp2(args[0], reply)
+        return to_resp2(reply)
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
@@ -227,12 +205,22 @@ class PyRedisClient:
     def __init__(
         self, client: Any, *, dedicated_timeout: float = 30.0, close_client: bool = True
     ) -> None:
+        if str(_protocol_of(client)) != "2":
+            raise ValueError(
+                "PyRedisClient needs a redis-py client speaking RESP2: create it with "
+                "protocol=2 (redis-py 8 defaults to RESP3, whose replies have other shapes)"
+            )
         self._client = client
         self._raw = _raw_view(client)
         self._dedicated_timeout = dedicated_timeout
         self._close_client = close_client
         self._dedicated: set[PyRedisDedicatedConnection] = set()
         self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, **redis_options: Any) -> PyRedisClient:
+        """A client over ``redis.Redis.from_url(url, protocol=2, **redis_options)``."""
+        return cls(redis.Redis.from_url(url, protocol=2, **redis_options))
 
     async def execute(self, *args: CommandArg) -> Reply:
         """Run one command in a worker thread (contract: :class:`RedisClient`).
@@ -243,7 +231,7 @@ class PyRedisClient:
         if self._closed:
             raise trio.ClosedResourceError("the client was closed")
         reply = await _in_thread(functools.partial(self._raw.execute_command, *args, **_RAW))
-        return to_resp2(args[0], reply)
+        return to_resp2(reply)
 
     async def pipeline(
         self, commands: Sequence[Sequence[CommandArg]], *, raise_on_error: bool = True
@@ -255,9 +243,7 @@ class PyRedisClient:
             await trio.lowlevel.checkpoint()
             return []
         replies = await _in_thread(functools.partial(self._run_pipeline, commands))
-        results = [
-            to_resp2(command[0], reply) for command, reply in zip(commands, replies, strict=True)
-        ]
+        results = [to_resp2(reply) for reply in replies]
         if raise_on_error:
             for result in results:
                 if isinstance(result, ResponseError):
