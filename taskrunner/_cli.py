@@ -1,0 +1,151 @@
+"""The ``taskrunner`` command line (also ``python -m taskrunner``).
+
+Theory of operation: one ``argparse`` parser with a subparser per command.
+Each command is a :class:`Command`: a name, a one-line help, a function that
+adds its arguments, and a function that runs it from the parsed namespace and
+returns the exit code. Adding ``worker``, ``dispatch``, ``stats`` and the rest
+later means adding one entry to :data:`COMMANDS`. Bad arguments are argparse's
+one-line error and exit code 2; a command's own failures are its exit code
+and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+import attrs
+import trio
+
+from taskrunner import __version__, _demo
+
+EXIT_USAGE = 2
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block: the usage is one --help away.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+@attrs.frozen(kw_only=True)
+class Command:
+    """One subcommand of ``taskrunner``."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    """Runs the command; returns the process exit code."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+# demo --------------------------------------------------------------------------
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = _demo.DemoOptions()
+    parser.add_argument(
+        "--tasks",
+        type=_positive_int,
+        default=defaults.tasks,
+        metavar="N",
+        help="how many tasks to dispatch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=defaults.timeout,
+        metavar="SECONDS",
+        help="fail (exit 1) if not every task reached an outcome by then (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=sorted(_demo.BACKENDS),
+        default=defaults.backend,
+        help="where the queue lives (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed for the flaky task's random failures"
+    )
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    options = _demo.DemoOptions(
+        tasks=args.tasks, timeout=args.timeout, backend=args.backend, seed=args.seed
+    )
+    return trio.run(_demo.run_demo, options, sys.stdout, sys.stderr)
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        name="demo",
+        help="run a three-runner fleet on an embedded backend, with live progress",
+        add_arguments=_demo_arguments,
+        run=_run_demo,
+    ),
+)
+
+
+def _log_level_option(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        type=str.lower,
+        default=default,
+        help="log messages at this level and above to stderr (default: warning)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every subcommand included."""
+    parser = _Parser(prog="taskrunner", description="A distributed task runner for trio.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _log_level_option(parser, "warning")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help, description=command.help)
+        # SUPPRESS: given after the command it wins, absent it keeps the global value.
+        _log_level_option(sub, argparse.SUPPRESS)
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    """Send log records at ``level`` and above to stderr, ``%``-formatted."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (argparse exits 2 on bad usage)."""
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("taskrunner: interrupted", file=sys.stderr)
+        return 130
