@@ -156,7 +156,8 @@ async def test_stream_consume_ack_claim(client: RedisClient, kind: str) -> None:
     nothing = await client.execute(
         "XREADGROUP", "GROUP", "g", "c1", "COUNT", 5, "STREAMS", "st", "0"
     )
-    assert nothing[0][0] == b"st" and len(nothing[0][1]) == 2  # c1's own pending entries
+    assert nothing[0][0] == b"st"
+    assert len(nothing[0][1]) == 2  # c1's own pending entries
 
     summary = await client.execute("XPENDING", "st", "g")
     # fakeredis gives the per-consumer count as an int, Redis as a bulk string

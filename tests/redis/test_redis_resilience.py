@@ -1,0 +1,213 @@
+"""Cancellation, connection loss, server restarts and timeouts on the native client."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._errors import RedisConnectionError, RedisTimeoutError
+from taskrunner.backends.redis._protocol import RedisClient
+from taskrunner.backends.redis._pyredis import PyRedisClient
+
+if TYPE_CHECKING:
+    from conftest import ServerProcess  # tests/conftest.py
+
+
+@pytest.mark.parametrize("pool_size", [1, 2])
+async def test_cancel_torture_no_misaligned_replies(redis_url: str, pool_size: int) -> None:
+    """Thousands of callers, many cancelled at random moments: every reply is its own."""
+    rng = random.Random(1234 + pool_size)
+    tally: Counter[str] = Counter()
+    async with NativeRedisClient.from_url(redis_url, pool_size=pool_size) as client:
+
+        async def caller(i: int) -> None:
+            token = f"{i}:{rng.random()}"
+            delay = rng.choice([0.0, 0.0001, 0.0005, 0.002, 0.01, 10.0])
+            with trio.move_on_after(delay) as scope:
+                if i % 3 == 0:
+                    replies = await client.pipeline(
+                        [("SET", f"k{i}", token), ("GET", f"k{i}"), ("ECHO", token)]
+                    )
+                    tally[
+                        "ok" if replies == [b"OK", token.encode(), token.encode()] else "bad"
+                    ] += 1
+                else:
+                    reply = await client.execute("ECHO", token)
+                    tally["ok" if reply == token.encode() else "bad"] += 1
+            if scope.cancelled_caught:
+                tally["cancelled"] += 1
+
+        with trio.fail_after(30):
+            for _ in range(4):
+                async with trio.open_nursery() as nursery:
+                    for i in range(1000):
+                        nursery.start_soon(caller, i)
+            # the connection is still in step after all those abandoned replies
+            for i in range(50):
+                assert await client.execute("ECHO", str(i)) == str(i).encode()
+    assert tally["bad"] == 0
+    assert tally["ok"] > 100
+    assert tally["cancelled"] > 100
+
+
+async def test_cancelled_before_sending_sends_nothing(redis_url: str) -> None:
+    async with NativeRedisClient.from_url(redis_url) as client:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await client.execute("SET", "never", 1)
+        assert await client.execute("EXISTS", "never") == 0
+
+
+async def _hammer(client: RedisClient, tally: Counter[str], stop: trio.Event) -> None:
+    while not stop.is_set():
+        try:
+            assert await client.execute("INCR", "counter") > 0
+            tally["ok"] += 1
+        except RedisConnectionError:
+            tally["lost"] += 1
+            await trio.sleep(0.005)
+
+
+@pytest.mark.parametrize("transport", ["native", "redis-py"])
+async def test_restart_under_load(
+    redis_server: ServerProcess, redis_url: str, transport: str
+) -> None:
+    """Kill the server mid-load: pending calls fail with our error, then calls succeed again."""
+    client: RedisClient
+    if transport == "native":
+        client = NativeRedisClient.from_url(
+            redis_url, pool_size=2, connect_timeout=1, backoff_base=0.01, backoff_cap=0.1
+        )
+    else:
+        client = PyRedisClient.from_url(redis_url, socket_timeout=2, socket_connect_timeout=1)
+    tally: Counter[str] = Counter()
+    async with client:
+        with trio.fail_after(30):
+            for _round in range(2):
+                stop = trio.Event()
+                async with trio.open_nursery() as nursery:
+                    for _ in range(20):
+                        nursery.start_soon(_hammer, client, tally, stop)
+                    await trio.sleep(0.2)
+                    redis_server.kill()
+                    ok_before = tally["ok"]
+                    await trio.sleep(0.2)
+                    await trio.to_thread.run_sync(redis_server.start)
+                    await trio.sleep(0.3)
+                    stop.set()
+                assert tally["ok"] > ok_before
+            assert await client.execute("PING") == b"PONG"
+    assert tally["lost"] > 0
+
+
+async def test_blocking_read_survives_restart(redis_server: ServerProcess, redis_url: str) -> None:
+    async with NativeRedisClient.from_url(redis_url, backoff_base=0.01) as client:
+        await client.execute("XGROUP", "CREATE", "st", "g", "$", "MKSTREAM")
+        fetcher = client.dedicated()
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+
+                async def kill_soon() -> None:
+                    await trio.sleep(0.2)
+                    redis_server.kill()
+
+                nursery.start_soon(kill_soon)
+                with pytest.raises(RedisConnectionError):
+                    await fetcher.execute(
+                        "XREADGROUP", "GROUP", "g", "c", "BLOCK", 5000, "STREAMS", "st", ">",
+                        reply_timeout=10,
+                    )  # fmt: skip
+            assert not fetcher.is_connected
+            await trio.to_thread.run_sync(redis_server.start)
+            await client.execute("XGROUP", "CREATE", "st", "g", "$", "MKSTREAM")
+            await client.execute("XADD", "st", "5-1", "f", "v")
+            got = await fetcher.execute(
+                "XREADGROUP", "GROUP", "g", "c", "STREAMS", "st", "0", reply_timeout=5
+            )
+            assert got == [[b"st", []]]
+
+
+@pytest.mark.parametrize("transport", ["native", "redis-py"])
+async def test_cancelled_blocking_read_closes_dedicated_connection(
+    redis_url: str, transport: str
+) -> None:
+    client: RedisClient = (
+        NativeRedisClient.from_url(redis_url)
+        if transport == "native"
+        else PyRedisClient.from_url(redis_url)
+    )
+    async with client:
+        await client.execute("XGROUP", "CREATE", "st", "g", "$", "MKSTREAM")
+        await client.execute("CLIENT", "SETNAME", "shared")
+        async with client.dedicated() as fetcher:
+            await fetcher.execute("CLIENT", "SETNAME", "fetcher")
+            with trio.fail_after(5):
+                with trio.move_on_after(0.1):
+                    await fetcher.execute(
+                        "XREADGROUP", "GROUP", "g", "c", "BLOCK", 4000, "STREAMS", "st", ">",
+                        reply_timeout=10,
+                    )  # fmt: skip
+                for _ in range(400):  # until the server saw the connection close
+                    if b"name=fetcher" not in await client.execute("CLIENT", "LIST"):
+                        break
+                    await trio.sleep(0.01)
+                else:
+                    pytest.fail("the cancelled blocking read's connection is still open")
+                # reopened on demand, as a fresh connection
+                assert await fetcher.execute("CLIENT", "GETNAME") is None
+                assert await fetcher.execute("PING") == b"PONG"
+
+
+async def _silent_server(nursery: trio.Nursery) -> int:
+    """A TCP server that accepts and reads but never answers; returns its port."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with stream:
+            while await stream.receive_some():
+                pass
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, host="127.0.0.1"), handler, 0)
+    port: int = listeners[0].socket.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+async def silent_port() -> AsyncIterator[int]:
+    async with trio.open_nursery() as nursery:
+        yield await _silent_server(nursery)
+        nursery.cancel_scope.cancel()
+
+
+async def test_connect_timeout(silent_port: int) -> None:
+    url = f"redis://:secret@127.0.0.1:{silent_port}/0"  # AUTH is never answered
+    async with NativeRedisClient.from_url(url, connect_timeout=0.2) as client:
+        with trio.fail_after(5), pytest.raises(RedisTimeoutError):
+            await client.execute("PING")
+
+
+async def test_command_timeout_fails_every_pending_call(silent_port: int) -> None:
+    url = f"redis://127.0.0.1:{silent_port}/0"
+    errors: list[BaseException] = []
+    async with NativeRedisClient.from_url(url, command_timeout=0.2) as client:
+
+        async def call() -> None:
+            try:
+                await client.execute("PING")
+            except RedisTimeoutError as exc:
+                errors.append(exc)
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                for _ in range(10):
+                    nursery.start_soon(call)
+        dedicated = client.dedicated()
+        with trio.fail_after(5), pytest.raises(RedisTimeoutError):
+            await dedicated.execute("PING", reply_timeout=0.1)
+    assert len(errors) == 10
