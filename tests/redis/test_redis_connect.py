@@ -199,15 +199,19 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return paths
 
 
-def start_tls_server(
-    factory: ServerFactory, binaries: list[str], certificates: dict[str, str]
-) -> tuple[ServerProcess, int]:
-    """Start a server with TLS on a second port, on the first binary built with TLS."""
+@pytest.fixture
+def tls_port(
+    redis_server_factory: ServerFactory,
+    redis_server_binaries: list[str],
+    certificates: dict[str, str],
+) -> int:
+    """The TLS port of a server started on the first binary built with TLS support."""
+    factory = redis_server_factory
     tried: list[str] = []
-    for binary in binaries:
+    for binary in redis_server_binaries:
         tls_port = free_port()
         try:
-            server = factory(
+            factory(
                 "--tls-port", str(tls_port),
                 "--tls-cert-file", certificates["server"],
                 "--tls-key-file", certificates["server"],
@@ -218,7 +222,7 @@ def start_tls_server(
         except RuntimeError:
             tried.append(binary)
             continue
-        return server, tls_port
+        return tls_port
     pytest.skip(
         f"no server binary with TLS support (tried {tried}); Debian's redis-server "
         "package has it: apt-get install -y redis-server"
@@ -227,12 +231,8 @@ def start_tls_server(
 
 @pytest.mark.parametrize("transport", ["native", "redis-py"])
 async def test_tls_with_client_certificate(
-    redis_server_factory: ServerFactory,
-    redis_server_binaries: list[str],
-    certificates: dict[str, str],
-    transport: str,
+    tls_port: int, certificates: dict[str, str], transport: str
 ) -> None:
-    _server, tls_port = start_tls_server(redis_server_factory, redis_server_binaries, certificates)
     url = (
         f"rediss://127.0.0.1:{tls_port}/1?ssl_ca_certs={certificates['ca']}"
         f"&ssl_certfile={certificates['client']}"
