@@ -293,9 +293,9 @@ async def check_groups_each_get_every_entry(backend: Backend) -> None:
     assert (_ids(got1), _ids(got2)) == (ids, ids), (
         f"each group must get all of {ids!r}: got {_ids(got1)!r} and {_ids(got2)!r}"
     )
-    assert [e.payload for e in got2] == [b"a", b"b", b"c"]
+    assert [e.payload for e in got2] == [b"a", b"b", b"c"], f"group 2 payloads: {got2!r}"
     assert all(e.delivery_count == 1 for e in got1 + got2), "delivery counts are per group"
-    assert await backend.ack(g1, ids) == 3
+    assert await backend.ack(g1, ids) == 3, "acking 3 pending entries must return 3"
     pending = (await backend.group_info(g1)).pending, (await backend.group_info(g2)).pending
     assert pending == (0, 3), f"after acking all in group 1, pending is {pending!r}"
 
@@ -311,7 +311,8 @@ async def check_ack_counts_and_is_idempotent(backend: Backend) -> None:
     ids = await backend.add([b"a", b"b", b"c"])
     await backend.read(group, consumer, 10, 0)
     assert await backend.ack(group, ids[:2]) == 2, "ack of 2 pending ids must return 2"
-    assert (await backend.group_info(group)).pending == 1
+    pending = (await backend.group_info(group)).pending
+    assert pending == 1, f"3 read, 2 acked, but pending is {pending}"
     assert await backend.ack(group, ids[:2]) == 0, "a repeated ack must return 0"
     unknown = "9999999999999-0"
     assert await backend.ack(group, [ids[2], unknown]) == 1, "unknown ids must not count"
@@ -384,7 +385,7 @@ async def check_claim_stale(backend: Backend) -> None:
     await trio.sleep(0.2)  # t=0.6: e3 idle 0.4; e1, e2 idle 0.2 (reset by the claim)
     got = await backend.claim_stale(group, c3, 0.3, 10)
     assert _ids(got) == [e3], f"a claim must reset idle time: expected only e3, got {got!r}"
-    assert got[0].delivery_count == 2
+    assert got[0].delivery_count == 2, f"first claim of e3: {got[0]!r}"
 
     await trio.sleep(0.2)  # t=0.8: e1, e2 idle 0.4; e3 idle 0.2
     got = await backend.claim_stale(group, c3, 0.3, 10)
@@ -434,7 +435,7 @@ async def check_refresh(backend: Backend) -> None:
     await trio.sleep(0.4)  # a is idle 0.4 >= 0.3: claimable, were it not refreshed
     refreshed = await backend.refresh(group, c2, [a, b])
     assert refreshed == [a], f"refresh must return only pending ids ([a]), got {refreshed!r}"
-    assert await backend.refresh(group, c2, []) == []
+    assert await backend.refresh(group, c2, []) == [], "refresh([]) must return []"
     consumers = _consumers(await backend.group_info(group))
     assert (consumers[c2][0], consumers.get(c1, (0,))[0]) == (1, 0), (
         f"refresh must move the entry to the refreshing consumer: {consumers!r}"
@@ -498,7 +499,7 @@ async def check_group_info_consumer_idle(backend: Backend) -> None:
         f"c1 last read 0.3 s ago but reports idle {consumers[c1][1]}"
     )
     assert 0 <= consumers[c2][1] < 0.1, f"c2 just read but reports idle {consumers[c2][1]}"
-    assert await backend.refresh(group, c1, [a]) == [a]
+    assert await backend.refresh(group, c1, [a]) == [a], "refresh of a pending id"
     consumers = _consumers(await backend.group_info(group))
     assert 0 <= consumers[c1][1] < 0.1, f"c1 just refreshed but reports idle {consumers[c1][1]}"
 
@@ -518,7 +519,7 @@ async def check_delete_consumer(backend: Backend) -> None:
     assert info.pending == 1, f"after deleting c1: {info!r}"
     assert c1 not in _consumers(info), f"c1 is still listed: {info!r}"
     assert await backend.delete_consumer(group, c1) == 0, "deleting again must return 0"
-    assert await backend.delete_consumer(group, _name("nobody")) == 0
+    assert await backend.delete_consumer(group, _name("nobody")) == 0, "unknown consumer"
     assert await backend.length() == base + 3, "delete_consumer must not delete stream entries"
     got = await backend.claim_stale(group, _name("claimer"), 0, 10)
     assert _ids(got) == ids[2:], f"only c2's entry is still pending, claimed {_ids(got)!r}"
@@ -553,7 +554,10 @@ async def check_get_metrics(backend: Backend) -> None:
         f"then none, but last went {slow.message_claim_delay_last} -> "
         f"{fast.message_claim_delay_last}"
     )
-    assert fast.message_claim_delay_max >= slow.message_claim_delay_last
+    assert fast.message_claim_delay_max >= slow.message_claim_delay_last, (
+        f"max claim delay {fast.message_claim_delay_max} is below an earlier delay "
+        f"{slow.message_claim_delay_last}"
+    )
     assert fast.queue_size == await backend.length(), (
         f"queue_size {fast.queue_size} != length {await backend.length()}"
     )
@@ -608,7 +612,7 @@ async def check_lease_ownership(backend: Backend) -> None:
     assert await backend.acquire_lease(group, a, 5.0) is True, "a free lease must be taken"
     assert await backend.acquire_lease(group, b, 5.0) is False, "a held lease was taken"
     assert await backend.acquire_lease(group, a, 5.0) is False, "acquire is SET NX, even for a"
-    assert await backend.lease_owner(group) == a
+    assert await backend.lease_owner(group) == a, "lease_owner must name the holder"
     assert await backend.renew_lease(group, b, 5.0) is False, "a non-owner renewed"
     assert await backend.resign_lease(group, b) is False, "a non-owner resigned"
     assert await backend.lease_owner(group) == a, "a non-owner's renew/resign changed the lease"
@@ -618,7 +622,8 @@ async def check_lease_ownership(backend: Backend) -> None:
     assert await backend.lease_owner(group) is None, "a resigned lease is free"
     assert await backend.resign_lease(group, a) is False, "resigning twice"
     assert await backend.acquire_lease(group, b, 5.0) is True, "a resigned lease must be free"
-    assert (await backend.lease_owner(group), await backend.lease_owner(other_group)) == (b, b)
+    owners = await backend.lease_owner(group), await backend.lease_owner(other_group)
+    assert owners == (b, b), f"b took both leases, lease_owner says {owners!r}"
     await backend.resign_lease(group, b)
     await backend.resign_lease(other_group, b)
 
@@ -627,12 +632,12 @@ async def check_lease_ownership(backend: Backend) -> None:
 async def check_lease_expiry(backend: Backend) -> None:
     """A lease expires ``ttl`` after it was taken or last renewed."""
     group, a, b = _name("group"), _name("a"), _name("b")
-    assert await backend.acquire_lease(group, a, 0.3) is True
+    assert await backend.acquire_lease(group, a, 0.3) is True, "a free lease must be taken"
     await trio.sleep(0.2)
     assert await backend.renew_lease(group, a, 0.3) is True, "renew within the ttl"
     await trio.sleep(0.2)  # 0.4 s after acquire: only alive because of the renew
     assert await backend.lease_owner(group) == a, "renew must extend the lease to ttl from now"
-    assert await backend.acquire_lease(group, b, 0.3) is False
+    assert await backend.acquire_lease(group, b, 0.3) is False, "a renewed lease was taken"
     await trio.sleep(0.2)  # 0.4 s after the renew
     assert await backend.lease_owner(group) is None, "the lease must expire ttl after renew"
     assert await backend.renew_lease(group, a, 0.3) is False, "an expired lease was renewed"
@@ -647,8 +652,8 @@ async def check_delayed_set(backend: Backend) -> None:
     group, other = _name("group"), _name("group")
     base = backend.now()
     early, mid, late = b'{"id":"early"}', b'{"id":"mid"}', b'{"id":"late"}'
-    assert await backend.next_delayed_at(group) is None
-    assert await backend.due_delayed(group, base + 100, 10) == []
+    assert await backend.next_delayed_at(group) is None, "next_delayed_at of an empty set"
+    assert await backend.due_delayed(group, base + 100, 10) == [], "due_delayed of an empty set"
     await backend.add_delayed(group, late, base + 3.5)
     await backend.add_delayed(group, early, base + 1.25)
     await backend.add_delayed(group, mid, base + 2.0)
@@ -684,7 +689,7 @@ async def check_move_delayed(backend: Backend) -> None:
         DelayedMove(member=m1, message=b"p1"),
     ]
     assert await backend.move_delayed(group, moves) == 2, "two of three members were present"
-    assert await backend.length() == length + 2
+    assert await backend.length() == length + 2, "two moves must add two stream entries"
     assert await backend.due_delayed(group, base + 100, 10) == [m3], "moved members must go"
     got = await backend.read(stream_group, consumer, 10, 0)
     assert [e.payload for e in got] == [b"p2", b"p1"], (
@@ -692,8 +697,9 @@ async def check_move_delayed(backend: Backend) -> None:
     )
     assert await backend.move_delayed(group, moves) == 0, "members were moved twice"
     assert await backend.read(stream_group, consumer, 10, 0) == [], "a repeat move added entries"
-    assert await backend.move_delayed(group, []) == 0
-    assert await backend.move_delayed(group, [DelayedMove(member=m3, message=b"p3")]) == 1
+    assert await backend.move_delayed(group, []) == 0, "move_delayed([]) must return 0"
+    moved = await backend.move_delayed(group, [DelayedMove(member=m3, message=b"p3")])
+    assert moved == 1, f"moving the last member returned {moved}"
     assert await backend.next_delayed_at(group) is None, "the set must be empty now"
     got = await backend.read(stream_group, consumer, 10, 0)
     assert [e.payload for e in got] == [b"p3"], f"read {got!r}"
@@ -716,7 +722,8 @@ async def check_move_delayed_unique_lock(backend: Backend) -> None:
             member=member, message=member, lock_key=key, lock_token="mover", lock_ttl=0.3
         )
 
-    assert await backend.move_delayed(group, [move(locked, lock), move(free, free_lock)]) == 1
+    moved = await backend.move_delayed(group, [move(locked, lock), move(free, free_lock)])
+    assert moved == 1, f"one member's lock is held, one is free, but {moved} moved"
     assert await backend.due_delayed(group, base + 100, 10) == [locked], (
         "a member whose lock is held must stay in the set"
     )
@@ -729,8 +736,8 @@ async def check_move_delayed_unique_lock(backend: Backend) -> None:
     assert await backend.release_lock(free_lock, "mover") is True, "the lock token is lock_token"
 
     assert await backend.move_delayed(group, [move(locked, lock)]) == 1, "the lock is free now"
-    assert await backend.next_delayed_at(group) is None
-    assert await backend.acquire_lock(lock, "other", 5.0) is False
+    assert await backend.next_delayed_at(group) is None, "the moved member is still in the set"
+    assert await backend.acquire_lock(lock, "other", 5.0) is False, "the move took no lock"
     await trio.sleep(0.4)
     assert await backend.acquire_lock(lock, "other", 0.3) is True, "lock_ttl must apply"
     await backend.release_lock(lock, "other")
@@ -816,7 +823,7 @@ async def check_tuning(backend: Backend) -> None:
     group, other = _name("group"), _name("group")
     assert await backend.read_tuning(group) is None, "nothing published yet"
     await backend.publish_tuning(group, 7, 5.0)
-    assert await backend.read_tuning(group) == 7
+    assert await backend.read_tuning(group) == 7, "a published capacity must be read back"
     await backend.publish_tuning(group, 9, 0.3)
     assert await backend.read_tuning(group) == 9, "a new publish replaces the value"
     assert await backend.read_tuning(other) is None, "tuning is per group"

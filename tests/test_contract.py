@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
 import pytest
 import trio.testing
 
+from taskrunner import _keys
+from taskrunner.backends import DeadLetter, DelayedMove, QueueEntry
+from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
 
@@ -40,3 +47,417 @@ def test_contract_parametrize_excludes() -> None:
     names = [check.__name__ for check in mark.args[1]]
     assert "check_locks" not in names
     assert len(names) == len(CONTRACT_CHECKS) - 1
+
+
+# Every check must be able to fail: each mutant below breaks one promise of the
+# protocol in a MemoryBackend, and the named check must notice.
+
+Mutant = Callable[[MemoryBackend], None]
+
+
+def _wrap(backend: MemoryBackend, name: str, make: Callable[[Any], Any]) -> None:
+    setattr(backend, name, make(getattr(backend, name)))
+
+
+def _bad_ids(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def add(payloads: Sequence[bytes]) -> list[str]:
+            return [i.replace("-", ":") for i in await orig(payloads)]
+
+        return add
+
+    _wrap(b, "add", make)
+
+
+def _delivery_count_zero(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read(*args: Any) -> list[QueueEntry]:
+            return [attrs.evolve(e, delivery_count=0) for e in await orig(*args)]
+
+        return read
+
+    _wrap(b, "read", make)
+
+
+def _read_ignores_count(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read(group: str, consumer: str, count: int, block: float) -> Any:
+            return await orig(group, consumer, count + 1, block)
+
+        return read
+
+    _wrap(b, "read", make)
+
+
+def _read_never_blocks(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read(group: str, consumer: str, count: int, block: float) -> Any:
+            return await orig(group, consumer, count, 0)
+
+        return read
+
+    _wrap(b, "read", make)
+
+
+def _read_sleeps_full_block(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read(group: str, consumer: str, count: int, block: float) -> Any:
+            got = await orig(group, consumer, count, 0)
+            if got or not block:
+                return got
+            await trio.sleep(block)
+            return await orig(group, consumer, count, 0)
+
+        return read
+
+    _wrap(b, "read", make)
+
+
+def _read_starts_at_end(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read(group: str, consumer: str, count: int, block: float) -> Any:
+            if group not in b._groups:
+                b._group(group).cursor = b._last_seq
+            return await orig(group, consumer, count, block)
+
+        return read
+
+    _wrap(b, "read", make)
+
+
+def _read_redelivers_pending(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read(group: str, consumer: str, count: int, block: float) -> Any:
+            got = await orig(group, consumer, count, block)
+            g = b._groups[group]
+            return (
+                got
+                or [
+                    QueueEntry(id=i, payload=b"", delivery_count=1)
+                    for i, p in g.pending.items()
+                    if p.consumer == consumer
+                ][:count]
+            )
+
+        return read
+
+    _wrap(b, "read", make)
+
+
+def _ack_acks_every_group(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def ack(group: str, ids: Sequence[str]) -> int:
+            n = await orig(group, ids)
+            for g in b._groups.values():
+                for i in ids:
+                    g.pending.pop(i, None)
+            return n
+
+        return ack
+
+    _wrap(b, "ack", make)
+
+
+def _ack_counts_everything(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def ack(group: str, ids: Sequence[str]) -> int:
+            await orig(group, ids)
+            return len(ids)
+
+        return ack
+
+    _wrap(b, "ack", make)
+
+
+def _claim_keeps_count(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def claim_stale(*args: Any) -> list[QueueEntry]:
+            return [attrs.evolve(e, delivery_count=1) for e in await orig(*args)]
+
+        return claim_stale
+
+    _wrap(b, "claim_stale", make)
+
+
+def _claim_ignores_min_idle(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def claim_stale(group: str, consumer: str, min_idle: float, count: int) -> Any:
+            return await orig(group, consumer, 0, count)
+
+        return claim_stale
+
+    _wrap(b, "claim_stale", make)
+
+
+def _claim_newest_first(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def claim_stale(group: str, consumer: str, min_idle: float, count: int) -> Any:
+            now = trio.current_time()
+            g = b._groups[group]
+            stale = [i for i, p in g.pending.items() if now - p.delivered_at >= min_idle]
+            keep = set(sorted(stale, key=_id_key, reverse=True)[:count])
+            for i in stale:
+                if i not in keep:
+                    g.pending[i].delivered_at = now  # hide it from this call
+            got = await orig(group, consumer, min_idle, count)
+            return sorted(got, key=lambda e: _id_key(e.id), reverse=True)
+
+        return claim_stale
+
+    _wrap(b, "claim_stale", make)
+
+
+def _claim_keeps_deleted(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def claim_stale(group: str, consumer: str, min_idle: float, count: int) -> Any:
+            g = b._groups[group]
+            deleted = {i: p for i, p in g.pending.items() if i not in b._seq_of}
+            got = await orig(group, consumer, min_idle, count)
+            g.pending.update(deleted)
+            return got
+
+        return claim_stale
+
+    _wrap(b, "claim_stale", make)
+
+
+def _refresh_counts_delivery(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def refresh(group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+            done: list[str] = await orig(group, consumer, ids)
+            for i in done:
+                b._groups[group].pending[i].count += 1
+            return done
+
+        return refresh
+
+    _wrap(b, "refresh", make)
+
+
+def _refresh_keeps_idle(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def refresh(group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+            g = b._groups[group]
+            old = {i: g.pending[i].delivered_at for i in ids if i in g.pending}
+            done: list[str] = await orig(group, consumer, ids)
+            for i, t in old.items():
+                g.pending[i].delivered_at = t
+            return done
+
+        return refresh
+
+    _wrap(b, "refresh", make)
+
+
+def _no_lag(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def group_info(group: str) -> Any:
+            return attrs.evolve(await orig(group), lag=0)
+
+        return group_info
+
+    _wrap(b, "group_info", make)
+
+
+def _idle_always_zero(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def group_info(group: str) -> Any:
+            info = await orig(group)
+            consumers = tuple(attrs.evolve(c, idle=0.0) for c in info.consumers)
+            return attrs.evolve(info, consumers=consumers)
+
+        return group_info
+
+    _wrap(b, "group_info", make)
+
+
+def _delete_consumer_returns_zero(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def delete_consumer(group: str, consumer: str) -> int:
+            await orig(group, consumer)
+            return 0
+
+        return delete_consumer
+
+    _wrap(b, "delete_consumer", make)
+
+
+def _last_is_oldest(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def get_metrics() -> Any:
+            m = await orig()
+            return attrs.evolve(m, message_claim_delay_last=b._ring[0] if b._ring else 0.0)
+
+        return get_metrics
+
+    _wrap(b, "get_metrics", make)
+
+
+def _dead_letters_newest(b: MemoryBackend) -> None:
+    async def dead_letters(count: int = 100) -> list[DeadLetter]:
+        return list(reversed(b._dead))[:count]
+
+    b.dead_letters = dead_letters  # type: ignore[method-assign]
+
+
+def _frozen_now(b: MemoryBackend) -> None:
+    b.now = lambda: 0.0  # type: ignore[method-assign]
+
+
+def _renew_without_owner_check(b: MemoryBackend) -> None:
+    async def renew_lease(group: str, owner: str, ttl: float) -> bool:
+        key = _keys.leader(group)
+        if b._get(key) is None:
+            return False
+        b._strings[key] = (owner, trio.current_time() + ttl)
+        return True
+
+    b.renew_lease = renew_lease  # type: ignore[method-assign]
+
+
+def _renew_does_not_extend(b: MemoryBackend) -> None:
+    async def renew_lease(group: str, owner: str, ttl: float) -> bool:
+        return b._get(_keys.leader(group)) == owner
+
+    b.renew_lease = renew_lease  # type: ignore[method-assign]
+
+
+def _due_ignores_limit(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def due_delayed(group: str, until: float, limit: int) -> Any:
+            return await orig(group, until, limit + 1)
+
+        return due_delayed
+
+    _wrap(b, "due_delayed", make)
+
+
+def _move_twice(b: MemoryBackend) -> None:
+    async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+        for move in moves:
+            b._delayed.get(group, {}).pop(move.member, None)
+            b.add_raw({"payload": move.message})
+        return len(moves)
+
+    b.move_delayed = move_delayed  # type: ignore[method-assign]
+
+
+def _move_ignores_lock(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            return await orig(group, [attrs.evolve(m, lock_key=None) for m in moves])
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
+def _integer_increments(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def increment_metrics(group: str, increments: Mapping[str, float]) -> None:
+            await orig(group, {k: round(v) for k, v in increments.items()})
+
+        return increment_metrics
+
+    _wrap(b, "increment_metrics", make)
+
+
+def _remove_any_heartbeat(b: MemoryBackend) -> None:
+    async def remove_heartbeat(host: str, instance_id: str) -> None:
+        b._strings.pop(_keys.replication(host), None)
+
+    b.remove_heartbeat = remove_heartbeat  # type: ignore[method-assign]
+
+
+def _release_any_lock(b: MemoryBackend) -> None:
+    async def release_lock(key: str, token: str) -> bool:
+        return b._strings.pop(key, None) is not None
+
+    b.release_lock = release_lock  # type: ignore[method-assign]
+
+
+def _tuning_never_expires(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_tuning(group: str, capacity: int, ttl: float) -> None:
+            await orig(group, capacity, 3600.0)
+
+        return publish_tuning
+
+    _wrap(b, "publish_tuning", make)
+
+
+MUTANTS: dict[str, tuple[str, Mutant]] = {
+    "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
+    "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
+    "read_starts_at_end": ("check_read_creates_group_lazily", _read_starts_at_end),
+    "read_ignores_count": ("check_read_respects_count", _read_ignores_count),
+    "read_never_blocks": ("check_read_blocks_until_timeout", _read_never_blocks),
+    "read_sleeps_full_block": ("check_read_block_returns_early_on_add", _read_sleeps_full_block),
+    "read_redelivers": ("check_read_never_redelivers_in_group", _read_redelivers_pending),
+    "ack_every_group": ("check_groups_each_get_every_entry", _ack_acks_every_group),
+    "ack_counts_everything": ("check_ack_counts_and_is_idempotent", _ack_counts_everything),
+    "claim_keeps_count": ("check_claim_stale", _claim_keeps_count),
+    "claim_ignores_min_idle": ("check_claim_stale", _claim_ignores_min_idle),
+    "claim_newest_first": ("check_claim_stale", _claim_newest_first),
+    "claim_keeps_deleted": ("check_claim_stale_drops_deleted_entries", _claim_keeps_deleted),
+    "refresh_counts_delivery": ("check_refresh", _refresh_counts_delivery),
+    "refresh_keeps_idle": ("check_refresh", _refresh_keeps_idle),
+    "no_lag": ("check_group_info_pending_and_lag", _no_lag),
+    "idle_always_zero": ("check_group_info_consumer_idle", _idle_always_zero),
+    "delete_consumer_zero": ("check_delete_consumer", _delete_consumer_returns_zero),
+    "last_is_oldest": ("check_get_metrics", _last_is_oldest),
+    "dead_letters_newest": ("check_dead_letters", _dead_letters_newest),
+    "frozen_now": ("check_now_advances", _frozen_now),
+    "renew_without_owner": ("check_lease_ownership", _renew_without_owner_check),
+    "renew_does_not_extend": ("check_lease_expiry", _renew_does_not_extend),
+    "due_ignores_limit": ("check_delayed_set", _due_ignores_limit),
+    "move_twice": ("check_move_delayed", _move_twice),
+    "move_ignores_lock": ("check_move_delayed_unique_lock", _move_ignores_lock),
+    "integer_increments": ("check_metrics_hash", _integer_increments),
+    "remove_any_heartbeat": ("check_heartbeats", _remove_any_heartbeat),
+    "release_any_lock": ("check_locks", _release_any_lock),
+    "tuning_never_expires": ("check_tuning", _tuning_never_expires),
+}
+_CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+async def test_check_catches_mutant(mutant: str, autojump_clock: trio.testing.MockClock) -> None:
+    check_name, mutate = MUTANTS[mutant]
+    async with MemoryBackend() as backend:
+        mutate(backend)
+        with pytest.raises(AssertionError):
+            await _CHECKS_BY_NAME[check_name](backend)
+
+
+class _Claims:
+    """Forwards to a backend but reports its own ``delete_on_ack`` (or none)."""
+
+    def __init__(self, backend: MemoryBackend, delete_on_ack: bool | None) -> None:
+        self._backend = backend
+        if delete_on_ack is not None:
+            self.delete_on_ack = delete_on_ack
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "delete_on_ack":
+            raise AttributeError(name)
+        return getattr(self._backend, name)
+
+
+@pytest.mark.parametrize(
+    ("actually_deletes", "claims"),
+    [(False, True), (True, False), (True, None)],
+    ids=["claims_delete_but_keeps", "claims_keep_but_deletes", "deletes_silently"],
+)
+async def test_ack_delete_check_catches_mismatch(
+    actually_deletes: bool, claims: bool | None, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with MemoryBackend(delete_on_ack=actually_deletes) as backend:
+        lying: Any = _Claims(backend, claims)
+        with pytest.raises(AssertionError, match="delete_on_ack"):
+            await _CHECKS_BY_NAME["check_ack_deletes_when_delete_on_ack"](lying)
+
+
+def test_every_check_has_a_mutant() -> None:
+    covered = {name for name, _ in MUTANTS.values()} | {"check_ack_deletes_when_delete_on_ack"}
+    assert covered == set(_CHECKS_BY_NAME)
