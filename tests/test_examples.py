@@ -48,6 +48,12 @@ EXPECTED: dict[str, list[str]] = {
         "  a: completed 0, acked 0, reclaimed 0",
         "  b: completed 1, acked 1, reclaimed 1",
     ],
+    "unique_tasks.py": [
+        "refused: taskrunner:unique:sync_account:1 is held",
+        "syncing account 1",
+        "syncing account 2",
+        "account 1 dispatched again after its first run finished",
+    ],
 }
 """Lines each script must print (in any order: tasks run concurrently)."""
 
