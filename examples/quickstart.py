@@ -8,30 +8,29 @@ import trio
 from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends.memory import MemoryBackend
 
-TOTAL = 5
-
 
 async def main() -> None:
-    backend = MemoryBackend()
-    runner = TaskRunner(TaskRunnerConfig(consumer_group="quickstart"), backend)
-    done = 0
+    runner = TaskRunner(TaskRunnerConfig(consumer_group="quickstart"), MemoryBackend())
+    greeted: list[str] = []
+    all_greeted = trio.Event()
 
     @runner.task(name="greet")
     async def greet(payload: dict[str, str]) -> None:
-        nonlocal done
         print(f"hello, {payload['name']}")
-        done += 1
-        if done == TOTAL:
-            runner.shutdown()  # serve() returns once running tasks finished and are acked
+        greeted.append(payload["name"])
+        if len(greeted) == 5:
+            all_greeted.set()
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(runner.serve)
+        await nursery.start(runner.serve)  # returns once the fetcher and workers run
         await runner.dispatch("greet", {"name": "Ada"})
-        await runner.dispatch_many(
-            "greet", [{"name": n} for n in ("Alan", "Grace", "Edsger", "Barbara")]
-        )
+        names = ["Alan", "Grace", "Edsger", "Barbara"]
+        await runner.dispatch_many("greet", [{"name": name} for name in names])
+        await all_greeted.wait()
+        runner.shutdown()  # graceful: serve returns once running tasks finished and are acked
 
-    print(f"done: {runner.statistics().completed} completed, {runner.statistics().acked} acked")
+    stats = runner.statistics()
+    print(f"done: {stats.completed} completed, {stats.acked} acked")
 
 
 if __name__ == "__main__":
