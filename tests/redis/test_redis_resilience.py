@@ -211,3 +211,25 @@ async def test_command_timeout_fails_every_pending_call(silent_port: int) -> Non
         with trio.fail_after(5), pytest.raises(RedisTimeoutError):
             await dedicated.execute("PING", reply_timeout=0.1)
     assert len(errors) == 10
+
+
+@pytest.mark.parametrize("transport", ["native", "redis-py"])
+async def test_closing_the_client_closes_everything(redis_url: str, transport: str) -> None:
+    client: RedisClient = (
+        NativeRedisClient.from_url(redis_url)
+        if transport == "native"
+        else PyRedisClient.from_url(redis_url)
+    )
+    async with client:
+        kept = client.dedicated()
+        closed_early = client.dedicated()
+        assert await kept.execute("PING") == b"PONG"
+        assert await closed_early.execute("PING") == b"PONG"
+        await closed_early.aclose()
+        assert await client.execute("PING") == b"PONG"
+    with pytest.raises(trio.ClosedResourceError):
+        await kept.execute("PING")
+    with pytest.raises(trio.ClosedResourceError):
+        await client.execute("PING")
+    with pytest.raises(trio.ClosedResourceError):
+        client.dedicated()

@@ -105,7 +105,7 @@ class NativeRedisClient:
                 slot.connection.close()
                 slot.connection = None
         dedicated, self._dedicated = self._dedicated, set()
-        for connection in dedicated:
+        for connection in list(dedicated):
             await connection.aclose()
         await trio.lowlevel.checkpoint()
 
@@ -117,7 +117,7 @@ class NativeRedisClient:
         """
         if self._closed:
             raise trio.ClosedResourceError("the client was closed")
-        connection = DedicatedConnection(self.config)
+        connection = DedicatedConnection(self.config, on_close=self._dedicated.discard)
         self._dedicated.add(connection)
         return connection
 
@@ -223,6 +223,9 @@ class NativeRedisClient:
                 # An attempt made while we queued failed: share its outcome.
                 raise RedisConnectionError(f"could not connect: {error}") from error
             stream, reader = await slot.reconnector.connect()
+            if self._closed:  # closed while we connected: the nursery may be exiting
+                await trio.aclose_forcefully(stream)
+                raise trio.ClosedResourceError("the client was closed")
             connection = SharedConnection(stream, reader, self.config.command_timeout)
             await self._nursery.start(connection.serve)
             slot.connection = connection

@@ -191,7 +191,13 @@ class DedicatedConnection:
     (``XREADGROUP ... BLOCK``, ``BLPOP``...), owned by one task for its lifetime.
     """
 
-    def __init__(self, config: ConnectionConfig) -> None:
+    def __init__(
+        self,
+        config: ConnectionConfig,
+        *,
+        on_close: Callable[[DedicatedConnection], object] | None = None,
+    ) -> None:
+        self._on_close = on_close
         self._reconnector = Reconnector(config)
         self._config = config
         self._stream: trio.abc.Stream | None = None
@@ -264,6 +270,8 @@ class DedicatedConnection:
     async def aclose(self) -> None:
         """Close the connection for good; later calls raise ``trio.ClosedResourceError``."""
         self._closed = True
+        if self._on_close is not None:
+            self._on_close(self)
         await self._drop()
 
     async def __aenter__(self) -> DedicatedConnection:

@@ -129,7 +129,13 @@ class PyRedisDedicatedConnection:
     redis-py's own ``socket_timeout`` must exceed any ``BLOCK`` time used.
     """
 
-    def __init__(self, client: Any, default_timeout: float) -> None:
+    def __init__(
+        self,
+        client: Any,
+        default_timeout: float,
+        on_close: Callable[[PyRedisDedicatedConnection], object] | None = None,
+    ) -> None:
+        self._on_close = on_close
         self._client = client
         self._default_timeout = default_timeout
         self._pool = None if isinstance(client, redis.RedisCluster) else client.connection_pool
@@ -174,6 +180,8 @@ class PyRedisDedicatedConnection:
     async def aclose(self) -> None:
         """Close it; later calls raise ``trio.ClosedResourceError``."""
         self._closed = True
+        if self._on_close is not None:
+            self._on_close(self)
         self._drop()
         await trio.lowlevel.checkpoint()
 
@@ -261,7 +269,9 @@ class PyRedisClient:
         """A connection of its own for blocking commands (see the class)."""
         if self._closed:
             raise trio.ClosedResourceError("the client was closed")
-        connection = PyRedisDedicatedConnection(self._client, self._dedicated_timeout)
+        connection = PyRedisDedicatedConnection(
+            self._client, self._dedicated_timeout, self._dedicated.discard
+        )
         self._dedicated.add(connection)
         return connection
 
@@ -272,7 +282,7 @@ class PyRedisClient:
             return
         self._closed = True
         dedicated, self._dedicated = self._dedicated, set()
-        for connection in dedicated:
+        for connection in list(dedicated):
             await connection.aclose()
         if self._close_client:
             await trio.to_thread.run_sync(self._client.close)
