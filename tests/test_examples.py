@@ -6,6 +6,7 @@ import functools
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,24 @@ def test_example_test_module_passes(name: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert " passed" in result.stdout.splitlines()[-1]
     assert "failed" not in result.stdout.splitlines()[-1]
+
+
+DOCS = ["README.md", "docs/index.md", "docs/getting-started.md", "docs/concepts.md"]
+DOCS += ["docs/testing-your-tasks.md"]
+
+
+def python_blocks(markdown: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_doc_code_is_taken_from_a_tested_example(doc: str) -> None:
+    """Each Python block in the docs is a verbatim excerpt (at some indent) of an example."""
+    sources = [p.read_text() for p in EXAMPLES.glob("*.py")]
+    for block in python_blocks((EXAMPLES.parent / doc).read_text()):
+        found = any(
+            textwrap.indent(block, " " * indent) in source
+            for source in sources
+            for indent in (0, 4, 8)
+        )
+        assert found, f"{doc}: this block is not in any examples/*.py:\n{block}"
