@@ -19,12 +19,15 @@ Retries arrive after ``reclaim_delay``, so the demo uses a short one.
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import json
 import logging
 import random
+import shutil
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TextIO
 
@@ -46,6 +49,9 @@ FLAKY_FAILURE_RATE = 0.3
 RESERVATION_TIMEOUT = 0.2
 """Kept below the runners' ``reclaim_delay``, as ``register`` requires."""
 POLL_INTERVAL = 0.01
+SUMMARY_COLUMNS = tuple(
+    "capacity fetched reclaimed completed failed retried dead_lettered handled acked".split()
+)
 EXIT_OK, EXIT_STALLED, EXIT_INTERRUPTED = 0, 1, 130
 
 
@@ -227,8 +233,10 @@ class Progress:
             f"  reclaimed {s.reclaimed:>3}"
             for h, s in zip(self.hosts, stats, strict=True)
         ]
+        # A wrapped line would throw off the cursor movement of the next redraw.
+        width = shutil.get_terminal_size().columns - 1
         self.erase()
-        self.out.write("\n".join(lines) + "\n")
+        self.out.write("\n".join(line[:width] for line in lines) + "\n")
         self.out.flush()
         self._drawn = len(lines)
 
@@ -251,6 +259,19 @@ class _LogFilter(logging.Filter):
             return False
         self.progress.erase()
         return True
+
+
+@contextlib.contextmanager
+def _filtered_logs(progress: Progress) -> Iterator[None]:
+    log_filter = _LogFilter(progress, show_simulated=log.isEnabledFor(logging.DEBUG))
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(log_filter)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(log_filter)
 
 
 # The run ---------------------------------------------------------------------
@@ -328,52 +349,41 @@ async def _summary(
     state: _RunState,
     tasks: DemoTasks,
 ) -> None:
+    say = functools.partial(print, file=out)
     stats = _snapshot(runners)
-    columns = (
-        "capacity",
-        "fetched",
-        "reclaimed",
-        "completed",
-        "failed",
-        "retried",
-        "dead_lettered",
-        "handled",
-        "acked",
-    )
     rows = [(r.config.host, attrs.asdict(s)) for r, s in zip(runners, stats, strict=True)]
-    rows.append(("total", {c: sum(values[c] for _, values in rows) for c in columns}))
+    rows.append(("total", {c: sum(values[c] for _, values in rows) for c in SUMMARY_COLUMNS}))
     totals = rows[-1][1]
-    widths = [max(len(c), *(len(str(values[c])) for _, values in rows)) for c in columns]
+    widths = {c: max(len(c), *(len(str(v[c])) for _, v in rows)) for c in SUMMARY_COLUMNS}
     host_width = max(len(host) for host, _ in rows)
-    print("\nsummary", file=out)
-    header = (f"{c:>{w}}" for c, w in zip(columns, widths, strict=True))
-    print(f"  {'runner':<{host_width}}", *header, file=out)
+    say("\nsummary")
+    say(f"  {'runner':<{host_width}}", *(f"{c:>{widths[c]}}" for c in SUMMARY_COLUMNS))
     for host, values in rows:
-        cells = (f"{values[c]:>{w}}" for c, w in zip(columns, widths, strict=True))
-        print(f"  {host:<{host_width}}", *cells, file=out)
+        say(
+            f"  {host:<{host_width}}",
+            *(f"{values[c]:>{widths[c]}}" for c in SUMMARY_COLUMNS),
+        )
     done = _outcomes(stats)
     rate = done / state.elapsed if state.elapsed > 0 else 0.0
     info = await backend.group_info(GROUP)
-    print(f"dispatched: {state.sent} of {options.tasks}", file=out)
-    print(
+    say(f"dispatched: {state.sent} of {options.tasks}")
+    say(
         f"outcomes: {done} of {options.tasks} (completed {totals['completed']}, "
-        f"dead-lettered {totals['dead_lettered']}, handled {totals['handled']})",
-        file=out,
+        f"dead-lettered {totals['dead_lettered']}, handled {totals['handled']})"
     )
-    print(
+    say(
         f"attempts: {totals['completed'] + totals['failed']} "
-        f"({totals['failed']} failed, {totals['retried']} retried after reclaim)",
-        file=out,
+        f"({totals['failed']} failed, {totals['retried']} retried after reclaim)"
     )
-    print(f"typed payloads: {tasks.orders} Order objects, {tasks.items} items", file=out)
-    print(f"elapsed: {state.elapsed:.2f}s, throughput {rate:.0f} tasks/s", file=out)
-    print(f"queue left: {await backend.length()} entries, {info.pending} pending", file=out)
+    say(f"typed payloads: {tasks.orders} Order objects, {tasks.items} items")
+    say(f"elapsed: {state.elapsed:.2f}s, throughput {rate:.0f} tasks/s")
+    say(f"queue left: {await backend.length()} entries, {info.pending} pending")
     dead = await backend.dead_letters(count=1000)
-    print(f"dead letters: {len(dead)}", file=out)
+    say(f"dead letters: {len(dead)}")
     for letter in dead[:10]:
-        print(f"  {letter.message_id} ({_task_of(letter.payload)}): {letter.error}", file=out)
+        say(f"  {letter.message_id} ({_task_of(letter.payload)}): {letter.error}")
     if len(dead) > 10:
-        print(f"  ... and {len(dead) - 10} more", file=out)
+        say(f"  ... and {len(dead) - 10} more")
 
 
 def _task_of(payload: bytes | None) -> str:
@@ -422,12 +432,8 @@ async def run_demo(
             flush=True,
         )
         progress = Progress(out, options.tasks, hosts, live=live)
-        log_filter = _LogFilter(progress, show_simulated=log.isEnabledFor(logging.DEBUG))
-        handlers = list(logging.getLogger().handlers)
-        for handler in handlers:
-            handler.addFilter(log_filter)
         stop = trio.CancelScope()
-        try:
+        with _filtered_logs(progress):
             async with trio.open_nursery() as outer:
                 if threading.current_thread() is threading.main_thread():
                     outer.start_soon(_watch_signals, state, stop, runners)
@@ -443,9 +449,6 @@ async def run_demo(
                         # A stalled fleet is stopped at once: its tasks stay pending.
                         runner.shutdown(grace=0 if stalled else None)
                 outer.cancel_scope.cancel()
-        finally:
-            for handler in handlers:
-                handler.removeFilter(log_filter)
         await _summary(out, backend, runners, options, state, tasks)
     done = _outcomes(_snapshot(runners))
     if state.interrupted:
