@@ -8,8 +8,9 @@ tasks on all of them. The runners serve in one nursery while the producer
 dispatches the planned mix in rounds (``dispatch_many`` for bulk, ``dispatch``
 one by one for the flaky task). The main task then polls the runners'
 ``statistics()`` until every dispatched message has reached a final outcome
-(completed, dead-lettered or handled) or ``--timeout`` passes; a monitor task
-redraws the progress display meanwhile. Finally every runner is shut down
+(completed, dead-lettered or handled) or ``--timeout`` passes, growing the
+smallest pool with ``resize`` halfway; a monitor task redraws the progress
+display meanwhile. Finally every runner is shut down
 gracefully and the summary is printed from the same statistics.
 
 Everything runs on real time: this is a demo of the real thing, not a test.
@@ -19,7 +20,6 @@ Retries arrive after ``reclaim_delay``, so the demo uses a short one.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import json
 import logging
@@ -28,7 +28,7 @@ import shutil
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, TextIO
 
 import attrs
@@ -261,7 +261,7 @@ class _LogFilter(logging.Filter):
         return True
 
 
-@contextlib.contextmanager
+@contextmanager
 def _filtered_logs(progress: Progress) -> Iterator[None]:
     log_filter = _LogFilter(progress, show_simulated=log.isEnabledFor(logging.DEBUG))
     handlers = list(logging.getLogger().handlers)
