@@ -426,8 +426,9 @@ async def test_check_catches_mutant(mutant: str, autojump_clock: trio.testing.Mo
     check_name, mutate = MUTANTS[mutant]
     async with MemoryBackend() as backend:
         mutate(backend)
-        with pytest.raises(AssertionError):
+        with pytest.raises(AssertionError) as caught:
             await _CHECKS_BY_NAME[check_name](backend)
+    assert "timing windows" not in str(caught.value), "caught by a stall, not by the check"
 
 
 class _Claims:
@@ -461,3 +462,32 @@ async def test_ack_delete_check_catches_mismatch(
 def test_every_check_has_a_mutant() -> None:
     covered = {name for name, _ in MUTANTS.values()} | {"check_ack_deletes_when_delete_on_ack"}
     assert covered == set(_CHECKS_BY_NAME)
+
+
+def _stall_publish(backend: MemoryBackend, times: int) -> None:
+    """Make the short-ttl ``publish_tuning`` return 0.15 s late, ``times`` times."""
+    left = [times]
+
+    def make(orig: Any) -> Any:
+        async def publish_tuning(group: str, capacity: int, ttl: float) -> None:
+            await orig(group, capacity, ttl)
+            if ttl < 1 and left[0] > 0:
+                left[0] -= 1
+                await trio.sleep(0.15)
+
+        return publish_tuning
+
+    _wrap(backend, "publish_tuning", make)
+
+
+async def test_stalled_check_is_retried(autojump_clock: trio.testing.MockClock) -> None:
+    async with MemoryBackend() as backend:
+        _stall_publish(backend, times=1)
+        await _CHECKS_BY_NAME["check_tuning"](backend)
+
+
+async def test_always_stalled_check_fails(autojump_clock: trio.testing.MockClock) -> None:
+    async with MemoryBackend() as backend:
+        _stall_publish(backend, times=100)
+        with pytest.raises(AssertionError, match="missed its timing windows 3 times"):
+            await _CHECKS_BY_NAME["check_tuning"](backend)
