@@ -2,19 +2,20 @@
 
 Theory of operation. ``serve`` owns every subsystem through nurseries::
 
-    serve
-    ├── services nursery (stops last)
-    │   ├── acker            batched acks; final flush shielded
-    │   └── refresher        keeps long runs from being reclaimed
-    └── core (shielded, so outside cancellation cannot kill running tasks)
-        └── workers nursery  one task per message, bounded by the pool
-            └── fetchers nursery  reserve slots -> read/claim -> start
+    serve                      waits for the stop event (cancel or shutdown())
+    └── shielded scope         outside cancellation cannot reach below here
+        ├── services nursery   stops last
+        │   ├── acker          batched acks; final flush bounded
+        │   └── refresher      keeps long runs from being reclaimed
+        └── workers nursery    one task per message, bounded by the pool
+            └── fetchers       reserve slots -> claim/read -> start
 
-Cancelling ``serve`` (or :meth:`TaskRunner.shutdown`) sets the stop event:
-the fetchers nursery is cancelled, the workers nursery gets a deadline of
-``shutdown_grace`` (tasks still running then are cancelled and stay pending),
-and only when it has drained does the services nursery stop, so the acker's
-final flush sees every finished message.
+Cancelling ``serve`` (or calling :meth:`TaskRunner.shutdown`) sets the stop
+event. The fetchers nursery is cancelled at once; the workers nursery gets a
+deadline of ``shutdown_grace`` (tasks still running then are cancelled and
+stay pending for reclaim); only when it has drained is the services nursery
+cancelled, so the acker's final flush sees every finished message. Every
+step after the stop is bounded, so the shield never makes ``serve`` hang.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from taskrunner._codec import encode_message, encode_payload
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._inflight import InFlight
 from taskrunner._pool import WorkerPool
+from taskrunner._stats import SCHEDULE_TIMING_NAME
 from taskrunner._task import Action, Task, TaskMessage, UniqueKey, unique_for_wire
 from taskrunner._timings import TimingRecorder
 from taskrunner._worker import Worker
@@ -115,10 +117,15 @@ class TaskRunner:
         """Register ``task``.
 
         Raises:
-            ValueError: a task with that name is registered already, or its
+            ValueError: a task with that name is registered already (or the name
+                is reserved: ``delayed_tasks_schedule``), or its
                 ``reservation_timeout`` is not below the runner's ``reclaim_delay``
                 (the message could be reclaimed while it runs).
         """
+        if task.name == SCHEDULE_TIMING_NAME:
+            raise ValueError(
+                f"Task.name {task.name!r} is reserved for the scheduler's timing metrics"
+            )
         if task.name in self._tasks:
             raise ValueError(f"a task named {task.name!r} is already registered")
         if task.reservation_timeout >= self.config.reclaim_delay:
@@ -297,6 +304,22 @@ class TaskRunner:
             ", ".join(sorted(self._tasks)) or "(none)",
         )
         try:
+            async with trio.open_nursery() as top:
+                await top.start(self._run_shielded)
+                task_status.started()
+                try:
+                    await self._stop.wait()
+                finally:
+                    self._stop.set()
+        finally:
+            self._serving = False
+            log.info("stopped serving group %s", cfg.consumer_group)
+
+    async def _run_shielded(self, *, task_status: trio.TaskStatus[None]) -> None:
+        # Shielded: outside cancellation reaches serve() only through the stop
+        # event, so the drain below always runs to its (bounded) end.
+        cfg = self.config
+        with trio.CancelScope(shield=True):
             async with trio.open_nursery() as services:
                 await services.start(self._acker.run)
                 await services.start(
@@ -306,56 +329,44 @@ class TaskRunner:
                     self._inflight,
                     self._refresh_tick,
                 )
-                try:
-                    async with trio.open_nursery() as core:
-                        await core.start(self._run_core)
-                        task_status.started()
-                        try:
-                            await self._stop.wait()
-                        finally:
-                            self._stop.set()
-                finally:
-                    services.cancel_scope.cancel()
-        finally:
-            self._serving = False
-            log.info("stopped serving group %s", cfg.consumer_group)
+                await self._run_core(task_status)
+                services.cancel_scope.cancel()
 
-    async def _run_core(self, *, task_status: trio.TaskStatus[None]) -> None:
+    async def _run_core(self, task_status: trio.TaskStatus[None]) -> None:
         cfg = self.config
-        with trio.CancelScope(shield=True):
-            async with trio.open_nursery() as workers:
-                self._workers = workers
-                async with trio.open_nursery() as fetchers:
-                    for fetcher_id in range(1, cfg.num_fetchers + 1):
-                        await fetchers.start(
-                            _fetcher.run,
-                            fetcher_id,
-                            cfg,
-                            self.backend,
-                            self._pool,
-                            workers,
-                            self._worker.execute,
-                            self._fetch_counters,
-                        )
-                    task_status.started()
-                    await self._stop.wait()
-                    fetchers.cancel_scope.cancel()
-                grace = (
-                    self._grace_override if self._grace_override is not None else cfg.shutdown_grace
-                )
-                running = self._pool.in_use
-                if running:
-                    log.info(
-                        "shutting down: waiting up to %.1fs for %d running task(s)", grace, running
+        async with trio.open_nursery() as workers:
+            self._workers = workers
+            async with trio.open_nursery() as fetchers:
+                for fetcher_id in range(1, cfg.num_fetchers + 1):
+                    await fetchers.start(
+                        _fetcher.run,
+                        fetcher_id,
+                        cfg,
+                        self.backend,
+                        self._pool,
+                        workers,
+                        self._worker.execute,
+                        self._fetch_counters,
                     )
-                workers.cancel_scope.deadline = trio.current_time() + grace
-            if workers.cancel_scope.cancelled_caught:
-                log.warning(
-                    "shutdown_grace (%.1fs) ran out; unfinished tasks were cancelled and "
-                    "stay pending for reclaim",
-                    grace,
+                task_status.started()
+                await self._stop.wait()
+                fetchers.cancel_scope.cancel()
+            grace = self._grace_override
+            if grace is None:
+                grace = cfg.shutdown_grace
+            running = self._pool.in_use
+            if running:
+                log.info(
+                    "shutting down: waiting up to %.1fs for %d running task(s)", grace, running
                 )
-            self._workers = None
+            workers.cancel_scope.deadline = trio.current_time() + grace
+        if workers.cancel_scope.cancelled_caught:
+            log.warning(
+                "shutdown_grace (%.1fs) ran out; unfinished tasks were cancelled and "
+                "stay pending for reclaim",
+                grace,
+            )
+        self._workers = None
 
     def statistics(self) -> RunnerStatistics:
         """A frozen snapshot of this runner's local counters and pool state."""

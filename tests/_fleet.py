@@ -1,0 +1,40 @@
+"""Helpers for tests that run runners on a shared MemoryBackend."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from taskrunner import TaskRunner, TaskRunnerConfig
+from taskrunner.backends import Backend
+
+_hosts = itertools.count(1)
+
+
+def make_runner(backend: Backend, **config: Any) -> TaskRunner:
+    config.setdefault("consumer_group", "g")
+    config.setdefault("host", f"host{next(_hosts)}")
+    return TaskRunner(TaskRunnerConfig(**config), backend)
+
+
+@asynccontextmanager
+async def serving(*runners: TaskRunner) -> AsyncIterator[trio.Nursery]:
+    """Serve every runner for the block's duration, then stop them all."""
+    async with trio.open_nursery() as nursery:
+        for runner in runners:
+            await nursery.start(runner.serve)
+        yield nursery
+        nursery.cancel_scope.cancel()
+
+
+async def wait_until(
+    predicate: Callable[[], bool], *, timeout: float = 3600, step: float = 0.01
+) -> None:
+    """Poll ``predicate`` on trio's clock; fail loudly after ``timeout``."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(step)
