@@ -32,9 +32,13 @@ async def serving(*runners: TaskRunner) -> AsyncIterator[trio.Nursery]:
 
 
 async def wait_until(
-    predicate: Callable[[], bool], *, timeout: float = 3600, step: float = 0.01
+    predicate: Callable[[], bool], *, limit: float = 3600, step: float = 0.01
 ) -> None:
-    """Poll ``predicate`` on trio's clock; fail loudly after ``timeout``."""
-    with trio.fail_after(timeout):
-        while not predicate():
+    """Poll ``predicate`` on trio's clock; fail loudly after ``limit`` seconds.
+
+    Polling (rather than an event) keeps the runner free of test hooks; under
+    MockClock each poll costs no real time.
+    """
+    with trio.fail_after(limit):
+        while not predicate():  # noqa: ASYNC110
             await trio.sleep(step)
