@@ -2,9 +2,7 @@
 
 1. ``runner.shutdown()`` stops fetching at once; running tasks finish and are
    acked before ``serve`` returns.
-2. Cancelling ``serve`` is meant to do the same (it then re-raises the
-   cancellation). Known issue in 0.1.0: the task finishes but its ack is lost,
-   so prefer ``runner.shutdown()`` for now (see docs/getting-started.md).
+2. Cancelling ``serve`` does the same, then re-raises the cancellation.
 3. A task still running when ``shutdown_grace`` runs out is cancelled and NOT
    acked: another runner reclaims it after ``reclaim_delay`` and runs it again.
    That second delivery counts as an attempt, so give such tasks

@@ -109,11 +109,6 @@ def test_shutdown_acks_the_task_that_finished() -> None:
     assert part[-1] == "  serve returned: completed 1, acked 1, reclaimed 0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner bug: cancelling serve stops the acker before the workers drain, "
-    "so a task that finishes during shutdown_grace is never acked",
-)
 def test_cancelling_serve_acks_the_task_that_finished() -> None:
     part = section(run_example("graceful_shutdown.py").stdout, 2)
     assert part[-1] == "  serve returned: completed 1, acked 1, reclaimed 0"
