@@ -164,9 +164,13 @@ class MemoryStream:
         done = []
         for entry_id in ids:
             p = g.pending.get(entry_id)
-            if p is not None:
-                p.consumer, p.delivered_at = consumer, now
-                done.append(entry_id)
+            if p is None:
+                continue
+            if entry_id not in self._seq_of:  # deleted: XCLAIM (Redis >= 7) drops it too
+                del g.pending[entry_id]
+                continue
+            p.consumer, p.delivered_at = consumer, now
+            done.append(entry_id)
         return done
 
     async def length(self) -> int:
