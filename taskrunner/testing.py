@@ -506,6 +506,32 @@ async def check_refresh(backend: Backend) -> None:
     )
 
 
+@_contract_check
+async def check_refresh_drops_deleted_entries(backend: Backend) -> None:
+    """Like ``claim_stale``, ``refresh`` drops a pending id whose entry was
+    deleted from the stream and does not return it (``XCLAIM`` on Redis >= 7).
+
+    Entries are deleted here by acking in another group with
+    ``delete_on_ack``; without it the entry must still be refreshed.
+    """
+    deletes = _delete_on_ack(backend)
+    g_ack, g_refresh = await _fresh_group(backend), await _fresh_group(backend)
+    ids = await backend.add([b"deleted", b"kept"])
+    await backend.read(g_ack, _name("consumer"), 10, 0)
+    await backend.read(g_refresh, _name("consumer"), 10, 0)
+    await backend.ack(g_ack, ids[:1])
+    got = await backend.refresh(g_refresh, _name("refresher"), ids)
+    expected = ids[1:] if deletes else ids
+    assert got == expected, (
+        f"with delete_on_ack={deletes}, refresh must return {expected!r}, got {got!r}"
+    )
+    pending = (await backend.group_info(g_refresh)).pending
+    assert pending == len(expected), (
+        f"the deleted entry must leave the pending list: pending {pending}, "
+        f"expected {len(expected)}"
+    )
+
+
 # Stream: introspection --------------------------------------------------------
 
 

@@ -221,6 +221,20 @@ def _claim_keeps_deleted(b: MemoryBackend) -> None:
     _wrap(b, "claim_stale", make)
 
 
+def _refresh_keeps_deleted(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def refresh(group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+            g = b._groups[group]
+            deleted = {i: g.pending[i] for i in ids if i in g.pending and i not in b._seq_of}
+            done = set(await orig(group, consumer, ids))
+            g.pending.update(deleted)
+            return [i for i in ids if i in done or i in deleted]
+
+        return refresh
+
+    _wrap(b, "refresh", make)
+
+
 def _refresh_counts_delivery(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def refresh(group: str, consumer: str, ids: Sequence[str]) -> list[str]:
@@ -400,6 +414,7 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "claim_ignores_min_idle": ("check_claim_stale", _claim_ignores_min_idle),
     "claim_newest_first": ("check_claim_stale", _claim_newest_first),
     "claim_keeps_deleted": ("check_claim_stale_drops_deleted_entries", _claim_keeps_deleted),
+    "refresh_keeps_deleted": ("check_refresh_drops_deleted_entries", _refresh_keeps_deleted),
     "refresh_counts_delivery": ("check_refresh", _refresh_counts_delivery),
     "refresh_keeps_idle": ("check_refresh", _refresh_keeps_idle),
     "no_lag": ("check_group_info_pending_and_lag", _no_lag),
