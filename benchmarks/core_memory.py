@@ -1,0 +1,82 @@
+"""End-to-end no-op throughput on the in-memory backend vs a bare trio nursery.
+
+Dispatches N no-op tasks (one batched call), serves one runner until all are
+acked, and compares the processing rate with a bare trio nursery starting the
+same number of no-op tasks in the same process, as a ratio (target >= 0.25).
+
+    python benchmarks/core_memory.py [--tasks N] [--workers W] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import trio
+
+from taskrunner import TaskRunner, TaskRunnerConfig
+from taskrunner.backends.memory import MemoryBackend
+
+
+async def bare_trio(n: int) -> float:
+    async def noop() -> None:
+        pass
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(noop)
+    return n / (time.perf_counter() - start)
+
+
+async def taskrunner_memory(n: int, workers: int) -> tuple[float, float]:
+    backend = MemoryBackend()
+    runner = TaskRunner(
+        TaskRunnerConfig(consumer_group="bench", num_workers=workers, batch_size=workers), backend
+    )
+    done = trio.Event()
+    count = 0
+
+    @runner.task()
+    async def noop(payload: object) -> None:
+        nonlocal count
+        count += 1
+        if count == n:
+            done.set()
+
+    start = time.perf_counter()
+    await runner.dispatch_many("noop", [None] * n)
+    enqueued = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        await done.wait()
+        while runner.statistics().acked < n:
+            await trio.sleep(0)
+        processed = time.perf_counter()
+        nursery.cancel_scope.cancel()
+    return n / (enqueued - start), n / (processed - enqueued)
+
+
+async def main(n: int, workers: int, repeat: int) -> None:
+    bare, enqueue, process = [], [], []
+    for _ in range(repeat):
+        bare.append(await bare_trio(n))
+        e, p = await taskrunner_memory(n, workers)
+        enqueue.append(e)
+        process.append(p)
+    b, e, p = (statistics.median(x) for x in (bare, enqueue, process))
+    print(f"core_memory: {n} no-op tasks, {workers} workers, median of {repeat} runs")
+    print(f"  bare trio nursery:        {b:>10,.0f} tasks/s")
+    print(f"  taskrunner enqueue:       {e:>10,.0f} tasks/s (dispatch_many)")
+    print(f"  taskrunner process:       {p:>10,.0f} tasks/s")
+    print(f"  ratio process / bare trio: {p / b:.3f}  (target >= 0.25)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    trio.run(main, args.tasks, args.workers, args.repeat)
