@@ -51,8 +51,8 @@ async def taskrunner_memory(n: int, workers: int) -> tuple[float, float]:
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
         await done.wait()
-        while runner.statistics().acked < n:
-            await trio.sleep(0)
+        while runner.statistics().acked < n:  # noqa: ASYNC110 - the acker has no event to wait on
+            await trio.sleep(0.001)
         processed = time.perf_counter()
         nursery.cancel_scope.cancel()
     return n / (enqueued - start), n / (processed - enqueued)
