@@ -236,3 +236,58 @@ async def test_closing_the_client_closes_everything(redis_url: str, transport: s
         await client.execute("PING")
     with pytest.raises(trio.ClosedResourceError):
         client.dedicated()
+
+
+async def _scripted_server(nursery: trio.Nursery, answer: bytes, accepted: list[int]) -> int:
+    """A TCP server answering each connection's first request with ``answer``; returns its port."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        accepted.append(1)
+        async with stream:
+            if await stream.receive_some():
+                await stream.send_all(answer)
+            while await stream.receive_some():
+                pass
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, host="127.0.0.1"), handler, 0)
+    port: int = listeners[0].socket.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        pytest.param(b"?garbage\r\n", RedisConnectionError, id="protocol-error"),
+        # the reply is delivered, then the connection is dropped for the extra one
+        pytest.param(b"+PONG\r\n+EXTRA\r\n", b"PONG", id="unsolicited-reply"),
+        pytest.param(b"", RedisTimeoutError, id="silent"),
+    ],
+)
+async def test_broken_server_fails_calls_cleanly(answer: bytes, expected: object) -> None:
+    accepted: list[int] = []
+    outcomes: list[object] = []
+    async with trio.open_nursery() as servers:
+        port = await _scripted_server(servers, answer, accepted)
+        url = f"redis://127.0.0.1:{port}/0"
+        async with NativeRedisClient.from_url(url, command_timeout=0.3, backoff_base=0) as client:
+            with trio.fail_after(5):
+                for _ in range(3):
+                    try:
+                        outcomes.append(await client.execute("PING"))
+                    except RedisConnectionError as exc:
+                        outcomes.append(type(exc))
+        servers.cancel_scope.cancel()
+    assert outcomes == [expected] * 3
+    assert len(accepted) == 3  # each failure made the next call reconnect
+
+
+async def test_large_pipeline_does_not_deadlock(redis_url: str) -> None:
+    """Writing megabytes while the server already answers needs reading and writing at once."""
+    value = b"v" * 2048
+    async with NativeRedisClient.from_url(redis_url) as client:
+        with trio.fail_after(20):
+            commands = [("SET", f"big:{i}", value) for i in range(5000)]
+            commands += [("GET", f"big:{i}") for i in range(5000)]
+            replies = await client.pipeline(commands)
+    assert replies[:5000] == [b"OK"] * 5000
+    assert replies[5000:] == [value] * 5000

@@ -39,7 +39,7 @@ an array (or returned in place by a pipeline with ``raise_on_error=False``)."""
 NOT_ENOUGH_DATA: Any = object()
 """Sentinel returned by :meth:`hiredis.Reader.gets` when no complete reply is buffered."""
 
-RECEIVE_SIZE = 256 * 1024
+RECEIVE_SIZE = 65536
 
 pack_command = cast(Callable[[tuple[CommandArg, ...]], bytes], hiredis.pack_command)
 """Encode one command (``hiredis.pack_command``; its stub's argument type is too narrow)."""
