@@ -291,3 +291,28 @@ async def test_large_pipeline_does_not_deadlock(redis_url: str) -> None:
             replies = await client.pipeline(commands)
     assert replies[:5000] == [b"OK"] * 5000
     assert replies[5000:] == [value] * 5000
+
+
+async def test_statistics_and_pool_spreading(redis_url: str) -> None:
+    async with NativeRedisClient.from_url(redis_url, pool_size=2) as client:
+        stats = client.statistics()
+        assert (stats.shared_connections, stats.pending_requests) == (0, 0)
+        async with trio.open_nursery() as nursery:
+            # a slow (blocking) command keeps one connection busy...
+            nursery.start_soon(client.execute, "BLPOP", "nothing", 0.3)
+            for _ in range(100):
+                if client.statistics().pending_requests:
+                    break
+                await trio.sleep(0.001)
+            assert client.statistics().pending_requests == 1
+            # ...so other calls go to the second connection instead of queueing behind it
+            with trio.fail_after(0.25):
+                assert await client.execute("PING") == b"PONG"
+        fetcher = client.dedicated()
+        stats = client.statistics()
+        assert stats.shared_connections == 2
+        assert stats.pending_requests == 0
+        assert stats.dedicated_connections == 1
+        assert stats.connect_failures == 0
+        await fetcher.aclose()
+        assert client.statistics().dedicated_connections == 0

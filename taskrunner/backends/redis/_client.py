@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+import attrs
 import trio
 
 from ._config import ConnectionConfig
@@ -33,6 +34,21 @@ from ._connection import (
 )
 from ._errors import RedisConnectionError, ResponseError
 from ._multiplexed import SharedConnection, wait_for
+
+
+@attrs.frozen(kw_only=True)
+class ClientStatistics:
+    """A snapshot of a :class:`NativeRedisClient`'s connections."""
+
+    shared_connections: int
+    """Shared connections currently open (at most ``pool_size``)."""
+    pending_requests: int
+    """Requests sent or queued on shared connections whose replies have not all arrived
+    (a pipeline counts once)."""
+    dedicated_connections: int
+    """Dedicated connections handed out and not closed (open or waiting to reopen)."""
+    connect_failures: int
+    """Consecutive failed connect attempts of the shared slots (0 when all is well)."""
 
 
 class _Slot:
@@ -109,6 +125,18 @@ class NativeRedisClient:
             await connection.aclose()
         await trio.lowlevel.checkpoint()
 
+    def statistics(self) -> ClientStatistics:
+        """Counts of open connections and pending requests, for metrics and debugging."""
+        live = [
+            s.connection for s in self._slots if s.connection is not None and s.connection.is_usable
+        ]
+        return ClientStatistics(
+            shared_connections=len(live),
+            pending_requests=sum(connection.pending for connection in live),
+            dedicated_connections=len(self._dedicated),
+            connect_failures=sum(slot.reconnector.failures for slot in self._slots),
+        )
+
     def dedicated(self) -> DedicatedConnection:
         """A new single-user connection for blocking commands (opened on first use).
 
@@ -140,8 +168,8 @@ class NativeRedisClient:
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         connection = self._pick()
-        if connection is None:
-            connection = await self._connect()
+        if isinstance(connection, _Slot):
+            connection = await self._connect(connection)
         reply = await wait_for(connection.submit(pack_command(args), 1))
         if isinstance(reply, ResponseError):
             raise reply
@@ -172,8 +200,8 @@ class NativeRedisClient:
         if not commands:
             return []
         connection = self._pick()
-        if connection is None:
-            connection = await self._connect()
+        if isinstance(connection, _Slot):
+            connection = await self._connect(connection)
         replies: list[Reply] = await wait_for(
             connection.submit(pack_commands(commands), len(commands))
         )
@@ -185,33 +213,38 @@ class NativeRedisClient:
                     raise reply
         return replies
 
-    def _pick(self) -> SharedConnection | None:
-        """A usable connection to queue on now, or ``None`` if one must be opened first."""
+    def _pick(self) -> SharedConnection | _Slot:
+        """A usable connection to queue on now, or the slot whose connection to open first.
+
+        Prefers an idle live connection, then a slot nobody is opening (and
+        whose last attempt did not fail), then the least busy live connection,
+        then a slot being opened by another caller.
+        """
         if self._closed:
             raise trio.ClosedResourceError("the client was closed")
         slots = self._slots
         if len(slots) == 1:
             connection = slots[0].connection
-            return connection if connection is not None and connection.is_usable else None
+            return connection if connection is not None and connection.is_usable else slots[0]
         best: SharedConnection | None = None
         best_pending = math.inf
+        unopened: _Slot | None = None
         for slot in slots:
             connection = slot.connection
-            if connection is None or not connection.is_usable:
-                if best_pending > 0 and not slot.lock.locked():
-                    return None  # open another connection rather than queue behind a busy one
-                continue
-            if connection.pending < best_pending:
-                best, best_pending = connection, connection.pending
-        return best
+            if connection is not None and connection.is_usable:
+                if connection.pending < best_pending:
+                    best, best_pending = connection, connection.pending
+            elif unopened is None and not slot.lock.locked() and not slot.reconnector.failures:
+                unopened = slot
+        if best is not None and (best_pending == 0 or unopened is None):
+            return best
+        if unopened is not None:
+            return unopened
+        return next((slot for slot in slots if slot.lock.locked()), slots[0])
 
-    async def _connect(self) -> SharedConnection:
+    async def _connect(self, slot: _Slot) -> SharedConnection:
         if self._nursery is None:
             raise RuntimeError("use the client inside 'async with' before calling it")
-        slot = next(
-            (s for s in self._slots if s.connection is None or not s.connection.is_usable),
-            self._slots[0],
-        )
         attempts_seen = slot.reconnector.attempts
         async with slot.lock:
             if self._closed:
