@@ -1,0 +1,171 @@
+"""The bulk writer: moves recorded task timings into the group's metrics hash.
+
+Theory of operation: workers add each run time to a
+:class:`~taskrunner._timings.TimingRecorder` (a synchronous, in-place
+addition). Once per ``interval`` this service drains the recorder and, if it
+holds anything, writes the whole batch with one
+:meth:`~taskrunner.backends.SharedState.increment_metrics` call: one
+``<task>_sum`` (ms, float) and one ``<task>_count`` increment per task name,
+however many runs were recorded. If the write fails the batch goes back into
+the recorder (merged with what was recorded meanwhile), so an outage delays
+timings but loses none, and memory stays bounded by the number of task names.
+
+A write is never interrupted by cancellation: each one runs shielded, bounded
+by :data:`FLUSH_TIMEOUT`. That keeps a batch out of the ambiguous state of a
+call cancelled half-way, where the store may or may not have applied it and
+restoring could count it twice. Only the timeout itself can cut a write
+short; the batch is then restored, at the (rare, logged) risk of counting it
+twice if the store had applied it but the reply was lost. Counting a batch
+twice skews an average slightly; losing timings at every shutdown would skew
+it every time.
+
+Shutdown: the runner cancels this service after the workers have drained, so
+the final flush, run shielded and bounded by :data:`FINAL_FLUSH_TIMEOUT`,
+sees every timing recorded; samples it could not write are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from taskrunner._backoff import backoff_delay
+from taskrunner._stats import count_field, sum_field
+from taskrunner._timings import TimingRecorder, to_hash_increments
+from taskrunner.backends import Backend
+from taskrunner.errors import BackendError
+
+__all__ = ["FINAL_FLUSH_TIMEOUT", "FLUSH_TIMEOUT", "flush", "run"]
+
+log = logging.getLogger("taskrunner.metrics")
+
+FLUSH_TIMEOUT = 5.0
+"""Longest one periodic write may take before it is abandoned and its batch restored."""
+
+FINAL_FLUSH_TIMEOUT = 5.0
+"""Longest the shutdown flush (retries included) may take."""
+
+_WARN_EVERY = 60
+"""During an outage, warn on the first failed flush and then on every 60th."""
+
+
+async def flush(backend: Backend, group: str, recorder: TimingRecorder) -> int:
+    """Drain ``recorder`` and add the batch to the metrics hash in one call.
+
+    Args:
+        backend: Where the metrics hash lives.
+        group: The consumer group (names the hash).
+        recorder: The timings to move.
+
+    Returns:
+        How many samples were written (0 when there was nothing to write).
+
+    Raises:
+        BackendError: the write failed; the batch is back in ``recorder``.
+
+    Cancellation: the batch is put back in ``recorder`` too. (Whether the
+    store applied it is unknown at that point; :func:`run` avoids the
+    question by never cancelling a write except on its own timeout.)
+    """
+    drained = recorder.drain()
+    increments = to_hash_increments(drained)
+    if not increments:
+        # Only entries that could never be written (no samples, a non-finite
+        # sum) can be dropped here; restoring them would poison every batch.
+        return 0
+    # What is restored on failure is exactly what was sent (to_hash_increments
+    # clamps a negative sum to 0 and drops what can never be written).
+    batch = {
+        name: (increments[sum_field(name)], int(increments[count_field(name)]))
+        for name in drained
+        if sum_field(name) in increments
+    }
+    try:
+        await backend.increment_metrics(group, increments)
+    except BaseException:
+        recorder.restore(batch)
+        raise
+    return sum(count for _, count in batch.values())
+
+
+async def run(
+    backend: Backend,
+    group: str,
+    recorder: TimingRecorder,
+    *,
+    interval: float = 1.0,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Flush ``recorder`` into the metrics hash every ``interval`` seconds until cancelled.
+
+    Calls ``task_status.started()`` at once. A failed flush (``BackendError``)
+    is logged and its batch kept for the next one; nothing here is fatal to
+    the runner.
+
+    Args:
+        backend: Where the metrics hash lives.
+        group: The consumer group.
+        recorder: The recorder the workers write to.
+        interval: Seconds between flushes.
+
+    Cancellation: the loop stops, then what is left is flushed once more,
+    shielded, with retries, for at most :data:`FINAL_FLUSH_TIMEOUT` seconds;
+    samples still unwritten after that are logged as lost. The cancellation
+    is then re-raised.
+    """
+    task_status.started()
+    failures = 0
+    try:
+        while True:
+            await trio.sleep(interval)
+            with trio.move_on_after(FLUSH_TIMEOUT, shield=True) as scope:
+                try:
+                    await flush(backend, group, recorder)
+                except BackendError as exc:
+                    failures += 1
+                    if failures % _WARN_EVERY == 1:
+                        log.warning(
+                            "timing metrics flush failed (%s); keeping %d sample(s) for the "
+                            "next try (failure %d in a row)",
+                            exc,
+                            recorder.pending(),
+                            failures,
+                        )
+                else:
+                    if failures:
+                        log.info("timing metrics flush recovered after %d failure(s)", failures)
+                    failures = 0
+            if scope.cancelled_caught:
+                failures += 1
+                log.warning(
+                    "timing metrics flush took over %.1fs; abandoned it and kept its %d "
+                    "sample(s) (they may be counted twice if the write landed)",
+                    FLUSH_TIMEOUT,
+                    recorder.pending(),
+                )
+    finally:
+        await _final_flush(backend, group, recorder)
+
+
+async def _final_flush(backend: Backend, group: str, recorder: TimingRecorder) -> None:
+    written = 0
+    attempt = 0
+    with trio.move_on_after(FINAL_FLUSH_TIMEOUT, shield=True):
+        while recorder.pending():
+            try:
+                written += await flush(backend, group, recorder)
+            except BackendError as exc:
+                attempt += 1
+                log.warning("final timing metrics flush failed (%s); retrying", exc)
+                await trio.sleep(backoff_delay(attempt, base=0.1, cap=1.0))
+    left = recorder.pending()
+    if left:
+        log.error(
+            "%d timing sample(s) could not be written to the metrics hash of group %s "
+            "at shutdown; they are lost",
+            left,
+            group,
+        )
+    elif written:
+        log.debug("final timing metrics flush wrote %d sample(s)", written)
