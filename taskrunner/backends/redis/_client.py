@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -34,6 +34,9 @@ from ._connection import (
 )
 from ._errors import RedisConnectionError, ResponseError
 from ._multiplexed import SharedConnection, wait_for
+
+if TYPE_CHECKING:
+    from ._protocol import DedicatedRedisConnection, RedisClient
 
 
 @attrs.frozen(kw_only=True)
@@ -263,3 +266,12 @@ class NativeRedisClient:
             await self._nursery.start(connection.serve)
             slot.connection = connection
             return connection
+
+
+if TYPE_CHECKING:  # mypy checks that the protocols are implemented
+
+    def _is_client(client: NativeRedisClient) -> RedisClient:
+        return client
+
+    def _is_dedicated(connection: DedicatedConnection) -> DedicatedRedisConnection:
+        return connection

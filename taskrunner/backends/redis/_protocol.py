@@ -43,6 +43,10 @@ class DedicatedRedisConnection(Protocol):
         """Close it; later calls raise ``trio.ClosedResourceError``."""
         ...
 
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
 
 class RedisClient(Protocol):
     """What the Redis backend needs from a client (see the module docstring for replies)."""

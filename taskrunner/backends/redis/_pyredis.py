@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import redis.exceptions
@@ -43,6 +43,9 @@ from ._errors import (
     ResponseError,
     error_from_reply,
 )
+
+if TYPE_CHECKING:
+    from ._protocol import DedicatedRedisConnection, RedisClient
 
 _T = TypeVar("_T")
 _RAW = {NEVER_DECODE: True}
@@ -298,3 +301,12 @@ class PyRedisClient:
     ) -> bool | None:
         await self.aclose()
         return None
+
+
+if TYPE_CHECKING:  # mypy checks that the protocols are implemented
+
+    def _is_client(client: PyRedisClient) -> RedisClient:
+        return client
+
+    def _is_dedicated(connection: PyRedisDedicatedConnection) -> DedicatedRedisConnection:
+        return connection
