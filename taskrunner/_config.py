@@ -137,6 +137,10 @@ class TaskRunnerConfig:
     delayed_poll_interval: float = _seconds(default=5.0, validator=_positive)
     """Longest the delayed-task scheduler sleeps between passes."""
 
+    leader_lease_ttl: float = _seconds(default=5.0, validator=_positive)
+    """Lifetime of the leader lease; renewed every half of it, and followers try
+    to take it about as often."""
+
     shutdown_grace: float = _seconds(default=30.0, validator=_non_negative)
     """How long running tasks may take to finish once shutdown starts."""
 

@@ -1,8 +1,9 @@
 """A fetcher: reserves pool slots, reads that many messages, starts them.
 
 Each fetcher is one consumer of the group (``<group>_<host>_<id>``). Before
-each read it reserves free pool slots, so it never holds a message the pool
-cannot start at once (back-pressure). Every ``reclaim_interval`` it first
+each read it reserves free pool slots (at most ``batch_size``, and at most its
+fair share of the pool), so it never holds a message the pool cannot start at
+once (back-pressure). Every ``reclaim_interval`` it first
 claims messages left idle by dead consumers for longer than ``reclaim_delay``.
 Backend errors are logged and retried with backoff; they never end the loop.
 """
@@ -56,7 +57,10 @@ async def run(
     task_status.started()
     log.debug("fetcher %s started", consumer)
     while True:
-        slots = await pool.reserve(config.batch_size)
+        # At most a fair share of the pool each, so one fetcher blocked in a
+        # read cannot hold every slot while the others starve.
+        share = -(-pool.capacity // config.num_fetchers)
+        slots = await pool.reserve(min(config.batch_size, share))
         entries: list[QueueEntry] = []
         try:
             if trio.current_time() >= next_claim:

@@ -21,19 +21,26 @@ step after the stop is bounded, so the shield never makes ``serve`` hang.
 from __future__ import annotations
 
 import logging
+import math
+import time
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import attrs
 import trio
 
-from taskrunner import _fetcher, _keys, _refresher
+from taskrunner import _cleanup, _fetcher, _heartbeat, _keys, _leadership, _refresher
 from taskrunner._acker import Acker
-from taskrunner._codec import encode_message, encode_payload
+from taskrunner._codec import dumps, encode_message, encode_payload
 from taskrunner._config import TaskRunnerConfig
+from taskrunner._heartbeat import ReplicationCounter
 from taskrunner._inflight import InFlight
+from taskrunner._leadership import Leadership
 from taskrunner._pool import WorkerPool
+from taskrunner._scheduler import Scheduler
 from taskrunner._stats import SCHEDULE_TIMING_NAME
 from taskrunner._task import Action, Task, TaskMessage, UniqueKey, unique_for_wire
 from taskrunner._timings import TimingRecorder
@@ -99,6 +106,15 @@ class TaskRunner:
         self._fetch_counters = _fetcher.FetcherCounters()
         self._worker = Worker(
             config, backend, self._tasks, self._pool, self._acker, self._inflight, self._timings
+        )
+        self._leadership = Leadership()
+        self._replicas = ReplicationCounter(backend)
+        self._scheduler = Scheduler(
+            backend,
+            config.consumer_group,
+            lambda: self._tasks,
+            self._timings,
+            config.delayed_poll_interval,
         )
         self._serving = False
         self._stop = trio.Event()
@@ -244,6 +260,91 @@ class TaskRunner:
         data = [encode_message(self._message(task, payload)) for payload in payloads]
         return await self.backend.add(data) if data else []
 
+    async def dispatch_delayed(
+        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+    ) -> str:
+        """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
+
+        The task waits in the group's delayed set; the leader moves it to the
+        stream when due. A unique task takes its lock when it is moved, not
+        now; while the lock is held it stays in the set.
+
+        Returns:
+            The delayed task's id.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: ``delay`` is negative or not finite.
+        """
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError(f"delay must be seconds or a timedelta, got {delay!r}")
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        return await self._add_delayed(name, payload, self.backend.now() + seconds)
+
+    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+        """Queue one run of task ``name`` at ``when``.
+
+        Args:
+            when: A timezone-aware datetime, or unix seconds. A time in the
+                past runs at the next scheduler pass.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: ``when`` is a naive datetime or not finite.
+        """
+        if isinstance(when, datetime):
+            if when.tzinfo is None or when.utcoffset() is None:
+                raise ValueError(f"when must be a timezone-aware datetime, got {when!r}")
+            unix = when.timestamp()
+        elif isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
+            unix = float(when)
+        else:
+            raise ValueError(f"when must be an aware datetime or unix seconds, got {when!r}")
+        # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
+        return await self._add_delayed(name, payload, unix - time.time() + self.backend.now())
+
+    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
+        task = self._get_task(name)
+        wire_payload = encode_payload(payload, task.payload_type, task.name)
+        encode_message(TaskMessage(task_name=name, payload=wire_payload))  # refuse it now
+        delayed_id = str(uuid.uuid4())
+        member = dumps({"id": delayed_id, "task": name, "time": run_at, "payload": wire_payload})
+        await self.backend.add_delayed(self.config.consumer_group, member, run_at)
+        self._scheduler.nudge()
+        return delayed_id
+
+    # Fleet ------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance leads its group right now."""
+        return self._leadership.is_leader
+
+    async def wait_leadership_changed(self) -> bool:
+        """Wait until this instance is promoted or demoted; returns :attr:`is_leader`."""
+        await self._leadership.wait_changed()
+        return self.is_leader
+
+    async def get_number_of_replications(self) -> int:
+        """Live instances of the fleet (heartbeat keys), cached 10 s; at least 1
+        while this instance serves.
+
+        Raises:
+            BackendError: the first count could not be read.
+        """
+        return await self._replicas.get(serving=self._serving)
+
+    @property
+    def capacity(self) -> int:
+        """Current worker-pool capacity."""
+        return self._pool.capacity
+
+    @property
+    def task_names(self) -> list[str]:
+        """Names of the registered tasks."""
+        return list(self._tasks)
+
     # Serving ----------------------------------------------------------------
     def _refresh_tick(self) -> float:
         timeouts = [t.reservation_timeout for t in self._tasks.values()]
@@ -321,6 +422,22 @@ class TaskRunner:
         cfg = self.config
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as services:
+                await services.start(_heartbeat.run, self.backend, cfg.host, self.instance_id)
+                await services.start(
+                    partial(
+                        _leadership.run,
+                        self.backend,
+                        cfg.consumer_group,
+                        self.instance_id,
+                        self._leadership,
+                        ttl=cfg.leader_lease_ttl,
+                    )
+                )
+                services.start_soon(self._leadership.run_as_leader, self._scheduler.run)
+                services.start_soon(
+                    self._leadership.run_as_leader,
+                    partial(_cleanup.run, self.backend, cfg.consumer_group),
+                )
                 await services.start(self._acker.run)
                 await services.start(
                     _refresher.run,

@@ -1,0 +1,150 @@
+"""The delayed-task scheduler (leader only).
+
+Theory of operation. Delayed tasks wait in the group's delayed set, scored by
+run-at time in the backend's clock. During its term the leader repeatedly:
+reads a batch of due members, turns each into the stream message it becomes
+(a unique task gets a fresh lock token), and has the backend move the batch
+atomically (one Lua script on Redis: a member is removed and its message
+added together, or neither). A unique task whose lock is still held stays in
+the set for the next pass. Then it sleeps until the earliest run-at time, at
+most ``delayed_poll_interval``, or until this instance adds a delayed task
+(so a 200 ms delay fires in about 200 ms, not at the next poll).
+
+A member that cannot be decoded, or names an unknown task, is still moved:
+the worker that reads it sends it down the failure path (dead letter or
+``failed_task_handler``), so nothing disappears silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+
+import trio
+
+from taskrunner import _keys
+from taskrunner._codec import encode_message
+from taskrunner._task import Task, TaskMessage, unique_for_wire
+from taskrunner._timings import TimingRecorder
+from taskrunner.backends import Backend, DelayedMove
+from taskrunner.errors import BackendError, InvalidTaskPayload
+
+log = logging.getLogger("taskrunner.scheduler")
+
+BATCH = 500
+MAX_BATCHES_PER_PASS = 20
+
+
+def sleep_time(now: float, next_at: float | None, poll_interval: float) -> float:
+    """How long to sleep before the next pass (pure)."""
+    if next_at is None:
+        return poll_interval
+    return min(poll_interval, max(0.0, next_at - now))
+
+
+def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
+    """The stream message a delayed member becomes (pure but for fresh tokens)."""
+    try:
+        doc = json.loads(raw)
+        name = doc["task"]
+        payload = doc.get("payload")
+        if not isinstance(name, str):
+            raise TypeError("'task' is not a string")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # Undecodable: move it as is; the worker's failure path reports it.
+        return DelayedMove(member=raw, message=raw)
+    task = tasks.get(name)
+    if task is None or not task.unique:
+        message = TaskMessage(
+            task_name=name,
+            payload=payload,
+            reservation_timeout=int(task.reservation_timeout * 1e9) if task else 0,
+        )
+        return DelayedMove(member=raw, message=_encode(message, raw))
+    unique_key = (task.unique_key(payload) or "") if task.unique_key else ""
+    token = uuid.uuid4().hex
+    message = TaskMessage(
+        task_name=name,
+        payload=payload,
+        unique=True,
+        unique_for=unique_for_wire(task.unique_for),
+        unique_key=unique_key,
+        unique_lock_value=token,
+        reservation_timeout=int(task.reservation_timeout * 1e9),
+    )
+    return DelayedMove(
+        member=raw,
+        message=_encode(message, raw),
+        lock_key=_keys.unique_lock(name, unique_key or None),
+        lock_token=token,
+        lock_ttl=task.unique_for,
+    )
+
+
+def _encode(message: TaskMessage, raw: bytes) -> bytes:
+    try:
+        return encode_message(message)
+    except InvalidTaskPayload:
+        return raw
+
+
+class Scheduler:
+    """Moves due delayed tasks; :meth:`run` is a leader-only job."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        group: str,
+        tasks: Callable[[], Mapping[str, Task]],
+        timings: TimingRecorder,
+        poll_interval: float,
+    ) -> None:
+        self._backend = backend
+        self._group = group
+        self._tasks = tasks
+        self._timings = timings
+        self._poll_interval = poll_interval
+        self._wake = trio.Event()
+        self.moved = 0
+
+    def nudge(self) -> None:
+        """A delayed task was added here: re-check the earliest run-at time now."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Pass, sleep, repeat, until cancelled (at the end of the term)."""
+        log.info("delayed-task scheduler running for group %s", self._group)
+        while True:
+            self._wake = trio.Event()
+            next_at: float | None = None
+            try:
+                await self.run_pass()
+                next_at = await self._backend.next_delayed_at(self._group)
+            except BackendError as exc:
+                log.warning("delayed-task pass for group %s failed: %s", self._group, exc)
+            delay = sleep_time(self._backend.now(), next_at, self._poll_interval)
+            with trio.move_on_after(delay):
+                await self._wake.wait()
+
+    async def run_pass(self) -> int:
+        """Move every due member (in batches). Returns how many moved."""
+        started = trio.current_time()
+        moved = 0
+        for _ in range(MAX_BATCHES_PER_PASS):
+            due = await self._backend.due_delayed(self._group, self._backend.now(), BATCH)
+            if not due:
+                break
+            tasks = self._tasks()
+            got = await self._backend.move_delayed(
+                self._group, [build_move(raw, tasks) for raw in due]
+            )
+            moved += got
+            if got == 0 or len(due) < BATCH:
+                break
+        self._timings.record_schedule(trio.current_time() - started)
+        if moved:
+            self.moved += moved
+            log.debug("moved %d delayed task(s) to the stream", moved)
+        return moved

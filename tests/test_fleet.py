@@ -1,0 +1,317 @@
+"""Fleet coordination simulated deterministically: several runners, one
+MemoryBackend, trio's MockClock."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from _fleet import Partition, make_runner, serving, wait_until
+
+from taskrunner import TaskRunner, _keys
+from taskrunner._cleanup import consumers_to_delete
+from taskrunner._leadership import lease_intervals
+from taskrunner._scheduler import sleep_time
+from taskrunner.backends import ConsumerInfo, GroupInfo
+from taskrunner.backends.memory import MemoryBackend
+
+TTL = 5.0
+RETRY_MAX = TTL / 2 * 1.1  # a follower's retry interval, with jitter
+
+
+async def monitor_single_leader(runners: list[TaskRunner], leaders: list[set[int]]) -> None:
+    """Check, every millisecond of simulated time, that at most one runner leads."""
+    while True:
+        now_leading = {i for i, r in enumerate(runners) if r.is_leader}
+        assert len(now_leading) <= 1, f"two leaders at t={trio.current_time()}: {now_leading}"
+        if now_leading and (not leaders or leaders[-1] != now_leading):
+            leaders.append(now_leading)
+        await trio.sleep(0.001)
+
+
+async def test_three_runners_elect_exactly_one_leader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runners = [make_runner(backend) for _ in range(3)]
+    leaders: list[set[int]] = []
+    async with serving(*runners) as nursery:
+        nursery.start_soon(monitor_single_leader, runners, leaders)
+        await trio.sleep(60)
+        assert sum(r.is_leader for r in runners) == 1
+    assert len(leaders) == 1, f"leadership changed hands without a failure: {leaders}"
+    assert await backend.lease_owner("g") is None, "the leader resigns on shutdown"
+
+
+async def test_crashed_leader_is_replaced_within_ttl_plus_one_retry(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    links = [Partition(backend) for _ in range(3)]
+    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
+    leaders: list[set[int]] = []
+    async with trio.open_nursery() as outer:
+        outer.start_soon(monitor_single_leader, runners, leaders)
+        scopes = []
+        for runner in runners:
+            scope = trio.CancelScope()
+            scopes.append(scope)
+
+            async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
+                with scope:
+                    await runner.serve()
+
+            outer.start_soon(serve)
+        await wait_until(lambda: any(r.is_leader for r in runners))
+        await trio.sleep(7)
+        (old,) = (i for i, r in enumerate(runners) if r.is_leader)
+        crashed_at = trio.current_time()
+        links[old].cut = True  # the process vanishes: no resign, no more renews
+        scopes[old].cancel()
+        await wait_until(lambda: any(r.is_leader for i, r in enumerate(runners) if i != old))
+        failover = trio.current_time() - crashed_at
+        await trio.sleep(30)
+        outer.cancel_scope.cancel()
+    assert failover <= TTL + RETRY_MAX, failover
+    assert failover > TTL / 2, "took over before the crashed lease could have expired"
+    assert [len(s) for s in leaders] == [1, 1]
+    assert leaders[0] != leaders[1]
+
+
+async def test_graceful_stop_hands_over_faster_than_a_crash(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runners = [make_runner(backend) for _ in range(3)]
+    async with trio.open_nursery() as outer:
+        scopes = []
+        for runner in runners:
+            scope = trio.CancelScope()
+            scopes.append(scope)
+
+            async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
+                with scope:
+                    await runner.serve()
+
+            outer.start_soon(serve)
+        await wait_until(lambda: any(r.is_leader for r in runners))
+        (old,) = (i for i, r in enumerate(runners) if r.is_leader)
+        stopped_at = trio.current_time()
+        scopes[old].cancel()
+        await wait_until(lambda: any(r.is_leader for i, r in enumerate(runners) if i != old))
+        handover = trio.current_time() - stopped_at
+        outer.cancel_scope.cancel()
+    assert handover <= RETRY_MAX, handover
+
+
+async def test_partitioned_leader_steps_down_before_its_lease_expires(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    links = [Partition(backend) for _ in range(2)]
+    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
+    async with serving(*runners):
+        await wait_until(lambda: any(r.is_leader for r in runners))
+        (old,) = (i for i, r in enumerate(runners) if r.is_leader)
+        links[old].cut = True
+        cut_at = trio.current_time()
+        await wait_until(lambda: not runners[old].is_leader)
+        stepped_down = trio.current_time() - cut_at
+        lease_left = backend.ttl(_keys.leader("g"))
+        await wait_until(lambda: runners[1 - old].is_leader)
+        links[old].cut = False
+    assert stepped_down < TTL
+    assert lease_left is not None, "stepped down only after the store expired the lease"
+
+
+async def test_delayed_tasks_run_exactly_once_on_time_across_a_leader_crash(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    rng = random.Random(7)
+    backend = MemoryBackend()
+    links = [Partition(backend) for _ in range(3)]
+    runners = [
+        make_runner(link, delayed_poll_interval=1.0)  # type: ignore[arg-type]
+        for link in links
+    ]
+    runs: Counter[int] = Counter()
+    late: list[float] = []
+    due: dict[int, float] = {}
+    for runner in runners:
+
+        @runner.task(name="job")
+        async def job(payload: dict[str, Any]) -> None:
+            runs[payload["i"]] += 1
+            late.append(trio.current_time() - due[payload["i"]])
+
+    async with trio.open_nursery() as outer:
+        scopes = []
+        for runner in runners:
+            scope = trio.CancelScope()
+            scopes.append(scope)
+
+            async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
+                with scope:
+                    await runner.serve()
+
+            outer.start_soon(serve)
+        await wait_until(lambda: any(r.is_leader for r in runners))
+        (old,) = (i for i, r in enumerate(runners) if r.is_leader)
+        producer = runners[(old + 1) % 3]
+        for i in range(1000):
+            delay = rng.uniform(0, 60)
+            due[i] = trio.current_time() + delay
+            await producer.dispatch_delayed("job", {"i": i}, delay)
+        await trio.sleep(20)
+        links[old].cut = True  # crash the leader mid-way
+        scopes[old].cancel()
+        await wait_until(lambda: len(runs) == 1000)
+        await trio.sleep(30)
+        outer.cancel_scope.cancel()
+    assert set(runs.values()) == {1}, "a delayed task ran twice"
+    assert min(late) >= 0, "a delayed task ran early"
+    failover = TTL + RETRY_MAX
+    assert max(late) <= 1.0 + failover + 0.1, max(late)
+
+
+async def test_short_delay_fires_promptly_not_at_the_next_poll(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend)  # delayed_poll_interval 5 s
+    ran: list[float] = []
+
+    @runner.task()
+    async def ping(payload: None) -> None:
+        ran.append(trio.current_time())
+
+    async with serving(runner):
+        await wait_until(lambda: runner.is_leader)
+        await trio.sleep(1)
+        sent = trio.current_time()
+        await runner.dispatch_delayed("ping", None, 0.2)
+        await wait_until(lambda: bool(ran))
+    assert ran[0] - sent == pytest.approx(0.2, abs=0.05)
+
+
+async def test_unique_lock_kept_across_a_retry_and_released_on_final_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from taskrunner import TaskAlreadyDispatched
+
+    backend = MemoryBackend()
+    runner = make_runner(backend, reclaim_delay=20)
+    attempts = 0
+
+    @runner.task(max_retry=2, reservation_timeout=5, unique=True, unique_for=300)
+    async def once(payload: None) -> None:
+        nonlocal attempts
+        attempts += 1
+        raise RuntimeError("fails")
+
+    await runner.dispatch("once")
+    async with serving(runner):
+        await wait_until(lambda: attempts == 1)
+        with pytest.raises(TaskAlreadyDispatched):
+            await runner.dispatch("once")  # held across the retry
+        await wait_until(lambda: runner.statistics().acked == 1)  # dead-lettered after 2
+        await trio.sleep(0.1)
+        assert attempts == 2
+        await runner.dispatch("once")  # released by the final failure
+    assert len(await backend.dead_letters()) == 1
+
+
+async def test_unique_lock_expires_if_its_worker_dies(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from taskrunner import TaskAlreadyDispatched
+
+    backend = MemoryBackend()
+    runner = make_runner(backend, shutdown_grace=0)
+
+    @runner.task(unique=True, unique_for=60)
+    async def hang(payload: None) -> None:
+        await trio.sleep_forever()
+
+    await runner.dispatch("hang")
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().running == 1)
+    dispatched_at = trio.current_time()
+    with pytest.raises(TaskAlreadyDispatched):
+        await runner.dispatch("hang")
+    await trio.sleep(60 - (trio.current_time() - dispatched_at) + 0.01)
+    await runner.dispatch("hang")  # the dead worker's lock expired
+
+
+async def test_replication_count_follows_instances_joining_and_leaving(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    links = [Partition(backend) for _ in range(3)]
+    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
+    assert await runners[0].get_number_of_replications() == 0  # not serving yet
+    async with trio.open_nursery() as outer:
+        await outer.start(runners[0].serve)
+        assert await runners[0].get_number_of_replications() == 1
+        await outer.start(runners[1].serve)
+        await outer.start(runners[2].serve)
+        assert await runners[0].get_number_of_replications() == 1  # cached for 10 s
+        await trio.sleep(10)
+        assert await runners[0].get_number_of_replications() == 3
+        links[2].cut = True  # a crash: its key is not deleted, it expires in 15 s
+        await trio.sleep(10)
+        assert await runners[0].get_number_of_replications() == 3
+        await trio.sleep(10)
+        assert await runners[0].get_number_of_replications() == 2
+        outer.cancel_scope.cancel()
+
+
+async def test_idle_consumers_without_pending_are_cleaned_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    gone = make_runner(backend, host="gone", num_fetchers=2)
+    async with serving(gone):
+        await trio.sleep(1)
+    runner = make_runner(backend, host="live")
+    async with serving(runner):
+        await trio.sleep(300)
+        names = {c.name for c in (await backend.group_info("g")).consumers}
+        assert {"g_gone_1", "g_gone_2"} <= names
+        await trio.sleep(400)
+        names = {c.name for c in (await backend.group_info("g")).consumers}
+    assert names == {"g_live_1"}
+
+
+def test_cleanup_keeps_consumers_with_pending_entries() -> None:
+    info = GroupInfo(
+        name="g",
+        pending=1,
+        lag=0,
+        consumers=(
+            ConsumerInfo(name="a", pending=0, idle=601),
+            ConsumerInfo(name="b", pending=1, idle=9000),
+            ConsumerInfo(name="c", pending=0, idle=600),
+        ),
+    )
+    assert consumers_to_delete(info) == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("now", "next_at", "expected"),
+    [(0, None, 5), (0, 0.2, 0.2), (10, 9, 0), (0, 30, 5)],
+)
+def test_scheduler_sleep_time(now: float, next_at: float | None, expected: float) -> None:
+    assert sleep_time(now, next_at, 5) == expected
+
+
+def test_lease_intervals_are_about_half_the_ttl() -> None:
+    rng = random.Random(1)
+    for _ in range(100):
+        renew, retry = lease_intervals(5, rng)
+        assert 2.25 <= renew <= 2.5
+        assert 2.25 <= retry <= 2.75
