@@ -32,7 +32,16 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from taskrunner import _cleanup, _fetcher, _heartbeat, _keys, _leadership, _refresher
+from taskrunner import (
+    _aggregator,
+    _bulk_writer,
+    _cleanup,
+    _fetcher,
+    _heartbeat,
+    _keys,
+    _leadership,
+    _refresher,
+)
 from taskrunner._acker import Acker
 from taskrunner._codec import dumps, encode_message, encode_payload
 from taskrunner._config import TaskRunnerConfig
@@ -41,7 +50,7 @@ from taskrunner._inflight import InFlight
 from taskrunner._leadership import Leadership
 from taskrunner._pool import WorkerPool
 from taskrunner._scheduler import Scheduler
-from taskrunner._stats import SCHEDULE_TIMING_NAME
+from taskrunner._stats import SCHEDULE_TIMING_NAME, Stats
 from taskrunner._task import Action, Task, TaskMessage, UniqueKey, unique_for_wire
 from taskrunner._timings import TimingRecorder
 from taskrunner._worker import Worker
@@ -335,6 +344,24 @@ class TaskRunner:
         """
         return await self._replicas.get(serving=self._serving)
 
+    async def get_timing_statistics(self) -> Stats:
+        """The group's timing statistics (see docs/timing-metrics.md).
+
+        Reads the metrics hash and the stream length (two backend calls) and
+        counts replicas (cached); cheap, but not for a hot loop.
+
+        Raises:
+            BackendError: the backend could not be reached.
+        """
+        replication = await self.get_number_of_replications()
+        return await _aggregator.timing_statistics(
+            self.backend,
+            self.config.consumer_group,
+            self._tasks,
+            self._pool.capacity,
+            replication,
+        )
+
     @property
     def capacity(self) -> int:
         """Current worker-pool capacity."""
@@ -438,6 +465,10 @@ class TaskRunner:
                     self._leadership.run_as_leader,
                     partial(_cleanup.run, self.backend, cfg.consumer_group),
                 )
+                await services.start(
+                    _bulk_writer.run, self.backend, cfg.consumer_group, self._timings
+                )
+                await services.start(_aggregator.run, self)
                 await services.start(self._acker.run)
                 await services.start(
                     _refresher.run,
