@@ -21,13 +21,10 @@ step after the stop is bounded, so the shield never makes ``serve`` hang.
 from __future__ import annotations
 
 import logging
-import math
-import time
 import uuid
-from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import attrs
 import trio
@@ -38,24 +35,23 @@ from taskrunner import (
     _cleanup,
     _fetcher,
     _heartbeat,
-    _keys,
     _leadership,
     _refresher,
 )
 from taskrunner._acker import Acker
-from taskrunner._codec import dumps, encode_message, encode_payload
 from taskrunner._config import TaskRunnerConfig
+from taskrunner._dispatch import Dispatching
 from taskrunner._heartbeat import ReplicationCounter
 from taskrunner._inflight import InFlight
 from taskrunner._leadership import Leadership
 from taskrunner._pool import WorkerPool
 from taskrunner._scheduler import Scheduler
 from taskrunner._stats import SCHEDULE_TIMING_NAME, Stats
-from taskrunner._task import Action, Task, TaskMessage, UniqueKey, unique_for_wire
+from taskrunner._task import Action, Task, UniqueKey
 from taskrunner._timings import TimingRecorder
 from taskrunner._worker import Worker
 from taskrunner.backends import Backend
-from taskrunner.errors import AlreadyServing, TaskAlreadyDispatched, TaskNotFound
+from taskrunner.errors import AlreadyServing
 
 log = logging.getLogger("taskrunner")
 
@@ -93,7 +89,7 @@ class RunnerStatistics:
     """Finished messages waiting for their ack."""
 
 
-class TaskRunner:
+class TaskRunner(Dispatching):
     """Registers tasks, dispatches them, and serves them from a backend.
 
     Args:
@@ -194,135 +190,6 @@ class TaskRunner:
             return action
 
         return decorate
-
-    # Dispatch ---------------------------------------------------------------
-    def _message(self, task: Task, payload: Any) -> TaskMessage:
-        wire_payload = encode_payload(payload, task.payload_type, task.name)
-        return TaskMessage(
-            task_name=task.name,
-            payload=wire_payload,
-            unique=task.unique,
-            unique_for=unique_for_wire(task.unique_for) if task.unique else 0,
-            unique_key=(task.unique_key(payload) or "") if task.unique_key else "",
-            unique_lock_value=uuid.uuid4().hex if task.unique else "",
-            reservation_timeout=int(task.reservation_timeout * 1e9),
-        )
-
-    def _get_task(self, name: str) -> Task:
-        try:
-            return self._tasks[name]
-        except KeyError:
-            raise TaskNotFound(name) from None
-
-    async def dispatch(self, name: str, payload: Any = None) -> str:
-        """Queue one run of task ``name``.
-
-        Returns:
-            The message id.
-
-        Raises:
-            TaskNotFound: no task ``name`` is registered.
-            InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
-            TaskAlreadyDispatched: ``name`` is unique and its lock is held.
-            BackendError: the backend could not be reached.
-
-        Cancellation: the message may or may not have been queued; a unique
-        task's lock is released if it was not.
-        """
-        task = self._get_task(name)
-        message = self._message(task, payload)
-        data = encode_message(message)
-        if not task.unique:
-            (message_id,) = await self.backend.add([data])
-            return message_id
-        key = _keys.unique_lock(task.name, message.unique_key or None)
-        token = message.unique_lock_value
-        if not await self.backend.acquire_lock(key, token, task.unique_for):
-            raise TaskAlreadyDispatched(task.name, key)
-        added = False
-        try:
-            (message_id,) = await self.backend.add([data])
-            added = True
-        finally:
-            if not added:
-                with trio.CancelScope(shield=True):
-                    await self.backend.release_lock(key, token)
-        return message_id
-
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
-        """Queue one run of task ``name`` per payload, in one backend call.
-
-        Every payload is encoded before anything is queued, so an invalid one
-        queues none.
-
-        Returns:
-            The message ids, in order.
-
-        Raises:
-            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: the task is unique (dispatch those one by one, so each
-                duplicate can be refused on its own).
-        """
-        task = self._get_task(name)
-        if task.unique:
-            raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        data = [encode_message(self._message(task, payload)) for payload in payloads]
-        return await self.backend.add(data) if data else []
-
-    async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
-    ) -> str:
-        """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
-
-        The task waits in the group's delayed set; the leader moves it to the
-        stream when due. A unique task takes its lock when it is moved, not
-        now; while the lock is held it stays in the set.
-
-        Returns:
-            The delayed task's id.
-
-        Raises:
-            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``delay`` is negative or not finite.
-        """
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise ValueError(f"delay must be seconds or a timedelta, got {delay!r}")
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        return await self._add_delayed(name, payload, self.backend.now() + seconds)
-
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
-        """Queue one run of task ``name`` at ``when``.
-
-        Args:
-            when: A timezone-aware datetime, or unix seconds. A time in the
-                past runs at the next scheduler pass.
-
-        Raises:
-            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``when`` is a naive datetime or not finite.
-        """
-        if isinstance(when, datetime):
-            if when.tzinfo is None or when.utcoffset() is None:
-                raise ValueError(f"when must be a timezone-aware datetime, got {when!r}")
-            unix = when.timestamp()
-        elif isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
-            unix = float(when)
-        else:
-            raise ValueError(f"when must be an aware datetime or unix seconds, got {when!r}")
-        # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
-        return await self._add_delayed(name, payload, unix - time.time() + self.backend.now())
-
-    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
-        task = self._get_task(name)
-        wire_payload = encode_payload(payload, task.payload_type, task.name)
-        encode_message(TaskMessage(task_name=name, payload=wire_payload))  # refuse it now
-        delayed_id = str(uuid.uuid4())
-        member = dumps({"id": delayed_id, "task": name, "time": run_at, "payload": wire_payload})
-        await self.backend.add_delayed(self.config.consumer_group, member, run_at)
-        self._scheduler.nudge()
-        return delayed_id
 
     # Fleet ------------------------------------------------------------------
     @property
