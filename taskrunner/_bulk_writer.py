@@ -157,7 +157,8 @@ async def _final_flush(backend: Backend, group: str, recorder: TimingRecorder) -
                 written += await flush(backend, group, recorder)
             except BackendError as exc:
                 attempt += 1
-                log.warning("final timing metrics flush failed (%s); retrying", exc)
+                if attempt == 1:
+                    log.warning("final timing metrics flush failed (%s); retrying", exc)
                 await trio.sleep(backoff_delay(attempt, base=0.1, cap=1.0))
     left = recorder.pending()
     if left:
