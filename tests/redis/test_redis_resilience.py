@@ -316,3 +316,9 @@ async def test_statistics_and_pool_spreading(redis_url: str) -> None:
         assert stats.connect_failures == 0
         await fetcher.aclose()
         assert client.statistics().dedicated_connections == 0
+
+
+async def test_native_client_must_be_entered(redis_url: str) -> None:
+    client = NativeRedisClient.from_url(redis_url)
+    with pytest.raises(RuntimeError, match="async with"):
+        await client.execute("PING")
