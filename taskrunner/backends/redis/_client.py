@@ -66,7 +66,9 @@ class _Slot:
 class NativeRedisClient:
     """A Redis client running natively on trio (see the module docstring).
 
-    Use it as ``async with NativeRedisClient.from_url(url) as client: ...``.
+    Use it as ``async with NativeRedisClient.from_url(url) as client: ...``,
+    or without ``async with`` anywhere inside ``trio.run`` (connections then
+    run as trio system tasks; call :meth:`aclose` when done).
     Concurrent :meth:`execute`/:meth:`pipeline` calls share ``pool_size``
     connections and are pipelined automatically. Replies are never decoded.
 
@@ -246,8 +248,6 @@ class NativeRedisClient:
         return next((slot for slot in slots if slot.lock.locked()), slots[0])
 
     async def _connect(self, slot: _Slot) -> SharedConnection:
-        if self._nursery is None:
-            raise RuntimeError("use the client inside 'async with' before calling it")
         attempts_seen = slot.reconnector.attempts
         async with slot.lock:
             if self._closed:
@@ -263,7 +263,15 @@ class NativeRedisClient:
                 await trio.aclose_forcefully(stream)
                 raise trio.ClosedResourceError("the client was closed")
             connection = SharedConnection(stream, reader, self.config.command_timeout)
-            await self._nursery.start(connection.serve)
+            if self._nursery is not None:
+                await self._nursery.start(connection.serve)
+            else:
+                # Not entered with ``async with``: the client still works lazily
+                # (a backend built synchronously before ``trio.run``); the
+                # connection's reader runs as a system task, which ``serve``
+                # never lets raise, and ends when the client is closed or the
+                # run finishes.
+                trio.lowlevel.spawn_system_task(connection.serve)
             slot.connection = connection
             return connection
 

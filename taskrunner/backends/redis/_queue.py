@@ -1,0 +1,339 @@
+"""The MessageQueue half of the Redis backend: one stream, consumer groups.
+
+Theory of operation. Every fetcher (consumer) reads with ``XREADGROUP ...
+BLOCK`` on a dedicated connection of its own, so a blocked read never holds
+up the shared, auto-pipelined connection everything else uses. Acks are
+batched by the runner and sent as one pipeline (``XACK``, then ``XDEL`` when
+deleting on ack); the claim delays measured at read time ride along in the
+same round trip (``LPUSH`` + ``LTRIM`` of the ring), so metrics cost no extra
+round trip on the hot path. The group is created lazily when a read answers
+``NOGROUP``.
+
+Redis differences the rest of the code relies on being hidden here:
+``XAUTOCLAIM`` does not return delivery counts (read back with ``XPENDING``),
+and reports entries deleted from the stream separately (Redis >= 7; 6.2 gives
+them as nil entries, which are acked away here); ``XINFO GROUPS`` reports a
+nil lag once entries after the group's cursor were deleted (counted here).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from taskrunner import _keys
+from taskrunner.backends._protocols import (
+    ConsumerInfo,
+    DeadLetter,
+    GroupInfo,
+    QueueEntry,
+    QueueMetrics,
+)
+from taskrunner.backends.redis._connection import CommandArg
+from taskrunner.backends.redis._errors import BusyGroupError, NoGroupError, ResponseError
+from taskrunner.backends.redis._protocol import DedicatedRedisConnection, RedisClient
+
+RING_SIZE = 1000
+ADD_CHUNK = 2000
+"""Entries per pipeline when adding many at once."""
+READ_TIMEOUT_MARGIN = 5.0
+"""How much longer than its ``BLOCK`` a read may take before the connection is deemed dead."""
+
+_PAYLOAD = b"payload"
+
+
+def _ms(seconds: float) -> int:
+    return max(0, math.ceil(seconds * 1000))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _pairs(flat: Sequence[Any]) -> dict[bytes, Any]:
+    """A flat RESP2 ``[k1, v1, k2, v2...]`` reply as a dict keyed by bytes."""
+    it = iter(flat)
+    return {k if isinstance(k, bytes) else str(k).encode(): v for k, v in zip(it, it, strict=True)}
+
+
+def _entry_payload(fields: Sequence[Any] | None) -> bytes | None:
+    if not fields:
+        return None
+    value = _pairs(fields).get(_PAYLOAD)
+    return value if isinstance(value, bytes) else None
+
+
+def _id_ms(entry_id: str) -> int:
+    return int(entry_id.partition("-")[0])
+
+
+class RedisQueue:
+    """A :class:`~taskrunner.backends.MessageQueue` on a Redis stream."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        prefix: str = "taskrunner",
+        queue: str = "tasks",
+        delete_on_ack: bool = True,
+    ) -> None:
+        self.prefix = prefix
+        self.queue = queue
+        self.delete_on_ack = delete_on_ack
+        self.stream_key = _keys.stream(prefix, queue)
+        self.dead_letter_key = _keys.dead_letter(prefix, queue)
+        self.ring_key = _keys.claim_delay_ring(prefix, queue)
+        self._client = client
+        self._readers: dict[str, DedicatedRedisConnection] = {}
+        self._delays: list[int] = []  # claim delays (ns) not yet pushed to the ring
+
+    # Adding -----------------------------------------------------------------
+    async def add(self, payloads: Sequence[bytes]) -> list[str]:
+        ids: list[str] = []
+        for start in range(0, len(payloads), ADD_CHUNK):
+            chunk = payloads[start : start + ADD_CHUNK]
+            commands = [("XADD", self.stream_key, "*", _PAYLOAD, p) for p in chunk]
+            replies = await self._client.pipeline(commands)
+            ids.extend(_text(r) for r in replies)
+        return ids
+
+    # Reading ----------------------------------------------------------------
+    def _reader(self, consumer: str) -> DedicatedRedisConnection:
+        reader = self._readers.get(consumer)
+        if reader is None:
+            reader = self._readers[consumer] = self._client.dedicated()
+        return reader
+
+    async def _read(self, consumer: str, args: list[CommandArg], timeout: float | None) -> Any:
+        if timeout is None:  # not blocking: fine on the shared connection
+            return await self._client.execute(*args)
+        return await self._reader(consumer).execute(*args, reply_timeout=timeout)
+
+    async def _create_group(self, group: str) -> None:
+        try:
+            await self._client.execute("XGROUP", "CREATE", self.stream_key, group, "0", "MKSTREAM")
+        except BusyGroupError:
+            pass  # created meanwhile by another consumer
+
+    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
+        args: list[CommandArg] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
+        timeout: float | None = None
+        if block > 0:  # BLOCK 0 would mean "forever"
+            args += ["BLOCK", max(1, _ms(block))]
+            timeout = block + READ_TIMEOUT_MARGIN
+        args += ["STREAMS", self.stream_key, ">"]
+        try:
+            reply = await self._read(consumer, args, timeout)
+        except NoGroupError:
+            await self._create_group(group)
+            reply = await self._read(consumer, args, timeout)
+        if not reply:
+            return []
+        now_ms = time.time() * 1000
+        entries: list[QueueEntry] = []
+        delays = self._delays
+        for raw_id, fields in reply[0][1]:
+            entry_id = raw_id.decode()
+            entries.append(
+                QueueEntry(id=entry_id, payload=_entry_payload(fields), delivery_count=1)
+            )
+            delays.append(max(0, int((now_ms - _id_ms(entry_id)) * 1e6)))
+        if len(delays) > RING_SIZE:
+            del delays[:-RING_SIZE]
+        return entries
+
+    def _ring_commands(self) -> list[tuple[CommandArg, ...]]:
+        if not self._delays:
+            return []
+        delays, self._delays = self._delays, []
+        return [
+            ("LPUSH", self.ring_key, *delays),
+            ("LTRIM", self.ring_key, 0, RING_SIZE - 1),
+        ]
+
+    # Acknowledging ----------------------------------------------------------
+    async def ack(self, group: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        commands: list[tuple[CommandArg, ...]] = [("XACK", self.stream_key, group, *ids)]
+        if self.delete_on_ack:
+            commands.append(("XDEL", self.stream_key, *ids))
+        ring = self._ring_commands()
+        try:
+            replies = await self._client.pipeline(commands + ring)
+        except BaseException:
+            if ring:  # not known to have landed; keep the newest for next time
+                self._delays[:0] = list(ring[0][2:])  # type: ignore[arg-type]
+            raise
+        acked: int = replies[0]
+        return acked
+
+    # Claiming and refreshing ------------------------------------------------
+    async def claim_stale(
+        self, group: str, consumer: str, min_idle: float, count: int
+    ) -> list[QueueEntry]:
+        claimed: list[tuple[str, bytes | None]] = []
+        cursor = "0-0"
+        try:
+            while len(claimed) < count:
+                reply = await self._client.execute(
+                    "XAUTOCLAIM", self.stream_key, group, consumer, _ms(min_idle), cursor,
+                    "COUNT", count - len(claimed),
+                )  # fmt: skip
+                cursor = _text(reply[0])
+                gone: list[str] = [_text(i) for i in reply[2]] if len(reply) > 2 else []
+                for raw_id, fields in reply[1]:
+                    if fields is None:  # Redis 6.2: deleted entry, still pending
+                        gone.append(_text(raw_id))
+                    else:
+                        claimed.append((_text(raw_id), _entry_payload(fields)))
+                if gone and len(reply) <= 2:
+                    await self._client.execute("XACK", self.stream_key, group, *gone)
+                if cursor == "0-0":
+                    break
+        except NoGroupError:
+            return []
+        if not claimed:
+            return []
+        pending = await self._client.pipeline(
+            [("XPENDING", self.stream_key, group, i, i, 1) for i, _ in claimed]
+        )
+        entries = []
+        for (entry_id, payload), rows in zip(claimed, pending, strict=True):
+            count_now = int(rows[0][3]) if rows else 1
+            entries.append(QueueEntry(id=entry_id, payload=payload, delivery_count=count_now))
+        return entries
+
+    async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+        if not ids:
+            return []
+        try:
+            reply = await self._client.execute(
+                "XCLAIM", self.stream_key, group, consumer, 0, *ids, "JUSTID"
+            )
+        except NoGroupError:
+            return []
+        return [_text(i) for i in reply]
+
+    # Inspecting -------------------------------------------------------------
+    async def length(self) -> int:
+        n: int = await self._client.execute("XLEN", self.stream_key)
+        return n
+
+    async def _lag(self, group: dict[bytes, Any]) -> int:
+        lag = group.get(b"lag")
+        if lag is not None:
+            return int(lag)
+        # Nil once entries after the cursor were deleted: count what is left.
+        start = b"(" + group[b"last-delivered-id"]
+        total = 0
+        while True:
+            page = await self._client.execute("XRANGE", self.stream_key, start, "+", "COUNT", 1000)
+            total += len(page)
+            if len(page) < 1000:
+                return total
+            start = b"(" + page[-1][0]
+
+    async def _groups(self) -> list[dict[bytes, Any]]:
+        try:
+            reply = await self._client.execute("XINFO", "GROUPS", self.stream_key)
+        except ResponseError as exc:
+            if "no such key" in exc.message.lower():
+                return []
+            raise
+        return [_pairs(g) for g in reply]
+
+    async def _group_info(self, group: dict[bytes, Any]) -> GroupInfo:
+        name = _text(group[b"name"])
+        try:
+            rows = await self._client.execute("XINFO", "CONSUMERS", self.stream_key, name)
+        except NoGroupError:
+            rows = []
+        consumers = []
+        for row in rows:
+            fields = _pairs(row)
+            consumers.append(
+                ConsumerInfo(
+                    name=_text(fields[b"name"]),
+                    pending=int(fields[b"pending"]),
+                    idle=int(fields[b"idle"]) / 1000,
+                )
+            )
+        consumers.sort(key=lambda c: c.name)
+        return GroupInfo(
+            name=name,
+            pending=int(group[b"pending"]),
+            lag=await self._lag(group),
+            consumers=tuple(consumers),
+        )
+
+    async def group_info(self, group: str) -> GroupInfo:
+        for found in await self._groups():
+            if _text(found[b"name"]) == group:
+                return await self._group_info(found)
+        return GroupInfo(name=group, pending=0, lag=0)
+
+    async def delete_consumer(self, group: str, consumer: str) -> int:
+        try:
+            n: int = await self._client.execute(
+                "XGROUP", "DELCONSUMER", self.stream_key, group, consumer
+            )
+        except NoGroupError:
+            return 0
+        reader = self._readers.pop(consumer, None)
+        if reader is not None:
+            await reader.aclose()
+        return n
+
+    async def get_metrics(self) -> QueueMetrics:
+        ring = self._ring_commands()
+        replies = await self._client.pipeline(
+            [*ring, ("XLEN", self.stream_key), ("LRANGE", self.ring_key, 0, RING_SIZE - 1)]
+        )
+        size, raw = replies[-2], replies[-1]
+        delays = [float(x) for x in raw]  # newest first (LPUSH)
+        avg = sum(delays) / len(delays) if delays else 0.0
+        std = math.sqrt(sum((d - avg) ** 2 for d in delays) / len(delays)) if delays else 0.0
+        groups = tuple([await self._group_info(g) for g in await self._groups()])
+        return QueueMetrics(
+            queue_size=int(size),
+            message_claim_delay_avg=avg,
+            message_claim_delay_std=std,
+            message_claim_delay_max=max(delays, default=0.0),
+            message_claim_delay_last=delays[0] if delays else 0.0,
+            groups=tuple(sorted(groups, key=lambda g: g.name)),
+        )
+
+    # Dead letters -----------------------------------------------------------
+    async def dead_letter(
+        self, group: str, message_id: str, payload: bytes | None, error: str
+    ) -> str:
+        fields: list[CommandArg] = ["message_id", message_id, "group", group, "error", error]
+        if payload is not None:
+            fields += [_PAYLOAD, payload]
+        reply = await self._client.execute("XADD", self.dead_letter_key, "*", *fields)
+        return _text(reply)
+
+    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
+        rows = await self._client.execute("XRANGE", self.dead_letter_key, "-", "+", "COUNT", count)
+        out = []
+        for raw_id, flat in rows:
+            fields = _pairs(flat)
+            out.append(
+                DeadLetter(
+                    id=_text(raw_id),
+                    message_id=_text(fields.get(b"message_id", b"")),
+                    group=_text(fields.get(b"group", b"")),
+                    payload=fields.get(_PAYLOAD),
+                    error=_text(fields.get(b"error", b"")),
+                )
+            )
+        return out
+
+    async def _close_readers(self) -> None:
+        readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            await reader.aclose()
