@@ -1,0 +1,307 @@
+"""The :class:`~taskrunner.backends.SharedState` half of the Redis backend.
+
+Theory of operation. Every piece of fleet-wide state is one Redis key named
+by :mod:`taskrunner._keys` (the documented layout), so a Go fleet and a Python
+fleet sharing a server see the same state:
+
+- leases, unique locks, heartbeats and the published pool size are strings
+  with a ``PX`` expiry. Taking one is ``SET NX PX``; renewing a lease and
+  deleting a lease, lock or heartbeat compare the stored value with the
+  caller's first, which needs a Lua script to be atomic. The scripts live in
+  ``lua/*.lua`` beside this module, are read once at import and run by
+  :class:`~._scripts.Script` (``EVALSHA``, ``EVAL`` when the server answers
+  ``NOSCRIPT``);
+- the delayed set is a ZSET scored by run-at unix seconds. Moving a batch of
+  due members to the stream is one script call, so a leader that dies
+  mid-pass moves all of the batch or none of it;
+- the timing metrics are a hash: counts with ``HINCRBY``, millisecond sums
+  with ``HINCRBYFLOAT`` (fast tasks must not round to 0), pipelined.
+
+Clocks: :meth:`RedisState.now` is this machine's unix time, and delayed tasks
+are scored and found due by the clocks of whichever instances add and move
+them, so the fleet needs reasonably synchronised clocks (NTP), as the
+original does. Expiries are the server's (``PX``), so leases and locks do not
+depend on client clocks.
+
+Redis Cluster: every script passes the keys it touches in ``KEYS``, but a
+delayed move touches the ZSET, the stream and the unique locks together, and
+those live in different hash slots unless the names share a hash tag, which
+the documented layout does not give them. Running the move on a cluster is
+out of scope; the single-key operations are cluster-safe.
+
+Errors: the client raises :class:`~taskrunner.errors.BackendError`
+subclasses already (a failing script as a ``ResponseError`` carrying the
+server's message), so nothing is translated here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from importlib import resources
+
+from taskrunner import _keys
+from taskrunner.backends._protocols import DelayedMove
+
+from ._connection import CommandArg
+from ._protocol import RedisClient
+from ._scripts import Script
+
+__all__ = ["RedisState"]
+
+logger = logging.getLogger(__name__)
+
+
+def _load_script(name: str) -> Script:
+    return Script((resources.files("taskrunner.backends.redis") / "lua" / name).read_bytes())
+
+
+ACQUIRE = _load_script("acquire.lua")
+"""``SET KEYS[1] ARGV[1] NX PX ARGV[2]``; 1 if taken, else 0."""
+RENEW = _load_script("renew.lua")
+"""``PEXPIRE KEYS[1] ARGV[2]`` only if its value is ``ARGV[1]``; 1 if renewed, else 0."""
+RELEASE = _load_script("release.lua")
+"""``DEL KEYS[1]`` only if its value is ``ARGV[1]``; 1 if deleted, else 0."""
+MOVE_DELAYED = _load_script("move_delayed.lua")
+"""Move a batch of delayed members to the stream; returns how many moved."""
+
+_SCAN_COUNT = 1000
+
+
+def _ms(seconds: float) -> int:
+    """A ``PX`` argument: whole milliseconds, rounded up, at least 1.
+
+    ``PX 0`` is an error in Redis, and rounding up never expires a key early.
+    Rounding to microseconds first keeps float noise (``1.1 * 1000`` is
+    ``1100.0000000000002``) from adding a millisecond.
+    """
+    return max(1, math.ceil(round(seconds * 1000, 6)))
+
+
+def _float_arg(value: float) -> str:
+    """``repr`` is the shortest text that parses back to the same double, on every
+    transport (hiredis and redis-py format floats differently otherwise)."""
+    return repr(float(value))
+
+
+class RedisState:
+    """Fleet-wide shared state on Redis (see the module docstring).
+
+    Args:
+        client: The connection to the server; not closed by this class.
+        stream_key: The stream that :meth:`move_delayed` adds entries to
+            (``<prefix>:<queue>``).
+    """
+
+    def __init__(self, client: RedisClient, *, stream_key: str) -> None:
+        self._client = client
+        self._stream_key = stream_key
+
+    def now(self) -> float:
+        """This machine's unix time in seconds (see the module docstring on clocks)."""
+        return time.time()
+
+    # Leases ---------------------------------------------------------------
+
+    async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
+        """Take the group's lease for ``owner`` if nobody holds it (``SET NX PX``).
+
+        Cancellation: the lease may have been taken; ``owner`` then holds it
+        until ``ttl`` ends, and a repeat returns ``False`` (``lease_owner``
+        tells).
+        """
+        reply: int = await ACQUIRE(self._client, [_keys.leader(group)], [owner, _ms(ttl)])
+        return reply == 1
+
+    async def renew_lease(self, group: str, owner: str, ttl: float) -> bool:
+        """Extend the lease to ``ttl`` from now, only if ``owner`` holds it.
+
+        Cancellation: the lease may have been extended; a repeat is harmless.
+        """
+        reply: int = await RENEW(self._client, [_keys.leader(group)], [owner, _ms(ttl)])
+        return reply == 1
+
+    async def resign_lease(self, group: str, owner: str) -> bool:
+        """Release the lease, only if ``owner`` holds it.
+
+        Cancellation: the lease may have been released; a repeat returns ``False``.
+        """
+        reply: int = await RELEASE(self._client, [_keys.leader(group)], [owner])
+        return reply == 1
+
+    async def lease_owner(self, group: str) -> str | None:
+        """Who holds the group's lease, if anyone."""
+        reply = await self._client.execute("GET", _keys.leader(group))
+        return None if reply is None else bytes(reply).decode()
+
+    # Delayed set ----------------------------------------------------------
+
+    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
+        """Add a member to the group's delayed set (``ZADD``; an existing member
+        gets the new run-at time).
+
+        Cancellation: the member may have been added; a repeat is harmless.
+        """
+        await self._client.execute("ZADD", _keys.delayed_tasks(group), _float_arg(run_at), member)
+
+    async def due_delayed(self, group: str, until: float, limit: int) -> list[bytes]:
+        """Up to ``limit`` members whose run-at time is ``<= until``, earliest first."""
+        reply = await self._client.execute(
+            "ZRANGEBYSCORE",
+            _keys.delayed_tasks(group),
+            "-inf",
+            _float_arg(until),
+            "LIMIT",
+            0,
+            limit,
+        )
+        return [bytes(member) for member in reply]
+
+    async def next_delayed_at(self, group: str) -> float | None:
+        """The earliest run-at time in the group's delayed set, if any."""
+        reply = await self._client.execute("ZRANGE", _keys.delayed_tasks(group), 0, 0, "WITHSCORES")
+        if not reply:
+            return None
+        return float(reply[1])
+
+    async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
+        """Atomically move the batch's members still in the set (and whose lock,
+        if any, is free) to the stream, in order: one script call.
+
+        An empty batch does not reach the server.
+
+        Returns:
+            How many members were moved.
+
+        Raises:
+            ResponseError: The script failed on the server (its message is kept).
+
+        Cancellation: the batch may have been moved (all of it that could
+        be); a repeat skips the members already gone.
+        """
+        if not moves:
+            return 0
+        keys: list[CommandArg] = [_keys.delayed_tasks(group), self._stream_key]
+        args: list[CommandArg] = []
+        for move in moves:
+            if move.lock_key is None:
+                lock_index = 0
+            else:
+                keys.append(move.lock_key)
+                lock_index = len(keys)  # Lua's KEYS is 1-based
+            args += [move.member, move.message, lock_index, move.lock_token, _ms(move.lock_ttl)]
+        reply = await MOVE_DELAYED(self._client, keys, args)
+        return int(reply)
+
+    # Metrics hash ---------------------------------------------------------
+
+    async def increment_metrics(self, group: str, increments: Mapping[str, float]) -> None:
+        """Add to fields of the group's metrics hash, in one pipelined round trip.
+
+        ``int`` values use ``HINCRBY`` (counts stay exact integers, as the
+        original stores them), other values ``HINCRBYFLOAT`` (sums keep
+        sub-millisecond precision). A field must keep to one kind: ``HINCRBY``
+        on a field holding ``"0.5"`` is an error reply. An empty mapping does
+        not reach the server.
+
+        Cancellation: some or all of the increments may have been applied; a
+        repeat counts them again.
+        """
+        if not increments:
+            return
+        key = _keys.metrics(group)
+        commands: list[tuple[CommandArg, ...]] = []
+        for name, value in increments.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                commands.append(("HINCRBY", key, name, value))
+            else:
+                commands.append(("HINCRBYFLOAT", key, name, _float_arg(value)))
+        await self._client.pipeline(commands)
+
+    async def read_metrics(self, group: str) -> dict[str, float]:
+        """Every numeric field of the group's metrics hash (others are skipped)."""
+        reply = await self._client.execute("HGETALL", _keys.metrics(group))
+        fields: dict[str, float] = {}
+        for raw_name, raw_value in zip(reply[::2], reply[1::2], strict=True):
+            try:
+                value = float(raw_value)
+            except ValueError:
+                logger.debug("skipping non-numeric metrics field %r = %r", raw_name, raw_value)
+                continue
+            fields[bytes(raw_name).decode(errors="replace")] = value
+        return fields
+
+    async def reset_metrics(self, group: str, fields: Sequence[str]) -> None:
+        """Set the given fields to 0 (one ``HSET``; no call for no fields).
+
+        Cancellation: the fields may have been reset; a repeat is harmless.
+        """
+        if not fields:
+            return
+        args: list[CommandArg] = []
+        for name in fields:
+            args += [name, 0]
+        await self._client.execute("HSET", _keys.metrics(group), *args)
+
+    # Heartbeats -----------------------------------------------------------
+
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
+        """Set ``taskrunner:replication:<host>`` to ``instance_id`` for ``ttl``."""
+        await self._client.execute("SET", _keys.replication(host), instance_id, "PX", _ms(ttl))
+
+    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+        """Delete this instance's heartbeat key, only if it still holds ``instance_id``."""
+        await RELEASE(self._client, [_keys.replication(host)], [instance_id])
+
+    async def count_heartbeats(self) -> int:
+        """Live heartbeat keys, counted with a ``SCAN MATCH`` loop (never ``KEYS``).
+
+        ``SCAN`` may return a key twice, so distinct names are counted; a key
+        added or removed during the scan may or may not be counted.
+        """
+        seen: set[bytes] = set()
+        cursor: bytes | int = 0
+        while True:
+            cursor, batch = await self._client.execute(
+                "SCAN", cursor, "MATCH", _keys.REPLICATION_PATTERN, "COUNT", _SCAN_COUNT
+            )
+            seen.update(batch)
+            if int(cursor) == 0:
+                return len(seen)
+
+    # Unique locks ---------------------------------------------------------
+
+    async def acquire_lock(self, key: str, token: str, ttl: float) -> bool:
+        """Take a lock that expires after ``ttl`` unless released (``SET NX PX``).
+
+        Cancellation: the lock may have been taken with ``token``; it expires
+        after ``ttl`` unless released with that token.
+        """
+        reply = await self._client.execute("SET", key, token, "NX", "PX", _ms(ttl))
+        return reply is not None
+
+    async def release_lock(self, key: str, token: str) -> bool:
+        """Delete the lock only if it holds ``token`` (compare-and-delete)."""
+        reply: int = await RELEASE(self._client, [key], [token])
+        return reply == 1
+
+    # Tuning ---------------------------------------------------------------
+
+    async def publish_tuning(self, group: str, capacity: int, ttl: float) -> None:
+        """Publish the leader's chosen pool capacity for ``ttl`` seconds."""
+        await self._client.execute(
+            "SET", _keys.worker_tuning_capacity(group), capacity, "PX", _ms(ttl)
+        )
+
+    async def read_tuning(self, group: str) -> int | None:
+        """The published capacity, if one is live (a non-integer value counts as none)."""
+        reply = await self._client.execute("GET", _keys.worker_tuning_capacity(group))
+        if reply is None:
+            return None
+        try:
+            return int(reply)
+        except ValueError:
+            logger.warning("ignoring a non-integer worker tuning capacity %r", reply)
+            return None

@@ -1,0 +1,26 @@
+-- Move due members of a delayed-task ZSET to the stream, atomically per batch.
+--
+-- KEYS[1]   the delayed-task ZSET
+-- KEYS[2]   the stream
+-- KEYS[3..] the unique locks of the moves that have one
+-- ARGV      five values per move, in move order:
+--           member, message, lock (index into KEYS, 0 = no lock), token, ttl (ms)
+--
+-- For each move: skip it if the member is no longer in the ZSET (another pass
+-- moved it); skip it if it has a lock that is held (the member stays and is
+-- tried again on a later pass); otherwise take the lock, ZREM the member and
+-- XADD the message as the entry's `payload` field.
+-- Returns how many members were moved.
+local moved = 0
+for i = 1, #ARGV, 5 do
+    local member = ARGV[i]
+    if redis.call('ZSCORE', KEYS[1], member) then
+        local lock = tonumber(ARGV[i + 2])
+        if lock == 0 or redis.call('SET', KEYS[lock], ARGV[i + 3], 'NX', 'PX', ARGV[i + 4]) then
+            redis.call('ZREM', KEYS[1], member)
+            redis.call('XADD', KEYS[2], '*', 'payload', ARGV[i + 1])
+            moved = moved + 1
+        end
+    end
+end
+return moved
