@@ -107,10 +107,10 @@ class RedisQueue:
             reader = self._readers[consumer] = self._client.dedicated()
         return reader
 
-    async def _read(self, consumer: str, args: list[CommandArg], timeout: float | None) -> Any:
-        if timeout is None:  # not blocking: fine on the shared connection
+    async def _read(self, consumer: str, args: list[CommandArg], limit: float | None) -> Any:
+        if limit is None:  # not blocking: fine on the shared connection
             return await self._client.execute(*args)
-        return await self._reader(consumer).execute(*args, reply_timeout=timeout)
+        return await self._reader(consumer).execute(*args, reply_timeout=limit)
 
     async def _create_group(self, group: str) -> None:
         try:
