@@ -8,8 +8,14 @@
 --
 -- For each move: skip it if the member is no longer in the ZSET (another pass
 -- moved it); skip it if it has a lock that is held (the member stays and is
--- tried again on a later pass); otherwise take the lock, ZREM the member and
--- XADD the message as the entry's `payload` field.
+-- tried again on a later pass); otherwise take the lock, XADD the message as
+-- the entry's `payload` field and ZREM the member.
+--
+-- A failing command stops a script without undoing what it already did, so
+-- the XADD comes first and is guarded: if it fails (a wrong type, OOM) the
+-- lock this move just took is dropped, the member stays in the set, and the
+-- error is returned as the server gave it; the moves before it in the batch
+-- are complete. ZREM of a member ZSCORE just found cannot fail.
 -- Returns how many members were moved.
 local moved = 0
 for i = 1, #ARGV, 5 do
@@ -17,8 +23,14 @@ for i = 1, #ARGV, 5 do
     if redis.call('ZSCORE', KEYS[1], member) then
         local lock = tonumber(ARGV[i + 2])
         if lock == 0 or redis.call('SET', KEYS[lock], ARGV[i + 3], 'NX', 'PX', ARGV[i + 4]) then
+            local added = redis.pcall('XADD', KEYS[2], '*', 'payload', ARGV[i + 1])
+            if type(added) == 'table' and added.err then
+                if lock ~= 0 then
+                    redis.call('DEL', KEYS[lock])
+                end
+                return redis.error_reply(added.err)
+            end
             redis.call('ZREM', KEYS[1], member)
-            redis.call('XADD', KEYS[2], '*', 'payload', ARGV[i + 1])
             moved = moved + 1
         end
     end

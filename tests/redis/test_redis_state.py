@@ -1,0 +1,401 @@
+"""RedisState (the SharedState half of the Redis backend) on every transport.
+
+The shared-state contract checks run against :class:`RedisState`; the two
+``move_delayed`` checks also read the stream, through :class:`_StreamReader`,
+a test-only adapter. The direct tests pin what the contract cannot see: the
+key names and TTLs on the server, the scripts surviving ``SCRIPT FLUSH``, the
+float/integer precision of the metrics hash, and which calls reach Redis.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self, cast
+
+import pytest
+import trio
+
+from taskrunner.backends import Backend, DelayedMove, QueueEntry
+from taskrunner.backends.redis._connection import CommandArg, Reply
+from taskrunner.backends.redis._errors import NoGroupError, ResponseError, WrongTypeError
+from taskrunner.backends.redis._protocol import DedicatedRedisConnection, RedisClient
+from taskrunner.backends.redis._state import RedisState, _ms
+from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
+
+STREAM = "taskrunner:tasks"
+
+STATE_CHECKS = {
+    "check_now_advances",
+    "check_lease_ownership",
+    "check_lease_expiry",
+    "check_delayed_set",
+    "check_move_delayed",
+    "check_move_delayed_unique_lock",
+    "check_metrics_hash",
+    "check_heartbeats",
+    "check_locks",
+    "check_tuning",
+}
+
+
+class _StreamReader(RedisState):
+    """TEST-ONLY adapter: RedisState plus the few MessageQueue methods the
+    ``move_delayed`` contract checks call (``read`` without blocking,
+    ``delete_consumer``, ``length``), as raw commands. Not the real queue
+    (``taskrunner/backends/redis/_queue.py``); it only lets the checks see
+    what the delayed moves added to the stream."""
+
+    def __init__(self, client: RedisClient) -> None:
+        super().__init__(client, stream_key=STREAM)
+        self.raw = client
+
+    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
+        assert block == 0, "the adapter does not block"
+        command = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS", STREAM, ">")
+        try:
+            reply = await self.raw.execute(*command)
+        except ResponseError as exc:  # NOGROUP; fakeredis: "ERR ... requires the key to exist"
+            if not isinstance(exc, NoGroupError) and "requires the key" not in exc.message:
+                raise
+            await self.raw.execute("XGROUP", "CREATE", STREAM, group, "0", "MKSTREAM")
+            reply = await self.raw.execute(*command)
+        if not reply:
+            return []
+        return [
+            QueueEntry(id=raw_id.decode(), payload=_fields(flat).get(b"payload"), delivery_count=1)
+            for raw_id, flat in reply[0][1]
+        ]
+
+    async def delete_consumer(self, group: str, consumer: str) -> int:
+        deleted: int = await self.raw.execute("XGROUP", "DELCONSUMER", STREAM, group, consumer)
+        return deleted
+
+    async def length(self) -> int:
+        length: int = await self.raw.execute("XLEN", STREAM)
+        return length
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _fields(flat: Sequence[Any]) -> dict[bytes, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+class _Recorder:
+    """A RedisClient that passes every call on and records it (the real protocol,
+    not a mock), to see which commands and round trips reach the server."""
+
+    def __init__(self, inner: RedisClient) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, list[tuple[CommandArg, ...]]]] = []
+
+    async def execute(self, *args: CommandArg) -> Reply:
+        self.calls.append(("execute", [args]))
+        return await self.inner.execute(*args)
+
+    async def pipeline(
+        self, commands: Sequence[Sequence[CommandArg]], *, raise_on_error: bool = True
+    ) -> list[Reply]:
+        self.calls.append(("pipeline", [tuple(c) for c in commands]))
+        return await self.inner.pipeline(commands, raise_on_error=raise_on_error)
+
+    def dedicated(self) -> DedicatedRedisConnection:
+        return self.inner.dedicated()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+    def command_names(self) -> list[str]:
+        return [str(command[0]) for _, commands in self.calls for command in commands]
+
+
+async def _all_keys(client: RedisClient) -> set[str]:
+    keys: set[str] = set()
+    cursor: bytes | int = 0
+    while True:
+        cursor, batch = await client.execute("SCAN", cursor, "COUNT", 1000)
+        keys.update(k.decode() for k in batch)
+        if int(cursor) == 0:
+            return keys
+
+
+def _leader_key(group: str) -> str:
+    digest = hashlib.sha1(group.encode()).digest()
+    return "taskrunner:leader:" + base64.b32encode(digest).decode()
+
+
+# Contract -------------------------------------------------------------------
+
+
+def test_state_check_names_exist() -> None:
+    assert STATE_CHECKS <= {check.__name__ for check in CONTRACT_CHECKS}
+
+
+@contract_parametrize(
+    exclude=[c.__name__ for c in CONTRACT_CHECKS if c.__name__ not in STATE_CHECKS]
+)
+async def test_contract(check: ContractCheck, client: RedisClient) -> None:
+    await check(cast(Backend, _StreamReader(client)))
+
+
+# Key names and expiries ----------------------------------------------------
+
+
+async def test_key_names_are_the_documented_ones(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    expected: set[str] = set()
+
+    async def expect(*keys: str) -> None:
+        expected.update(keys)
+        assert await _all_keys(client) == expected
+
+    await state.acquire_lease("g", "me", 5.0)
+    await expect(_leader_key("g"))
+    assert _leader_key("g") == "taskrunner:leader:KT6ROEJAT6Y4A6AQSI3UCMWGNZ46EJA3"
+    await state.add_delayed("g", b"m1", 1.0)
+    await state.add_delayed("g", b"m2", 2.0)
+    await expect("taskrunner:g:delayed_tasks")
+    await state.increment_metrics("g", {"t_sum": 1.5, "t_count": 1})
+    await expect("taskrunner:g:metrics")
+    await state.heartbeat("host-1", "i1", 5.0)
+    await expect("taskrunner:replication:host-1")
+    await state.acquire_lock("taskrunner:unique:t:k", "tok", 5.0)
+    await expect("taskrunner:unique:t:k")
+    await state.publish_tuning("g", 4, 5.0)
+    await expect("taskrunner:g:worker_tuning_capacity")
+    lock = "taskrunner:unique:t:other"
+    move = DelayedMove(member=b"m1", message=b"p", lock_key=lock, lock_token="x", lock_ttl=5.0)
+    assert await state.move_delayed("g", [move]) == 1
+    await expect(STREAM, lock)
+    assert await state.move_delayed("g", [DelayedMove(member=b"m2", message=b"q")]) == 1
+    expected.discard("taskrunner:g:delayed_tasks")  # an empty ZSET is no key
+    await expect()
+    types = {k: (await client.execute("TYPE", k)).decode() for k in sorted(expected)}
+    assert types == {
+        _leader_key("g"): "string",
+        "taskrunner:g:metrics": "hash",
+        "taskrunner:g:worker_tuning_capacity": "string",
+        "taskrunner:replication:host-1": "string",
+        "taskrunner:tasks": "stream",
+        "taskrunner:unique:t:k": "string",
+        lock: "string",
+    }
+    await state.resign_lease("g", "me")
+    await state.remove_heartbeat("host-1", "i1")
+    await state.release_lock("taskrunner:unique:t:k", "tok")
+    expected -= {_leader_key("g"), "taskrunner:replication:host-1", "taskrunner:unique:t:k"}
+    await expect()
+
+
+async def test_values_and_ttls(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+
+    async def pttl(key: str) -> int:
+        value: int = await client.execute("PTTL", key)
+        return value
+
+    await state.acquire_lease("g", "owner-1", 5.0)
+    assert await client.execute("GET", _leader_key("g")) == b"owner-1"
+    assert 4000 < await pttl(_leader_key("g")) <= 5000
+    await client.execute("PEXPIRE", _leader_key("g"), 1000)
+    assert await state.renew_lease("g", "owner-1", 7.5)
+    assert 6500 < await pttl(_leader_key("g")) <= 7500
+
+    await state.heartbeat("h", "instance-1", 15.0)
+    assert await client.execute("GET", "taskrunner:replication:h") == b"instance-1"
+    assert 14000 < await pttl("taskrunner:replication:h") <= 15000
+
+    await state.acquire_lock("taskrunner:unique:t", "token-1", 3.0)
+    assert await client.execute("GET", "taskrunner:unique:t") == b"token-1"
+    assert 2000 < await pttl("taskrunner:unique:t") <= 3000
+
+    await state.publish_tuning("g", 12, 20.0)
+    assert await client.execute("GET", "taskrunner:g:worker_tuning_capacity") == b"12"
+    assert 19000 < await pttl("taskrunner:g:worker_tuning_capacity") <= 20000
+
+    await state.add_delayed("g", b"m", 100.0)
+    lock = "taskrunner:unique:moved"
+    move = DelayedMove(member=b"m", message=b"p", lock_key=lock, lock_token="mv", lock_ttl=60.0)
+    assert await state.move_delayed("g", [move]) == 1
+    assert await client.execute("GET", lock) == b"mv"
+    assert 59000 < await pttl(lock) <= 60000
+    entries = await client.execute("XRANGE", STREAM, "-", "+")
+    assert [_fields(flat) for _, flat in entries] == [{b"payload": b"p"}]
+
+    await state.acquire_lock("taskrunner:unique:tiny", "t", 0.0001)  # rounds up to PX 1
+    assert await pttl("taskrunner:unique:tiny") <= 1
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ms"),
+    [(0.0, 1), (0.0001, 1), (0.001, 1), (0.0011, 2), (0.3, 300), (1.1, 1100), (5.0, 5000)],
+)
+def test_durations_round_up_to_whole_milliseconds(seconds: float, ms: int) -> None:
+    assert _ms(seconds) == ms
+
+
+# Delayed set ----------------------------------------------------------------
+
+
+async def test_locked_member_stays_in_the_set(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    lock = "taskrunner:unique:t:k"
+    await state.add_delayed("g", b"locked", 10.0)
+    await state.add_delayed("g", b"free", 11.0)
+    await client.execute("SET", lock, "holder")
+    moves = [
+        DelayedMove(member=b"locked", message=b"1", lock_key=lock, lock_token="mv", lock_ttl=5.0),
+        DelayedMove(member=b"free", message=b"2"),
+    ]
+    assert await state.move_delayed("g", moves) == 1
+    assert await client.execute("ZSCORE", "taskrunner:g:delayed_tasks", b"locked") == b"10"
+    assert await client.execute("ZSCORE", "taskrunner:g:delayed_tasks", b"free") is None
+    assert await client.execute("GET", lock) == b"holder", "a skipped move touched the lock"
+    assert await client.execute("PTTL", lock) == -1
+    assert await client.execute("XLEN", STREAM) == 1
+
+
+async def test_two_moves_sharing_a_lock_move_one(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    lock = "taskrunner:unique:t:k"
+    await state.add_delayed("g", b"a", 1.0)
+    await state.add_delayed("g", b"b", 2.0)
+    moves = [
+        DelayedMove(member=m, message=m, lock_key=lock, lock_token=m.decode(), lock_ttl=5.0)
+        for m in (b"a", b"b")
+    ]
+    assert await state.move_delayed("g", moves) == 1
+    assert await state.due_delayed("g", 100.0, 10) == [b"b"]
+    assert await client.execute("GET", lock) == b"a"
+
+
+async def test_failed_xadd_leaves_member_and_lock(client: RedisClient, kind: str) -> None:
+    """A script error keeps the server's message; the failing move's member
+    stays and the lock it just took is dropped; earlier moves are complete."""
+    stream = "not-a-stream"
+    state = RedisState(client, stream_key=stream)
+    await client.execute("SET", stream, "a string")
+    await state.add_delayed("g", b"m", 1.0)
+    lock = "taskrunner:unique:t:k"
+    move = DelayedMove(member=b"m", message=b"p", lock_key=lock, lock_token="mv", lock_ttl=5.0)
+    with pytest.raises(WrongTypeError) as caught:
+        await state.move_delayed("g", [move])
+    assert "wrong kind of value" in caught.value.message
+    assert await state.due_delayed("g", 100.0, 10) == [b"m"]
+    assert await client.execute("EXISTS", lock) == 0
+
+
+async def test_delayed_scores_keep_fractions(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    run_at = 1_764_503_000.123456
+    await state.add_delayed("g", b"m", run_at)
+    assert await state.next_delayed_at("g") == run_at
+    assert await state.due_delayed("g", run_at - 1e-6, 10) == []
+    assert await state.due_delayed("g", run_at, 10) == [b"m"]
+
+
+async def test_scripts_survive_script_flush(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    flush = ("SCRIPT", "FLUSH")
+    await client.execute(*flush)
+    assert await state.acquire_lease("g", "me", 5.0)
+    await client.execute(*flush)
+    assert await state.renew_lease("g", "me", 5.0)
+    await client.execute(*flush)
+    assert await state.resign_lease("g", "me")
+    await client.execute(*flush)
+    await state.add_delayed("g", b"m", 1.0)
+    assert await state.move_delayed("g", [DelayedMove(member=b"m", message=b"p")]) == 1
+    await client.execute(*flush)
+    await state.acquire_lock("taskrunner:unique:t", "tok", 5.0)
+    assert await state.release_lock("taskrunner:unique:t", "tok")
+    await client.execute(*flush)
+    await state.heartbeat("h", "i", 5.0)
+    await state.remove_heartbeat("h", "i")
+    assert await state.count_heartbeats() == 0
+
+
+# Metrics ------------------------------------------------------------------------
+
+
+async def test_metrics_mix_of_counts_and_float_sums(client: RedisClient) -> None:
+    recorder = _Recorder(client)
+    state = RedisState(recorder, stream_key=STREAM)
+    await state.increment_metrics("g", {"t_sum": 0.1, "t_count": 1})
+    await state.increment_metrics("g", {"t_sum": 0.2, "t_count": 2})
+    assert [kind for kind, _ in recorder.calls] == ["pipeline", "pipeline"]
+    assert [c[0] for c in recorder.calls[0][1]] == ["HINCRBYFLOAT", "HINCRBY"]
+    got = await state.read_metrics("g")
+    assert math.isclose(got["t_sum"], 0.3, abs_tol=1e-9)
+    assert got["t_count"] == 3.0
+    assert await client.execute("HGET", "taskrunner:g:metrics", "t_count") == b"3"
+
+    await state.reset_metrics("g", ["t_sum", "t_count"])
+    assert await state.read_metrics("g") == {"t_sum": 0.0, "t_count": 0.0}
+    await state.increment_metrics("g", {"t_count": 5, "t_sum": 1e-4})  # after a reset too
+    got = await state.read_metrics("g")
+    assert got["t_count"] == 5.0
+    assert math.isclose(got["t_sum"], 1e-4, rel_tol=1e-12)
+
+
+async def test_read_metrics_skips_non_numeric_fields(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    await client.execute("HSET", "taskrunner:g:metrics", "a_sum", "2.5", "junk", "abc")
+    assert await state.read_metrics("g") == {"a_sum": 2.5}
+
+
+async def test_read_tuning_ignores_a_non_integer(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    await client.execute("SET", "taskrunner:g:worker_tuning_capacity", "lots")
+    assert await state.read_tuning("g") is None
+
+
+async def test_empty_batches_do_not_reach_redis(client: RedisClient) -> None:
+    recorder = _Recorder(client)
+    state = RedisState(recorder, stream_key=STREAM)
+    assert await state.move_delayed("g", []) == 0
+    await state.increment_metrics("g", {})
+    await state.reset_metrics("g", [])
+    assert recorder.calls == []
+    await state.reset_metrics("g", ["a", "b"])
+    assert recorder.calls == [("execute", [("HSET", "taskrunner:g:metrics", "a", 0, "b", 0)])]
+
+
+# Heartbeats -------------------------------------------------------------------
+
+
+async def test_count_heartbeats_scans_every_key_once(client: RedisClient) -> None:
+    recorder = _Recorder(client)
+    state = RedisState(recorder, stream_key=STREAM)
+    hosts = 2500  # several SCAN pages
+    commands: list[tuple[CommandArg, ...]] = [
+        ("SET", f"taskrunner:replication:h{i}", "i", "PX", 60_000) for i in range(hosts)
+    ]
+    commands += [("SET", f"other:{i}", "x") for i in range(500)]
+    await client.pipeline(commands)
+    await client.execute("SET", "taskrunner:replicationX", "not a heartbeat")
+    assert await state.count_heartbeats() == hosts
+    names = recorder.command_names()
+    assert set(names) == {"SCAN"}
+    assert len(names) > 1
+    with trio.fail_after(10):
+        await state.heartbeat("h0", "i", 0.05)  # a renew of one of them
+        await trio.sleep(0.2)
+    assert await state.count_heartbeats() == hosts - 1
