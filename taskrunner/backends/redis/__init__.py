@@ -1,5 +1,8 @@
 """Redis Streams backend, and the trio-native Redis connection layer under it.
 
+The public name is :class:`RedisBackend` (``RedisBackend.from_url(url)`` or
+``RedisBackend.from_client(redis_py_client)``).
+
 Connection layer (private modules; the backend imports from them directly):
 
 - :mod:`._protocol`: :class:`RedisClient` and :class:`DedicatedRedisConnection`,
@@ -17,3 +20,5 @@ Connection layer (private modules; the backend imports from them directly):
 
 See ``docs/redis-connection.md`` for the design notes.
 """
+
+from taskrunner.backends.redis._backend import RedisBackend as RedisBackend

@@ -127,7 +127,12 @@ class RedisQueue:
         args += ["STREAMS", self.stream_key, ">"]
         try:
             reply = await self._read(consumer, args, timeout)
-        except NoGroupError:
+        except ResponseError as exc:
+            # NOGROUP on Redis; fakeredis answers a plain ERR when the stream
+            # itself is missing. Creating the group is idempotent, so try it
+            # once for either and let a second failure through.
+            if not isinstance(exc, NoGroupError) and exc.code != "ERR":
+                raise
             await self._create_group(group)
             reply = await self._read(consumer, args, timeout)
         if not reply:

@@ -1,0 +1,115 @@
+"""``RedisBackend``: the Redis Streams queue and the shared state, on one client.
+
+Built synchronously (``RedisBackend.from_url(...)`` at import time, then
+``trio.run(runner.serve)``): no connection is opened until the first call
+inside trio. ``aclose()`` (or ``async with``) closes the fetchers' dedicated
+connections and, when the backend created the client, the client too.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._protocol import RedisClient
+from taskrunner.backends.redis._pyredis import PyRedisClient
+from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._state import RedisState
+
+
+class RedisBackend(RedisQueue, RedisState):
+    """Queue and shared state on Redis (>= 6.2; 7+ recommended).
+
+    Args:
+        client: Any :class:`RedisClient` (native or redis-py transport).
+        prefix: Stream namespace: the stream is ``<prefix>:<queue>``.
+        queue: Stream name.
+        delete_on_ack: ``XDEL`` entries when they are acked (keeps the stream short).
+        owns_client: Close ``client`` in :meth:`aclose` (true for the clients
+            :meth:`from_url` and :meth:`from_client` wrap; the latter never
+            closes the redis-py client you passed).
+
+    Prefer :meth:`from_url` or :meth:`from_client`.
+    """
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        prefix: str = "taskrunner",
+        queue: str = "tasks",
+        delete_on_ack: bool = True,
+        owns_client: bool = True,
+    ) -> None:
+        RedisQueue.__init__(self, client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        RedisState.__init__(self, client, stream_key=self.stream_key)
+        self.client = client
+        self._owns_client = owns_client
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = "taskrunner",
+        queue: str = "tasks",
+        delete_on_ack: bool = True,
+        pool_size: int = 1,
+        **options: Any,
+    ) -> RedisBackend:
+        """A backend on the trio-native client.
+
+        Args:
+            url: ``redis://[user:password@]host:port/db``, ``rediss://...`` (TLS),
+                or ``unix:///path?db=N``.
+            pool_size: Shared (auto-pipelined) connections; each fetcher also
+                gets a dedicated one for its blocking reads.
+            options: Connection options (timeouts, ``ssl_*``), see
+                ``docs/redis-connection.md``.
+
+        Raises:
+            ValueError: the URL cannot be parsed.
+        """
+        client = NativeRedisClient.from_url(url, pool_size=pool_size, **options)
+        return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+
+    @classmethod
+    def from_client(
+        cls,
+        client: Any,
+        *,
+        prefix: str = "taskrunner",
+        queue: str = "tasks",
+        delete_on_ack: bool = True,
+    ) -> RedisBackend:
+        """A backend on any redis-py sync client (``redis.Redis``,
+        ``redis.RedisCluster``, ``fakeredis.FakeRedis``...), called in worker
+        threads. The client stays yours: :meth:`aclose` does not close it.
+        """
+        return cls(
+            PyRedisClient(client, close_client=False),
+            prefix=prefix,
+            queue=queue,
+            delete_on_ack=delete_on_ack,
+        )
+
+    def __repr__(self) -> str:
+        return f"RedisBackend(stream={self.stream_key!r})"
+
+    async def aclose(self) -> None:
+        """Close the dedicated connections, and the client if this backend made it."""
+        await self._close_readers()
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def __aenter__(self) -> RedisBackend:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

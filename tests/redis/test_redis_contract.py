@@ -1,0 +1,50 @@
+"""The backend contract suite on RedisBackend: native client on a real server,
+redis-py client on the same server, and fakeredis in process."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import fakeredis
+import pytest
+
+from taskrunner.backends.redis import RedisBackend
+from taskrunner.testing import contract_parametrize
+
+
+@pytest.fixture(params=["native", "redis-py", "fakeredis"])
+async def make_backend(request: pytest.FixtureRequest) -> AsyncIterator[object]:
+    opened: list[RedisBackend] = []
+
+    def make(delete_on_ack: bool = True) -> RedisBackend:
+        queue = f"contract-{uuid.uuid4().hex[:8]}"
+        if request.param == "fakeredis":
+            server = fakeredis.FakeServer()
+            backend = RedisBackend.from_client(
+                fakeredis.FakeRedis(server=server, protocol=2),
+                queue=queue,
+                delete_on_ack=delete_on_ack,
+            )
+        elif request.param == "redis-py":
+            import redis
+
+            url = request.getfixturevalue("redis_url")
+            backend = RedisBackend.from_client(
+                redis.Redis.from_url(url, protocol=2), queue=queue, delete_on_ack=delete_on_ack
+            )
+        else:
+            url = request.getfixturevalue("redis_url")
+            backend = RedisBackend.from_url(url, queue=queue, delete_on_ack=delete_on_ack)
+        opened.append(backend)
+        return backend
+
+    yield make
+    for backend in opened:
+        await backend.aclose()
+
+
+@contract_parametrize()
+@pytest.mark.parametrize("delete_on_ack", [True, False], ids=["delete", "keep"])
+async def test_redis_contract(check, make_backend, delete_on_ack: bool) -> None:  # type: ignore[no-untyped-def]
+    await check(make_backend(delete_on_ack))
