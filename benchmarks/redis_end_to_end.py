@@ -1,0 +1,100 @@
+"""End-to-end no-op throughput through RedisBackend on a local server.
+
+One runner process (concurrency 32): dispatch N no-op tasks in batches
+(``dispatch_many``), then serve until every one is acked. Reports enqueue and
+processing tasks/s, and the same run's ``redis-benchmark -P 16`` XADD rate as
+the ceiling, as ratios. Targets: process >= 15,000/s, enqueue >= 100,000/s.
+
+    python benchmarks/redis_end_to_end.py [--tasks N] [--workers W] [--fetchers F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import trio
+from redis_connection import find_redis_benchmark, redis_benchmark
+
+from taskrunner import TaskRunner, TaskRunnerConfig
+from taskrunner._embedded import running_server
+from taskrunner.backends.redis import RedisBackend
+
+
+async def one_run(url: str, n: int, workers: int, fetchers: int, run: int) -> tuple[float, float]:
+    backend = RedisBackend.from_url(url, queue=f"bench{run}")
+    runner = TaskRunner(
+        TaskRunnerConfig(
+            consumer_group="bench",
+            num_workers=workers,
+            batch_size=workers,
+            num_fetchers=fetchers,
+        ),
+        backend,
+    )
+    done = trio.Event()
+    count = 0
+
+    @runner.task()
+    async def noop(payload: object) -> None:
+        nonlocal count
+        count += 1
+        if count == n:
+            done.set()
+
+    payloads = [{"i": i} for i in range(n)]
+    start = time.perf_counter()
+    for at in range(0, n, 10_000):
+        await runner.dispatch_many("noop", payloads[at : at + 10_000])
+    enqueued = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        serve_started = time.perf_counter()
+        await done.wait()
+        while runner.statistics().acked < n:  # noqa: ASYNC110 - no event for acks
+            await trio.sleep(0.001)
+        processed = time.perf_counter()
+        nursery.cancel_scope.cancel()
+    assert await backend.length() == 0, "entries left in the stream"
+    await backend.aclose()
+    return n / (enqueued - start), n / (processed - serve_started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--fetchers", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with running_server() as server:
+        enqueue, process = [], []
+        for run in range(args.repeat):
+            e, p = trio.run(one_run, server.url, args.tasks, args.workers, args.fetchers, run)
+            enqueue.append(e)
+            process.append(p)
+        tool = find_redis_benchmark()
+        ceiling = (
+            redis_benchmark(
+                tool, server.port, 200_000, "-P", "16", "xadd", "ceiling", "*", "payload", "x",
+                row="xadd ceiling * payload x",
+            )  # fmt: skip
+            if tool
+            else None
+        )
+    e, p = statistics.median(enqueue), statistics.median(process)
+    print(
+        f"redis_end_to_end: {args.tasks} no-op tasks, {args.workers} workers, "
+        f"{args.fetchers} fetcher(s), {server.kind}, median of {args.repeat}"
+    )
+    print(f"  enqueue (dispatch_many): {e:>10,.0f} tasks/s   target >= 100,000")
+    print(f"  process (serve):         {p:>10,.0f} tasks/s   target >= 15,000")
+    if ceiling:
+        print(f"  redis-benchmark -P 16 XADD: {ceiling:>10,.0f} ops/s (ceiling)")
+        print(f"  ratio enqueue / ceiling: {e / ceiling:.3f}")
+        print(f"  ratio process / ceiling: {p / ceiling:.3f}")
+
+
+if __name__ == "__main__":
+    main()
