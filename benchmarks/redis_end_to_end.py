@@ -75,14 +75,12 @@ def main() -> None:
             enqueue.append(e)
             process.append(p)
         tool = find_redis_benchmark()
-        ceiling = (
-            redis_benchmark(
-                tool, server.port, 200_000, "-P", "16", "xadd", "ceiling", "*", "payload", "x",
-                row="xadd ceiling * payload x",
-            )  # fmt: skip
-            if tool
-            else None
-        )
+        ceiling = None
+        if tool:
+            xadd = ["xadd", "ceiling", "*", "payload", "x"]
+            ceiling = redis_benchmark(
+                tool, server.port, 200_000, "-P", "16", *xadd, row=" ".join(xadd)
+            )
     e, p = statistics.median(enqueue), statistics.median(process)
     print(
         f"redis_end_to_end: {args.tasks} no-op tasks, {args.workers} workers, "
