@@ -1,8 +1,8 @@
 """RedisState (the SharedState half of the Redis backend) on every transport.
 
-The shared-state contract checks run against :class:`RedisState`; the two
-``move_delayed`` checks also read the stream, through :class:`_StreamReader`,
-a test-only adapter. The direct tests pin what the contract cannot see: the
+The shared-state contract checks run against the :class:`RedisState` half of
+:class:`RedisBackend` (the two ``move_delayed`` checks also read the stream,
+through its queue half). The direct tests pin what the contract cannot see: the
 key names and TTLs on the server, the scripts surviving ``SCRIPT FLUSH``, the
 float/integer precision of the metrics hash, and which calls reach Redis.
 """
@@ -14,14 +14,15 @@ import hashlib
 import math
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import pytest
 import trio
 
-from taskrunner.backends import Backend, DelayedMove, QueueEntry
+from taskrunner.backends import DelayedMove
+from taskrunner.backends.redis._backend import RedisBackend
 from taskrunner.backends.redis._connection import CommandArg, Reply
-from taskrunner.backends.redis._errors import NoGroupError, ResponseError, WrongTypeError
+from taskrunner.backends.redis._errors import WrongTypeError
 from taskrunner.backends.redis._protocol import DedicatedRedisConnection, RedisClient
 from taskrunner.backends.redis._state import RedisState, _ms
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
@@ -40,46 +41,6 @@ STATE_CHECKS = {
     "check_locks",
     "check_tuning",
 }
-
-
-class _StreamReader(RedisState):
-    """TEST-ONLY adapter: RedisState plus the few MessageQueue methods the
-    ``move_delayed`` contract checks call (``read`` without blocking,
-    ``delete_consumer``, ``length``), as raw commands. Not the real queue
-    (``taskrunner/backends/redis/_queue.py``); it only lets the checks see
-    what the delayed moves added to the stream."""
-
-    def __init__(self, client: RedisClient) -> None:
-        super().__init__(client, stream_key=STREAM)
-        self.raw = client
-
-    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
-        assert block == 0, "the adapter does not block"
-        command = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count, "STREAMS", STREAM, ">")
-        try:
-            reply = await self.raw.execute(*command)
-        except ResponseError as exc:  # NOGROUP; fakeredis: "ERR ... requires the key to exist"
-            if not isinstance(exc, NoGroupError) and "requires the key" not in exc.message:
-                raise
-            await self.raw.execute("XGROUP", "CREATE", STREAM, group, "0", "MKSTREAM")
-            reply = await self.raw.execute(*command)
-        if not reply:
-            return []
-        return [
-            QueueEntry(id=raw_id.decode(), payload=_fields(flat).get(b"payload"), delivery_count=1)
-            for raw_id, flat in reply[0][1]
-        ]
-
-    async def delete_consumer(self, group: str, consumer: str) -> int:
-        deleted: int = await self.raw.execute("XGROUP", "DELCONSUMER", STREAM, group, consumer)
-        return deleted
-
-    async def length(self) -> int:
-        length: int = await self.raw.execute("XLEN", STREAM)
-        return length
-
-    async def aclose(self) -> None:
-        pass
 
 
 def _fields(flat: Sequence[Any]) -> dict[bytes, Any]:
@@ -152,7 +113,12 @@ def test_state_check_names_exist() -> None:
     exclude=[c.__name__ for c in CONTRACT_CHECKS if c.__name__ not in STATE_CHECKS]
 )
 async def test_contract(check: ContractCheck, client: RedisClient) -> None:
-    await check(cast(Backend, _StreamReader(client)))
+    backend = RedisBackend(client, owns_client=False)
+    assert backend.stream_key == STREAM
+    try:
+        await check(backend)
+    finally:
+        await backend.aclose()
 
 
 # Key names and expiries ----------------------------------------------------
