@@ -318,7 +318,14 @@ async def test_statistics_and_pool_spreading(redis_url: str) -> None:
         assert client.statistics().dedicated_connections == 0
 
 
-async def test_native_client_must_be_entered(redis_url: str) -> None:
+async def test_native_client_works_without_async_with(redis_url: str) -> None:
+    """Not entered: connections run as system tasks until ``aclose``."""
     client = NativeRedisClient.from_url(redis_url)
-    with pytest.raises(RuntimeError, match="async with"):
+    try:
+        assert await client.execute("PING") == b"PONG"
+        assert await client.pipeline([("SET", "a", 1), ("GET", "a")]) == [b"OK", b"1"]
+        assert client.statistics().shared_connections == 1
+    finally:
+        await client.aclose()
+    with pytest.raises(trio.ClosedResourceError):
         await client.execute("PING")

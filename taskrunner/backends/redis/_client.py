@@ -6,8 +6,9 @@ connection first, then an unopened slot, then the least busy live one),
 opening the connection on demand under the slot's lock; callers queued behind
 a failed attempt fail with that attempt's error rather than each trying again,
 and the next attempt waits out the slot's backoff delay. The connections'
-reader/writer tasks run in a nursery the client opens in ``__aenter__``, so the
-client must be used inside ``async with``.
+reader/writer tasks run in a nursery the client opens in ``__aenter__``; a
+client used without ``async with`` runs them as trio system tasks instead
+(then :meth:`NativeRedisClient.aclose` ends them, or the end of ``trio.run``).
 
 Blocking commands go through :meth:`NativeRedisClient.dedicated`, which hands
 out a :class:`~._connection.DedicatedConnection` of their own.
