@@ -43,7 +43,7 @@ class Dispatching:
             unique_for=unique_for_wire(task.unique_for) if task.unique else 0,
             unique_key=(task.unique_key(payload) or "") if task.unique_key else "",
             unique_lock_value=uuid.uuid4().hex if task.unique else "",
-            reservation_timeout=int(task.reservation_timeout * 1e9),
+            reservation_timeout=int(task.reservation * 1e9),
         )
 
     def _get_task(self, name: str) -> Task:

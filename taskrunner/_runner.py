@@ -135,7 +135,11 @@ class TaskRunner(Dispatching):
         return dict(self._tasks)
 
     def register(self, task: Task) -> Task:
-        """Register ``task``.
+        """Register ``task``; a ``reservation_timeout`` of ``None`` becomes a third
+        of ``reclaim_delay``.
+
+        Returns:
+            The task as registered.
 
         Raises:
             ValueError: a task with that name is registered already (or the name
@@ -149,7 +153,9 @@ class TaskRunner(Dispatching):
             )
         if task.name in self._tasks:
             raise ValueError(f"a task named {task.name!r} is already registered")
-        if task.reservation_timeout >= self.config.reclaim_delay:
+        if task.reservation_timeout is None:
+            task = attrs.evolve(task, reservation_timeout=self.config.reclaim_delay / 3)
+        elif task.reservation_timeout >= self.config.reclaim_delay:
             raise ValueError(
                 f"Task.reservation_timeout ({task.reservation_timeout!r}s) must be below "
                 f"reclaim_delay ({self.config.reclaim_delay!r}s) for task {task.name!r}"
@@ -162,7 +168,7 @@ class TaskRunner(Dispatching):
         name: str | None = None,
         *,
         max_retry: int = 1,
-        reservation_timeout: float = 60.0,
+        reservation_timeout: float | None = None,
         unique: bool = False,
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
@@ -241,7 +247,7 @@ class TaskRunner(Dispatching):
 
     # Serving ----------------------------------------------------------------
     def _refresh_tick(self) -> float:
-        timeouts = [t.reservation_timeout for t in self._tasks.values()]
+        timeouts = [t.reservation for t in self._tasks.values()]
         return min(timeouts) / 2 if timeouts else DEFAULT_REFRESH_TICK
 
     def resize(self, capacity: int) -> None:

@@ -60,7 +60,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
         message = TaskMessage(
             task_name=name,
             payload=payload,
-            reservation_timeout=int(task.reservation_timeout * 1e9) if task else 0,
+            reservation_timeout=int(task.reservation * 1e9) if task else 0,
         )
         return DelayedMove(member=raw, message=_encode(message, raw))
     unique_key = (task.unique_key(payload) or "") if task.unique_key else ""
@@ -72,7 +72,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
         unique_for=unique_for_wire(task.unique_for),
         unique_key=unique_key,
         unique_lock_value=token,
-        reservation_timeout=int(task.reservation_timeout * 1e9),
+        reservation_timeout=int(task.reservation * 1e9),
     )
     return DelayedMove(
         member=raw,

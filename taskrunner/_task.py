@@ -33,7 +33,9 @@ def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: int
         raise ValueError(f"Task.{attribute.name} must be an integer >= 0, got {value!r}")
 
 
-def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"Task.{attribute.name} must be a number of seconds > 0, got {value!r}")
 
@@ -57,10 +59,10 @@ class Task:
     max_retry: int = attrs.field(default=1, validator=_non_negative_int)
     """How many times the task may run in all (first run included); 0 means 1."""
 
-    reservation_timeout: float = attrs.field(default=60.0, validator=_positive_seconds)
+    reservation_timeout: float | None = attrs.field(default=None, validator=_positive_seconds)
     """While the action runs longer than this, its message is refreshed every
-    ``reservation_timeout`` so no other consumer reclaims it. Keep it below the
-    runner's ``reclaim_delay``."""
+    ``reservation_timeout`` so no other consumer reclaims it. Must be below the
+    runner's ``reclaim_delay``; ``None`` (the default) means a third of it."""
 
     unique: bool = False
     """At most one message of this task (per unique key) queued or running at once."""
@@ -89,6 +91,17 @@ class Task:
             )
         if self.unique_key is not None and not callable(self.unique_key):
             raise ValueError(f"Task.unique_key must be callable or None, got {self.unique_key!r}")
+
+    @property
+    def reservation(self) -> float:
+        """The reservation timeout in seconds, as resolved by ``TaskRunner.register``.
+
+        Raises:
+            RuntimeError: the task was not registered and has no explicit timeout.
+        """
+        if self.reservation_timeout is None:
+            raise RuntimeError(f"task {self.name!r} has no reservation timeout until registered")
+        return self.reservation_timeout
 
     @property
     def attempts(self) -> int:

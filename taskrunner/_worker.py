@@ -121,7 +121,7 @@ class Worker:
             await self._fail(_delivery(entry, consumer, message), exc)
             return
 
-        self._inflight.add(entry.id, consumer, task.reservation_timeout, trio.current_time())
+        self._inflight.add(entry.id, consumer, task.reservation, trio.current_time())
         started = trio.current_time()
         try:
             await task.action(payload)

@@ -44,6 +44,38 @@ class MemoryBackend(MemoryStream, MemoryState):
     def __repr__(self) -> str:
         return f"MemoryBackend(stream={self.stream_key!r})"
 
+    def key_summary(self, group: str) -> list[tuple[str, str, int, float | None]]:
+        """(name, type, size, ttl) of every key this backend would hold on Redis
+        for ``group``: what ``taskrunner.admin.list_keys`` reports."""
+        out: list[tuple[str, str, int, float | None]] = []
+        if self._entries or self._groups:
+            out.append((self.stream_key, "stream", len(self._entries), None))
+        if self._dead:
+            out.append(
+                (_keys.dead_letter(self.prefix, self.queue), "stream", len(self._dead), None)
+            )
+        if self._ring:
+            ring = _keys.claim_delay_ring(self.prefix, self.queue)
+            out.append((ring, "list", len(self._ring), None))
+        for name in self.keys():
+            out.append((name, "string", len(self._strings[name][0]), self.ttl(name)))
+        if self._delayed.get(group):
+            out.append((_keys.delayed_tasks(group), "zset", len(self._delayed[group]), None))
+        if self._metrics.get(group):
+            out.append((_keys.metrics(group), "hash", len(self._metrics[group]), None))
+        return out
+
+    def flush_group(self, group: str) -> None:
+        """Forget everything (what ``taskrunner.admin.flush`` does on Redis)."""
+        self._entries.clear()
+        self._seq_of.clear()
+        self._groups.clear()
+        self._dead.clear()
+        self._ring.clear()
+        self._strings.clear()
+        self._delayed.pop(group, None)
+        self._metrics.pop(group, None)
+
     async def aclose(self) -> None:
         """Nothing to release; present for the :class:`~taskrunner.backends.Backend` protocol."""
 

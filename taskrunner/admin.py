@@ -1,0 +1,170 @@
+"""Operator tools: inspect and wipe a group's keys.
+
+:func:`flush` is the "Flushing / cleanup" recipe of the key layout
+(docs/redis-key-layout.md) as one call, for development and staging: it drops
+in-flight messages, forces a re-election and may let a duplicate unique job
+in, so it refuses to run without ``confirm=True``. :func:`list_keys` shows
+every documented key of a group that exists, with its type, size and TTL.
+
+Both work on :class:`~taskrunner.backends.redis.RedisBackend` (with ``SCAN``,
+never ``KEYS``) and on :class:`~taskrunner.backends.memory.MemoryBackend`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from taskrunner import _keys
+from taskrunner.backends import Backend
+from taskrunner.backends.memory import MemoryBackend
+
+__all__ = ["KeyInfo", "documented_keys", "flush", "list_keys"]
+
+
+@attrs.frozen(kw_only=True)
+class KeyInfo:
+    """One key as found on the server."""
+
+    name: str
+    type: str
+    """``stream``, ``zset``, ``string``, ``hash`` or ``list``."""
+    size: int
+    """Entries (stream, zset, hash, list) or bytes (string)."""
+    ttl: float | None
+    """Seconds left, or ``None`` when the key does not expire."""
+    purpose: str
+    """What the key is for, from the key layout."""
+
+
+def documented_keys(backend: Backend, group: str) -> dict[str, str]:
+    """The fixed key names of ``group`` on ``backend``'s queue, with their purpose.
+
+    Per-instance (``taskrunner:replication:*``) and per-job
+    (``taskrunner:unique:*``) keys are found by pattern instead.
+    """
+    prefix, queue = _prefix_queue(backend)
+    return {
+        _keys.stream(prefix, queue): "main stream (+ consumer group state)",
+        _keys.dead_letter(prefix, queue): "dead-letter stream",
+        _keys.claim_delay_ring(prefix, queue): "claim-delay ring (newest 1000, ns)",
+        _keys.delayed_tasks(group): "delayed tasks (score = run-at)",
+        _keys.leader(group): "leader lease",
+        _keys.worker_tuning_capacity(group): "published pool capacity",
+        _keys.metrics(group): "timing metrics",
+    }
+
+
+PATTERNS = {
+    f"{_keys.PREFIX}:replication:*": "instance heartbeat",
+    f"{_keys.PREFIX}:unique:*": "unique-job lock",
+}
+
+
+def _prefix_queue(backend: Backend) -> tuple[str, str]:
+    prefix = getattr(backend, "prefix", None)
+    queue = getattr(backend, "queue", None)
+    if not isinstance(prefix, str) or not isinstance(queue, str):
+        raise TypeError(f"{backend!r} has no prefix/queue: not a taskrunner backend?")
+    return prefix, queue
+
+
+async def _scan(client: Any, pattern: str) -> list[str]:
+    cursor: bytes | str = b"0"
+    found: set[str] = set()
+    while True:
+        cursor, batch = await client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+        found.update(k.decode() for k in batch)
+        if cursor in (b"0", "0", 0):
+            return sorted(found)
+
+
+_SIZE = {"stream": "XLEN", "zset": "ZCARD", "hash": "HLEN", "list": "LLEN", "string": "STRLEN"}
+
+
+async def list_keys(backend: Backend, group: str) -> list[KeyInfo]:
+    """Every documented key of ``group`` that exists now (plus all heartbeat and
+    unique-lock keys, which are not per group)."""
+    fixed = documented_keys(backend, group)
+    if isinstance(backend, MemoryBackend):
+        return _memory_keys(backend, group, fixed)
+    client = _redis_client(backend)
+    names = dict(fixed)
+    for pattern, purpose in PATTERNS.items():
+        names.update(dict.fromkeys(await _scan(client, pattern), purpose))
+    out = []
+    for name, purpose in names.items():
+        kind = (await client.execute("TYPE", name)).decode()
+        if kind == "none":
+            continue
+        size = await client.execute(_SIZE.get(kind, "STRLEN"), name)
+        pttl = await client.execute("PTTL", name)
+        out.append(
+            KeyInfo(
+                name=name,
+                type=kind,
+                size=int(size),
+                ttl=pttl / 1000 if pttl >= 0 else None,
+                purpose=purpose,
+            )
+        )
+    return out
+
+
+def _memory_keys(backend: MemoryBackend, group: str, fixed: dict[str, str]) -> list[KeyInfo]:
+    out = []
+    for name, kind, size, ttl in backend.key_summary(group):
+        purpose = fixed.get(name) or next(
+            (p for pat, p in PATTERNS.items() if name.startswith(pat[:-1])), "unknown"
+        )
+        out.append(KeyInfo(name=name, type=kind, size=size, ttl=ttl, purpose=purpose))
+    return out
+
+
+def _redis_client(backend: Backend) -> Any:
+    from taskrunner.backends.redis import RedisBackend
+
+    if not isinstance(backend, RedisBackend):
+        raise TypeError(f"expected a RedisBackend or MemoryBackend, got {backend!r}")
+    return backend.client
+
+
+async def flush(
+    backend: Backend, group: str, *, confirm: bool = False, replication: bool = True
+) -> list[str]:
+    """Delete every key of ``group`` (the stream and its dead letters too).
+
+    Args:
+        confirm: Must be ``True``: this drops in-flight messages.
+        replication: Also delete all heartbeat keys (they repopulate within
+            10 s from live instances).
+
+    Returns:
+        The names of the keys deleted.
+
+    Raises:
+        ValueError: ``confirm`` is not ``True``.
+    """
+    if confirm is not True:
+        raise ValueError(
+            f"flush deletes every key of group {group!r}, including in-flight messages; "
+            "call it with confirm=True (dev and staging only)"
+        )
+    present = [k.name for k in await list_keys(backend, group)]
+    if isinstance(backend, MemoryBackend):
+        backend.flush_group(group)
+        return present
+    client = _redis_client(backend)
+    prefix, queue = _prefix_queue(backend)
+    stream = _keys.stream(prefix, queue)
+    from taskrunner.backends.redis._errors import ResponseError
+
+    try:
+        await client.execute("XGROUP", "DESTROY", stream, group)
+    except ResponseError:  # no stream or no group: nothing to destroy
+        pass
+    doomed = [k for k in present if replication or not k.startswith(f"{_keys.PREFIX}:replication:")]
+    if doomed:
+        await client.execute("DEL", *doomed)
+    return doomed
