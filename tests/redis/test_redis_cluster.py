@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,9 +23,13 @@ if TYPE_CHECKING:
 async def test_cluster_client_gives_raw_replies(
     redis_server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
+    with socket.socket() as sock:  # the bus port, else it is port + 10000 (too high for some)
+        sock.bind(("127.0.0.1", 0))
+        bus_port = sock.getsockname()[1]
     server = redis_server_factory(
-        "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf")
-    )
+        "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf"),
+        "--cluster-port", str(bus_port),
+    )  # fmt: skip
     async with NativeRedisClient.from_url(server.url) as admin:
         assert await admin.execute("CLUSTER", "ADDSLOTSRANGE", 0, 16383) == b"OK"
         for _ in range(500):
