@@ -12,7 +12,7 @@ import random
 import pytest
 import trio
 import trio.testing
-from _fleet import make_runner, serving, wait_until
+from _fleet import Partition, make_runner, serving, wait_until
 
 from taskrunner import TaskRunner
 from taskrunner._stats import Stats
@@ -332,3 +332,29 @@ async def test_every_timing_reaches_the_hash_across_shutdown(
     assert await hash_count(backend, "work") == invocations
     done = sum(r.statistics().completed + r.statistics().failed for r in runners)
     assert done == invocations
+
+
+async def test_no_timing_is_lost_across_a_backend_outage(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    link = Partition(backend)
+    runner = make_runner(link, num_workers=4)  # type: ignore[arg-type]
+    invocations = 0
+
+    async def work(payload: object) -> None:
+        nonlocal invocations
+        invocations += 1
+        await trio.sleep(0.25)
+
+    runner.task(name="work")(work)
+    await runner.dispatch_many("work", [None] * 200)
+    async with serving(runner):
+        await trio.sleep(2.1)
+        link.cut = True  # flushes fail; running tasks finish and are timed meanwhile
+        await trio.sleep(5)
+        assert invocations > await hash_count(backend, "work")
+        link.cut = False
+        await wait_until(lambda: runner.statistics().acked == 200, limit=600)
+    assert invocations >= 200
+    assert await hash_count(backend, "work") == invocations
