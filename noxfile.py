@@ -23,8 +23,9 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff: lint rules and formatting."""
     session.install("ruff>=0.6")
-    session.run("ruff", "check", "taskrunner", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "taskrunner", "tests", "benchmarks", "noxfile.py")
+    paths = ["taskrunner", "tests", "benchmarks", "examples", "noxfile.py"]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 @nox.session
