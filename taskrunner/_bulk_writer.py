@@ -14,10 +14,12 @@ A write is never interrupted by cancellation: each one runs shielded, bounded
 by :data:`FLUSH_TIMEOUT`. That keeps a batch out of the ambiguous state of a
 call cancelled half-way, where the store may or may not have applied it and
 restoring could count it twice. Only the timeout itself can cut a write
-short; the batch is then restored, at the (rare, logged) risk of counting it
-twice if the store had applied it but the reply was lost. Counting a batch
-twice skews an average slightly; losing timings at every shutdown would skew
-it every time.
+short; the batch is then restored. So is the batch of a write that failed
+with ``BackendError``, even one that may have reached the store (a
+connection lost while waiting for the reply): delivery into the hash is
+at-least-once, and in those rare, logged cases a batch can be counted twice.
+Counting a batch twice skews an average slightly; losing timings at every
+hiccup or shutdown would skew it every time.
 
 Shutdown: the runner cancels this service after the workers have drained, so
 the final flush, run shielded and bounded by :data:`FINAL_FLUSH_TIMEOUT`,
