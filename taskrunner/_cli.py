@@ -1,12 +1,12 @@
 """The ``taskrunner`` command line (also ``python -m taskrunner``).
 
 Theory of operation: one ``argparse`` parser with a subparser per command.
-Each command is a :class:`Command`: a name, a one-line help, a function that
-adds its arguments, and a function that runs it from the parsed namespace and
-returns the exit code. Adding ``worker``, ``dispatch``, ``stats`` and the rest
-later means adding one entry to :data:`COMMANDS`. Bad arguments are argparse's
-one-line error and exit code 2; a command's own failures are its exit code
-and one line on stderr.
+Each command is a :class:`~taskrunner._cli_base.Command`: a name, a one-line
+help, a function that adds its arguments, and a function that runs it from the
+parsed namespace and returns the exit code. A command lives in its own module
+(``_cli_<name>.py``, exposing ``COMMAND``) and is listed in :data:`COMMANDS`.
+Bad arguments are argparse's one-line error and exit code 2; a command's own
+failures are its exit code and one line on stderr.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-import attrs
 import trio
 
 from taskrunner import __version__, _demo
+from taskrunner._cli_base import EXIT_USAGE, Command, positive_int, positive_seconds
 
-EXIT_USAGE = 2
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
@@ -33,50 +32,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-@attrs.frozen(kw_only=True)
-class Command:
-    """One subcommand of ``taskrunner``."""
-
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    """Runs the command; returns the process exit code."""
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
-
-
 # demo --------------------------------------------------------------------------
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = _demo.DemoOptions()
     parser.add_argument(
         "--tasks",
-        type=_positive_int,
+        type=positive_int,
         default=defaults.tasks,
         metavar="N",
         help="how many tasks to dispatch (default: %(default)s)",
     )
     parser.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=defaults.timeout,
         metavar="SECONDS",
         help="fail (exit 1) if not every task reached an outcome by then (default: %(default)s)",

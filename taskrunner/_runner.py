@@ -24,7 +24,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -250,6 +250,39 @@ class TaskRunner(Dispatching):
         timeouts = [t.reservation for t in self._tasks.values()]
         return min(timeouts) / 2 if timeouts else DEFAULT_REFRESH_TICK
 
+    def configure(self, **changes: Any) -> None:
+        """Replace configuration fields before serving (e.g. from command-line flags).
+
+        Raises:
+            ValueError, TypeError: a new value is invalid (as for
+                :class:`TaskRunnerConfig`).
+            AlreadyServing: the runner is serving.
+        """
+        if self._serving:
+            raise AlreadyServing(f"{self!r} is serving; configure it before serve()")
+        config = attrs.evolve(self.config, **changes)
+        self.config = config
+        self._worker._config = config
+        self._scheduler = Scheduler(
+            self.backend,
+            config.consumer_group,
+            lambda: self._tasks,
+            self._timings,
+            config.delayed_poll_interval,
+        )
+        self._acker = Acker(self.backend, config.consumer_group)
+        self._worker._acker = self._acker
+        if "num_workers" in changes:
+            self._pool.resize(config.num_workers)
+
+    def add_observer(self, observer: Callable[[str, float, bool], object]) -> None:
+        """Call ``observer(task_name, seconds, succeeded)`` after every run.
+
+        Runs synchronously on the hot path: keep it to a counter or histogram
+        update. An observer that raises is logged and removed.
+        """
+        self._worker.observers.append(observer)
+
     def resize(self, capacity: int) -> None:
         """Set the worker-pool capacity; running tasks are never interrupted.
 
@@ -259,7 +292,7 @@ class TaskRunner(Dispatching):
         old = self._pool.capacity
         self._pool.resize(capacity)
         if capacity != old:
-            log.info("worker pool resized from %d to %d", old, capacity)
+            log.debug("worker pool resized from %d to %d", old, capacity)
 
     def shutdown(self, *, grace: float | None = None) -> None:
         """Ask :meth:`serve` to stop gracefully (it returns once drained).

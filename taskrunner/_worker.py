@@ -18,7 +18,7 @@ The duration of every run, failed or not, goes to the timing recorder.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import trio
 
@@ -92,6 +92,7 @@ class Worker:
         self._inflight = inflight
         self._timings = timings
         self.counters = WorkerCounters()
+        self.observers: list[Callable[[str, float, bool], object]] = []
 
     async def execute(self, entry: QueueEntry, consumer: str) -> None:
         """Run one message; frees its pool slot when done, whatever happens."""
@@ -123,16 +124,29 @@ class Worker:
 
         self._inflight.add(entry.id, consumer, task.reservation, trio.current_time())
         started = trio.current_time()
+        succeeded = False
         try:
             await task.action(payload)
+            succeeded = True
         except Exception as exc:
             await self._attempt_failed(task, _delivery(entry, consumer, message), exc)
             return
         finally:
             self._inflight.remove(entry.id)
-            self._timings.record(task.name, trio.current_time() - started)
+            elapsed = trio.current_time() - started
+            self._timings.record(task.name, elapsed)
+            if self.observers:
+                self._notify(task.name, elapsed, succeeded)
         self.counters.completed += 1
         self._acker.ack(entry.id, _lock_of(message))
+
+    def _notify(self, task_name: str, elapsed: float, succeeded: bool) -> None:
+        for observer in list(self.observers):
+            try:
+                observer(task_name, elapsed, succeeded)
+            except Exception:
+                log.exception("timing observer %r raised; removing it", observer)
+                self.observers.remove(observer)
 
     async def _attempt_failed(self, task: Task, delivery: Delivery, exc: Exception) -> None:
         self.counters.failed += 1
