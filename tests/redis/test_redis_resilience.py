@@ -329,3 +329,29 @@ async def test_native_client_works_without_async_with(redis_url: str) -> None:
         await client.aclose()
     with pytest.raises(trio.ClosedResourceError):
         await client.execute("PING")
+
+
+async def test_unexpected_reader_error_fails_calls_not_the_run(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in reply handling reaches the callers as our error; the system task survives."""
+    import hiredis
+
+    from taskrunner.backends.redis import _connection
+
+    def exploding_error(message: str) -> Exception:
+        raise ValueError("bug in reply handling")
+
+    def make_reader() -> hiredis.Reader:
+        return hiredis.Reader(replyError=exploding_error, notEnoughData=_connection.NOT_ENOUGH_DATA)
+
+    monkeypatch.setattr(_connection, "make_reader", make_reader)
+    client = NativeRedisClient.from_url(redis_url)  # not entered: system tasks
+    try:
+        with trio.fail_after(5):
+            assert await client.execute("PING") == b"PONG"
+            with pytest.raises(RedisConnectionError, match="unexpected ValueError"):
+                await client.execute("INCR", "not-a-number-but-a-missing-arg", "extra")
+            assert await client.execute("PING") == b"PONG"  # a fresh connection
+    finally:
+        await client.aclose()

@@ -109,8 +109,10 @@ class SharedConnection:
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the reader and writer until the connection fails or :meth:`close` is called.
 
-        Never raises for connection problems: they are delivered to the
-        pending callers. The stream is closed on return.
+        Never raises (other than ``Cancelled``): connection problems, and even
+        unexpected errors, are delivered to the pending callers as
+        :class:`RedisConnectionError`, so it can run as a trio system task.
+        The stream is closed on return.
         """
         try:
             with self._scope:
@@ -155,6 +157,9 @@ class SharedConnection:
         except RedisConnectionError as exc:
             logger.info("Redis connection lost: %s", exc)
             self._fail(exc)
+        except Exception as exc:  # a bug: fail the callers, never crash the (system) task
+            logger.exception("Unexpected error on a Redis connection")
+            self._fail(_unexpected(exc))
 
     def _abort_writer(self, _raise_cancel: object) -> Abort:
         self._writer_task = None
@@ -172,6 +177,9 @@ class SharedConnection:
         except RedisConnectionError as exc:
             logger.info("Redis connection lost: %s", exc)
             self._fail(exc)
+        except Exception as exc:  # a bug: fail the callers, never crash the (system) task
+            logger.exception("Unexpected error on a Redis connection")
+            self._fail(_unexpected(exc))
 
     async def _receive_replies(self) -> None:
         stream = self._stream
@@ -201,6 +209,12 @@ class SharedConnection:
                         if waiter.task is not None:
                             reschedule(waiter.task, outcome.Value(waiter.replies))
             watchdog.deadline = trio.current_time() + self._timeout if waiters else math.inf
+
+
+def _unexpected(exc: Exception) -> RedisConnectionError:
+    error = RedisConnectionError(f"unexpected {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 async def wait_for(waiter: Waiter) -> Reply:
