@@ -216,6 +216,16 @@ async def test_command_timeout_fails_every_pending_call(silent_port: int) -> Non
     assert len(errors) == 10
 
 
+async def test_redis_py_transport_timeouts(silent_port: int) -> None:
+    url = f"redis://127.0.0.1:{silent_port}/0"
+    async with PyRedisClient.from_url(url, socket_timeout=0.2) as client:
+        with trio.fail_after(5), pytest.raises(RedisTimeoutError):
+            await client.execute("PING")
+        dedicated = client.dedicated()
+        with trio.fail_after(5), pytest.raises(RedisTimeoutError):
+            await dedicated.execute("PING", reply_timeout=0.2)
+
+
 @pytest.mark.parametrize("transport", ["native", "redis-py"])
 async def test_closing_the_client_closes_everything(redis_url: str, transport: str) -> None:
     client: RedisClient = (

@@ -129,7 +129,9 @@ class PyRedisDedicatedConnection:
     cancelled blocking call only abandons its thread, which finishes by
     itself when the ``BLOCK`` time ends).
 
-    redis-py's own ``socket_timeout`` must exceed any ``BLOCK`` time used.
+    Its connection has no redis-py ``socket_timeout``: ``reply_timeout`` bounds
+    each call instead (for a cluster, redis-py's ``socket_timeout`` applies and
+    must exceed any ``BLOCK`` time used).
     """
 
     def __init__(
@@ -159,7 +161,10 @@ class PyRedisDedicatedConnection:
             else:
                 if self._connection is None:
                     pool = self._pool
-                    self._connection = pool.connection_class(**pool.connection_kwargs)
+                    # no redis-py read timeout: ``reply_timeout`` bounds the wait instead,
+                    # so a long BLOCK is not cut short by the pool's socket_timeout
+                    options = {**pool.connection_kwargs, "socket_timeout": None}
+                    self._connection = pool.connection_class(**options)
                 call = functools.partial(_send_and_read, self._connection, args)
             limit = self._default_timeout if reply_timeout is None else reply_timeout
             try:
@@ -230,11 +235,20 @@ class PyRedisClient:
 
     @classmethod
     def from_url(cls, url: str, **redis_options: Any) -> PyRedisClient:
-        """A client over ``redis.Redis.from_url(url, protocol=2, **redis_options)``."""
+        """A client over ``redis.Redis.from_url(url, protocol=2, **redis_options)``.
+
+        Unless given, ``socket_connect_timeout=5`` and ``socket_timeout=30`` are
+        set (the native client's defaults), so that no call waits forever.
+        """
+        redis_options.setdefault("socket_connect_timeout", 5.0)
+        redis_options.setdefault("socket_timeout", 30.0)
         return cls(redis.Redis.from_url(url, protocol=2, **redis_options))
 
     async def execute(self, *args: CommandArg) -> Reply:
         """Run one command in a worker thread (contract: :class:`RedisClient`).
+
+        Timeouts are the wrapped client's (``socket_timeout``,
+        ``socket_connect_timeout``): set them, or a dead server hangs the call.
 
         Cancellation: the thread is abandoned and finishes the command by
         itself; the reply is dropped.
