@@ -8,6 +8,7 @@ back if the add does not happen.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import uuid
@@ -23,7 +24,11 @@ from taskrunner._config import TaskRunnerConfig
 from taskrunner._scheduler import Scheduler
 from taskrunner._task import Task, TaskMessage, unique_for_wire
 from taskrunner.backends import Backend
-from taskrunner.errors import TaskAlreadyDispatched, TaskNotFound
+from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
+
+log = logging.getLogger("taskrunner.dispatch")
+
+LOCK_RELEASE_TIMEOUT = 2.0
 
 
 class Dispatching:
@@ -83,8 +88,17 @@ class Dispatching:
             added = True
         finally:
             if not added:
-                with trio.CancelScope(shield=True):
-                    await self.backend.release_lock(key, token)
+                with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
+                    try:
+                        await self.backend.release_lock(key, token)
+                    except BackendError as exc:
+                        log.warning(
+                            "could not release unique lock %s after a failed dispatch (%s); "
+                            "it expires in %ss",
+                            key,
+                            exc,
+                            task.unique_for,
+                        )
         return message_id
 
     async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:

@@ -477,3 +477,85 @@ async def test_unique_task_refuses_duplicates_until_it_finishes(
     assert sorted(runs) == ["ann", "ann", "bob"]
     with pytest.raises(ValueError, match="unique"):
         await runner.dispatch_many("report", [{"user": "x"}])
+
+
+async def test_configure_overrides_before_serving_and_refuses_while_serving(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend, num_workers=2)
+    runner.configure(num_workers=6, num_fetchers=2)
+    assert runner.config.num_fetchers == 2
+    assert runner.capacity == 6
+    with pytest.raises(ValueError, match="num_workers must be > 0, got 0"):
+        runner.configure(num_workers=0)
+    assert runner.capacity == 6
+
+    @runner.task()
+    async def work(payload: None) -> None:
+        await trio.sleep(1)
+
+    await runner.dispatch_many("work", [None] * 12)
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().acked == 12)
+        with pytest.raises(AlreadyServing):
+            runner.configure(num_workers=3)
+        consumers = {c.name for c in (await backend.group_info("g")).consumers}
+    assert consumers == {runner.config.consumer_name(1), runner.config.consumer_name(2)}
+
+
+async def test_observers_see_every_run_and_a_raising_one_is_removed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runner = make_runner(MemoryBackend())
+    seen: list[tuple[str, float, bool]] = []
+    calls = 0
+
+    def broken(name: str, seconds: float, ok: bool) -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("observer bug")
+
+    runner.add_observer(lambda name, seconds, ok: seen.append((name, seconds, ok)))
+    runner.add_observer(broken)
+
+    @runner.task()
+    async def work(payload: int) -> None:
+        await trio.sleep(payload)
+        if payload == 2:
+            raise ValueError("fails")
+
+    await runner.dispatch_many("work", [1, 2, 3])
+    async with serving(runner):
+        await wait_until(lambda: len(seen) == 3)
+    assert sorted(seen) == [("work", 1.0, True), ("work", 2.0, False), ("work", 3.0, True)]
+    assert calls == 1
+
+
+async def test_a_unique_lock_is_given_back_when_the_add_fails(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from _fleet import Partition
+
+    from taskrunner import BackendError, TaskAlreadyDispatched
+
+    backend = MemoryBackend()
+
+    class FailingAdd(Partition):
+        async def add(self, payloads: list[bytes]) -> list[str]:
+            raise BackendError("add failed")
+
+    runner = make_runner(FailingAdd(backend))  # type: ignore[arg-type]
+
+    @runner.task(unique=True, unique_for=60)
+    async def job(payload: None) -> None:
+        pass
+
+    with pytest.raises(BackendError, match="add failed"):
+        await runner.dispatch("job")
+    assert backend.keys() == [], "the lock must not outlive a dispatch that queued nothing"
+    good = make_runner(backend)
+    good.register(Task(name="job", action=job, unique=True, unique_for=60))
+    await good.dispatch("job")
+    with pytest.raises(TaskAlreadyDispatched):
+        await good.dispatch("job")

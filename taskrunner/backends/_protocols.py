@@ -160,7 +160,9 @@ class MessageQueue(Protocol):
         """Reset the idle time of pending ids and assign them to ``consumer``,
         without changing delivery counts, so they are not claimed while running.
 
-        Ids not pending are ignored. One round trip for all ids.
+        Ids not pending are ignored; pending ids whose entry was deleted from the
+        stream are dropped from the pending list and not returned (as ``XCLAIM``
+        does on Redis >= 7). One round trip for all ids.
 
         Returns:
             The ids that were pending.
