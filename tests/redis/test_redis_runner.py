@@ -111,17 +111,52 @@ async def test_bad_entries_are_dead_lettered_and_the_fetcher_keeps_going(
         done.append(payload)
 
     client = backend.client
-    await client.execute("XADD", backend.stream_key, "*", "other", "x")  # no payload field
-    await client.execute("XADD", backend.stream_key, "*", "payload", "{not json")
-    await client.execute("XADD", backend.stream_key, "*", "payload", '{"task_name":"nope"}')
+    stream = backend.stream_key
+    await client.execute("XADD", stream, "*", "other", "x")  # no payload field
+    await client.execute("XADD", stream, "*", "payload", "{not json")
+    await client.execute("XADD", stream, "*", "payload", "[1, 2, 3]")  # not a task message
+    await client.execute("XADD", stream, "*", "payload", b"{" + b" " * (9 << 20) + b"}")  # 9 MiB
+    await client.execute("XADD", stream, "*", "payload", '{"task_name":"nope"}')
     await runner.dispatch("good", 1)
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
-        await wait_until(lambda: done == [1] and runner.statistics().acked == 4)
+        await wait_until(lambda: done == [1] and runner.statistics().acked == 6)
         nursery.cancel_scope.cancel()
     errors = sorted(d.error.split(":")[0] for d in await backend.dead_letters())
-    assert errors == ["InvalidTaskPayload", "InvalidTaskPayload", "TaskNotFound"]
+    assert errors == ["InvalidTaskPayload"] * 4 + ["TaskNotFound"]
     assert await backend.length() == 0
+
+
+# Written by the original Go library (behaviour.md's field list): reservation_timeout
+# in nanoseconds, unique_for in seconds.
+GO_MESSAGE = (
+    '{"task_name":"send_email","payload":{"to":"a@example.com"},"unique":false,'
+    '"unique_for":0,"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000}'
+)
+
+
+async def test_a_message_written_by_the_original_library_runs(backend: RedisBackend) -> None:
+    runner = make(backend, "h", reclaim_delay=60)
+    got: list[object] = []
+
+    @runner.task()
+    async def send_email(payload: dict[str, str]) -> None:
+        got.append(payload)
+
+    await backend.client.execute("XADD", backend.stream_key, "*", "payload", GO_MESSAGE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        await wait_until(lambda: runner.statistics().acked == 1)
+        nursery.cancel_scope.cancel()
+    assert got == [{"to": "a@example.com"}]
+
+    # ...and what we write has exactly the original's fields.
+    await runner.dispatch("send_email", {"to": "a@example.com"})
+    ((_, fields),) = await backend.client.execute("XRANGE", backend.stream_key, "-", "+")
+    assert fields[0] == b"payload"
+    import json
+
+    assert json.loads(fields[1]).keys() == json.loads(GO_MESSAGE).keys()
 
 
 async def test_crashed_holder_is_reclaimed(redis_url: str) -> None:
