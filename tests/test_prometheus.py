@@ -88,16 +88,15 @@ async def served() -> AsyncIterator[tuple[TaskRunner, int]]:
                 runner, 0, refresh_interval=0.05, task_status=task_status
             )
         )
-        await nursery.start(runner.serve)
-        await runner.dispatch_many("ok", range(5))
-        await runner.dispatch_many("boom", range(2))
-        with trio.fail_after(10):
-            await all_done.wait()
-            while runner.statistics().acked < 7 or not runner.is_leader:
-                await trio.sleep(0.01)
-        runner.shutdown()  # stops fetching; the metrics server keeps serving
-        while runner.statistics().serving:
-            await trio.sleep(0.01)
+        async with trio.open_nursery() as fleet:
+            await fleet.start(runner.serve)
+            assert runner.is_leader  # the only instance: elected at start
+            await runner.dispatch_many("ok", range(5))
+            await runner.dispatch_many("boom", range(2))
+            with trio.fail_after(10):
+                await all_done.wait()
+            runner.shutdown()  # graceful: serve returns once all 7 are acked
+        # The metrics server keeps serving after the runner stopped.
         await runner.dispatch_many("ok", range(3))  # left in the queue
         await trio.sleep(1.2)  # a bulk-writer flush, then a refresh
         yield runner, port
@@ -215,7 +214,7 @@ async def test_collector_in_a_custom_registry() -> None:
     assert value(after, "taskrunner_queue_size") == 4
     # Nobody has read yet, so the consumer group does not exist: no per-group samples.
     assert not any(name == "taskrunner_group_lag" for name, _ in after)
-    assert value(after, "taskrunner_replicas") == 1
+    assert value(after, "taskrunner_replicas") == 0  # not serving: no heartbeat
 
 
 class FlakyBackend(MemoryBackend):
