@@ -19,7 +19,15 @@ from typing import NoReturn
 
 import trio
 
-from taskrunner import __version__, _demo
+from taskrunner import (
+    __version__,
+    _cli_dispatch,
+    _cli_flush,
+    _cli_keys,
+    _cli_stats,
+    _cli_worker,
+    _demo,
+)
 from taskrunner._cli_base import EXIT_USAGE, Command, positive_int, positive_seconds
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -74,6 +82,11 @@ COMMANDS: tuple[Command, ...] = (
         add_arguments=_demo_arguments,
         run=_run_demo,
     ),
+    _cli_worker.COMMAND,
+    _cli_dispatch.COMMAND,
+    _cli_stats.COMMAND,
+    _cli_keys.COMMAND,
+    _cli_flush.COMMAND,
 )
 
 
@@ -83,7 +96,7 @@ def _log_level_option(parser: argparse.ArgumentParser, default: object) -> None:
         choices=LOG_LEVELS,
         type=str.lower,
         default=default,
-        help="log messages at this level and above to stderr (default: warning)",
+        help="log messages at this level and above to stderr (default: warning; worker: info)",
     )
 
 
@@ -91,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line, every subcommand included."""
     parser = _Parser(prog="taskrunner", description="A distributed task runner for trio.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    _log_level_option(parser, "warning")
+    _log_level_option(parser, None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
@@ -110,7 +123,8 @@ def configure_logging(level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (argparse exits 2 on bad usage)."""
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
+    # A command may choose its own default level (worker: info).
+    configure_logging(args.log_level or getattr(args, "default_log_level", "warning"))
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

@@ -1,0 +1,137 @@
+"""``taskrunner keys --url URL --group G``: every documented key of a group.
+
+Lists the keys :func:`taskrunner.admin.list_keys` finds (the group's fixed
+keys, plus every heartbeat and unique-lock key), each with its type, size and
+TTL, and sets the counts found beside what the key layout's "Key count"
+section predicts for one group (G = 1). Per-group keys are "at most one":
+Redis deletes an empty ZSET, the lease exists only while a leader lives, the
+tuning key only while tuning publishes, and the stream, ring and metrics hash
+appear with first use. Heartbeats (I) and unique locks (U) are not per group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from taskrunner import _keys, admin
+from taskrunner._cli_base import Command
+from taskrunner._cli_stats import redis_arguments, run_on_redis
+from taskrunner.backends.redis import RedisBackend
+
+# (category, the layout's formula, what it means for one group)
+LAYOUT = (
+    ("streams", "G", "1"),
+    ("ZSETs", "G", "1"),
+    ("leader keys", "G", "1"),
+    ("tuning keys", "<= G", "0-1"),
+    ("metrics hashes", "G", "1"),
+    ("replication", "I", "I"),
+    ("unique locks", "U", "U"),
+    ("metric rings", "G", "1"),
+)
+EXTRA = "dead-letter streams"
+"""Our addition to the layout (``<prefix>:<queue>:dead``), not in its count."""
+NOTES = {
+    "replication": "live instances, every group on this Redis",
+    "unique locks": "in-flight unique jobs, every group on this Redis",
+    EXTRA: "not in the layout's count",
+}
+
+
+def categories(backend: RedisBackend, group: str) -> dict[str, str]:
+    """Fixed key name -> its "Key count" category."""
+    prefix, queue = backend.prefix, backend.queue
+    return {
+        _keys.stream(prefix, queue): "streams",
+        _keys.dead_letter(prefix, queue): EXTRA,
+        _keys.claim_delay_ring(prefix, queue): "metric rings",
+        _keys.delayed_tasks(group): "ZSETs",
+        _keys.leader(group): "leader keys",
+        _keys.worker_tuning_capacity(group): "tuning keys",
+        _keys.metrics(group): "metrics hashes",
+    }
+
+
+def category_of(name: str, fixed: dict[str, str]) -> str:
+    if name in fixed:
+        return fixed[name]
+    if name.startswith(_keys.replication("")):
+        return "replication"
+    return "unique locks"
+
+
+async def collect(backend: RedisBackend, group: str) -> dict[str, Any]:
+    """The ``keys --json`` document (see docs/operations.md)."""
+    fixed = categories(backend, group)
+    found = await admin.list_keys(backend, group)
+    keys = [
+        {
+            "name": k.name,
+            "type": k.type,
+            "size": k.size,
+            "ttl": k.ttl,
+            "purpose": k.purpose,
+            "category": category_of(k.name, fixed),
+        }
+        for k in found
+    ]
+    counts = [
+        {
+            "category": category,
+            "layout": formula,
+            "expected": expected,
+            "found": sum(k["category"] == category for k in keys),
+        }
+        for category, formula, expected in (*LAYOUT, (EXTRA, "-", "0-1"))
+    ]
+    return {"group": group, "keys": keys, "counts": counts, "total": len(keys)}
+
+
+def _ttl(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def render(doc: dict[str, Any]) -> str:
+    keys = doc["keys"]
+    width = max([len(k["name"]) for k in keys] + [4])
+    lines = [f"{'KEY':<{width}}  {'TYPE':<6}  {'SIZE':>8}  {'TTL':>8}  PURPOSE"]
+    for k in keys:
+        lines.append(
+            f"{k['name']:<{width}}  {k['type']:<6}  {k['size']:>8}  {_ttl(k['ttl']):>8}  "
+            f"{k['purpose']}"
+        )
+    if not keys:
+        lines.append("(no keys)")
+    lines.append("")
+    lines.append(f"Key count for group {doc['group']} (docs/redis-key-layout.md, G = 1):")
+    lines.append(f"  {'CATEGORY':<20} {'LAYOUT':<7} {'EXPECTED':>8} {'FOUND':>6}")
+    for c in doc["counts"]:
+        note = NOTES.get(c["category"], "")
+        lines.append(
+            f"  {c['category']:<20} {c['layout']:<7} {c['expected']:>8} {c['found']:>6}"
+            + (f"  ({note})" if note else "")
+        )
+    lines.append(f"  {'total':<20} {'':<7} {'':>8} {doc['total']:>6}")
+    return "\n".join(lines)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    redis_arguments(parser)
+
+
+def _run(args: argparse.Namespace) -> int:
+    doc, code = run_on_redis("taskrunner keys", args, lambda backend: collect(backend, args.group))
+    if doc is None:
+        return code
+    print(json.dumps(doc, indent=2, sort_keys=True) if args.json else render(doc))
+    return 0
+
+
+COMMAND = Command(
+    name="keys",
+    help="list a group's Redis keys (type, size, TTL) against the key layout's counts",
+    add_arguments=_arguments,
+    run=_run,
+)

@@ -1,0 +1,315 @@
+"""``taskrunner stats --url URL --group G``: a fleet's state as seen from Redis.
+
+Theory of operation: the operator commands (``stats``, ``keys``, ``flush``)
+need no user code, only the Redis URL and the names that make up the keys
+(``--group``, ``--prefix``, ``--queue``). They open a
+:class:`~taskrunner.backends.redis.RedisBackend` for one command's worth of
+reads and close it. Everything that can fail on the way (a URL that does not
+parse, a server that does not answer) is one line on stderr and exit 1.
+
+``stats`` reads, in this order: the timing-metrics hash, the published
+tuning capacity, the heartbeat keys (``SCAN``, never ``KEYS``), the leader
+lease, and the queue metrics (``XLEN``, the claim-delay ring, ``XINFO``).
+:class:`~taskrunner.Stats` needs a pool capacity that only a live process
+knows; from outside we take the leader's published tuning capacity when one
+is live, else ``--workers`` (default 32, the ``num_workers`` default), and
+say which (``workers_source``). The task names are those found in the
+metrics hash (``<task>_count`` fields), since no registry is loaded.
+
+The ``--json`` document is the stable interface (see docs/operations.md);
+the human-readable layout may change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import trio
+
+from taskrunner import _keys
+from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
+from taskrunner._stats import SCHEDULE_TIMING_NAME, compute_stats
+from taskrunner.backends.redis import RedisBackend
+from taskrunner.errors import BackendError
+
+T = TypeVar("T")
+
+DEFAULT_WORKERS = 32
+"""``--workers`` default: ``TaskRunnerConfig.num_workers``'s default."""
+TIMEOUT = 30.0
+"""Longest a read-only operator command may take."""
+
+
+# Shared by stats, keys and flush ------------------------------------------------
+
+
+def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True) -> None:
+    """``--url``, ``--group``, ``--prefix``, ``--queue`` (and ``--json``)."""
+    parser.add_argument(
+        "--url", required=True, help="Redis URL, e.g. redis://localhost:6379/0 (required)"
+    )
+    parser.add_argument(
+        "--group", required=True, help="the consumer group (consumer_group) (required)"
+    )
+    parser.add_argument(
+        "--prefix",
+        default="taskrunner",
+        help="stream prefix, as given to RedisBackend (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--queue",
+        default="tasks",
+        help="stream name, as given to RedisBackend (default: %(default)s)",
+    )
+    if json_option:
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON document (stable keys)"
+        )
+
+
+def run_on_redis(
+    prog: str, args: argparse.Namespace, job: Callable[[RedisBackend], Awaitable[T]]
+) -> tuple[T | None, int]:
+    """Run ``job(backend)`` under ``trio.run`` on a backend built from ``args``.
+
+    Returns:
+        ``(result, 0)``, or ``(None, 1)`` after one line on stderr when the URL
+        is invalid, the server cannot be reached, or it takes too long.
+    """
+    try:
+        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+    except ValueError as exc:
+        return None, fail(prog, f"invalid --url: {exc}")
+
+    async def main() -> T:
+        try:
+            with trio.fail_after(TIMEOUT):
+                return await job(backend)
+        finally:
+            with trio.move_on_after(5, shield=True):
+                await backend.aclose()
+
+    try:
+        return trio.run(main), 0
+    except BackendError as exc:
+        return None, fail(prog, f"Redis at {args.url}: {exc}")
+    except trio.TooSlowError:
+        return None, fail(prog, f"Redis at {args.url} did not answer within {TIMEOUT:g}s")
+
+
+def fail(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+async def scan(backend: RedisBackend, pattern: str) -> list[str]:
+    """Every key matching ``pattern`` (a ``SCAN MATCH`` loop), sorted."""
+    cursor: Any = b"0"
+    found: set[str] = set()
+    while True:
+        cursor, batch = await backend.client.execute(
+            "SCAN", cursor, "MATCH", pattern, "COUNT", 1000
+        )
+        found.update(k.decode() if isinstance(k, bytes) else str(k) for k in batch)
+        if int(cursor) == 0:
+            return sorted(found)
+
+
+def ttl_seconds(pttl: int) -> float | None:
+    """``PTTL``'s reply as seconds; ``None`` for no expiry (or no key)."""
+    return pttl / 1000 if pttl >= 0 else None
+
+
+# stats ------------------------------------------------------------------------------
+
+
+def task_names_in(metrics: dict[str, float]) -> list[str]:
+    """Task names with a ``<task>_count`` field in the metrics hash (scheduler excluded)."""
+    names = {f.removesuffix("_count") for f in metrics if f.endswith("_count")}
+    names.discard(SCHEDULE_TIMING_NAME)
+    return sorted(names)
+
+
+async def instances(backend: RedisBackend) -> list[dict[str, Any]]:
+    """Live heartbeat keys: ``[{"host", "instance_id", "ttl"}]`` sorted by host."""
+    prefix = _keys.replication("")
+    out = []
+    for name in await scan(backend, _keys.REPLICATION_PATTERN):
+        value, pttl = await backend.client.pipeline([("GET", name), ("PTTL", name)])
+        if value is None:
+            continue  # expired between the scan and the read
+        out.append(
+            {
+                "host": name.removeprefix(prefix),
+                "instance_id": bytes(value).decode(errors="replace"),
+                "ttl": ttl_seconds(int(pttl)),
+            }
+        )
+    return out
+
+
+async def collect(backend: RedisBackend, group: str, workers_option: int | None) -> dict[str, Any]:
+    """The ``stats --json`` document (see docs/operations.md for every key)."""
+    metrics = await backend.read_metrics(group)
+    names = task_names_in(metrics)
+    published = await backend.read_tuning(group)
+    live = await instances(backend)
+    owner = await backend.lease_owner(group)
+    lease_ttl = await backend.client.execute("PTTL", _keys.leader(group))
+    queue = await backend.get_metrics()
+
+    if published is not None:
+        workers, source = published, "published"
+    elif workers_option is not None:
+        workers, source = workers_option, "option"
+    else:
+        workers, source = DEFAULT_WORKERS, "default"
+    replication = max(1, len(live))
+    stats = compute_stats(
+        metrics=metrics,
+        task_names=names,
+        queue_len=queue.queue_size,
+        workers=workers,
+        replication=replication,
+    )
+    leader = None
+    if owner is not None:
+        host = next((i["host"] for i in live if i["instance_id"] == owner), None)
+        leader = {"instance_id": owner, "host": host, "ttl": ttl_seconds(int(lease_ttl))}
+    for instance in live:
+        instance["leader"] = instance["instance_id"] == owner
+    ns_to_ms = 1e-6
+    return {
+        "group": group,
+        "stream": backend.stream_key,
+        "leader": leader,
+        "instances": live,
+        "replication": replication,
+        "tuning_capacity": published,
+        "workers": workers,
+        "workers_source": source,
+        "tasks": {
+            name: {
+                "runs": int(metrics.get(f"{name}_count", 0)),
+                "total_ms": metrics.get(f"{name}_sum", 0.0),
+                "avg_ms": stats.per_task_timing.get(name, 0.0),
+            }
+            for name in names
+        },
+        "timing": {
+            "avg_timing_ms": stats.avg_timing,
+            "avg_schedule_timing_ms": stats.avg_schedule_timing,
+            "schedule_passes": int(metrics.get(f"{SCHEDULE_TIMING_NAME}_count", 0)),
+            "predicted_wait_time_ms": stats.predicted_wait_time,
+            "tps": stats.tps,
+        },
+        "queue": {
+            "size": queue.queue_size,
+            "claim_delay_ms": {
+                "avg": queue.message_claim_delay_avg * ns_to_ms,
+                "std": queue.message_claim_delay_std * ns_to_ms,
+                "max": queue.message_claim_delay_max * ns_to_ms,
+                "last": queue.message_claim_delay_last * ns_to_ms,
+            },
+            "groups": [
+                {
+                    "name": g.name,
+                    "pending": g.pending,
+                    "lag": g.lag,
+                    "consumers": [
+                        {"name": c.name, "pending": c.pending, "idle": c.idle} for c in g.consumers
+                    ],
+                }
+                for g in queue.groups
+            ],
+        },
+    }
+
+
+def _seconds(value: float | None) -> str:
+    return "no expiry" if value is None else f"{value:.1f}s"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The human-readable form of a ``stats`` document."""
+    lines = [f"group {doc['group']} on stream {doc['stream']}"]
+    leader = doc["leader"]
+    if leader is None:
+        lines.append("leader:    none (no lease held)")
+    else:
+        where = f" on host {leader['host']}" if leader["host"] else ""
+        lines.append(
+            f"leader:    {leader['instance_id']}{where}, lease {_seconds(leader['ttl'])} left"
+        )
+    live = doc["instances"]
+    lines.append(f"instances: {len(live)} live (heartbeat keys; every group on this Redis)")
+    for i in live:
+        mark = "  (leader)" if i["leader"] else ""
+        lines.append(f"  {i['host']:<32} {i['instance_id']}  expires in {_seconds(i['ttl'])}{mark}")
+    published = doc["tuning_capacity"]
+    tuning = "none published" if published is None else f"published capacity {published}"
+    lines.append(f"tuning:    {tuning}")
+    why = {
+        "published": "the published tuning capacity",
+        "option": "--workers",
+        "default": "--workers default; no capacity published",
+    }[doc["workers_source"]]
+    workers, replication = doc["workers"], doc["replication"]
+    lines.append(f"workers:   {workers} per instance ({why}), replication {replication}")
+    lines.append("")
+    lines.append(f"  {'TASK':<24} {'RUNS':>10} {'AVG MS':>12}")
+    for name, task in doc["tasks"].items():
+        lines.append(f"  {name:<24} {task['runs']:>10} {task['avg_ms']:>12.3f}")
+    if not doc["tasks"]:
+        lines.append("  (no timings recorded)")
+    t = doc["timing"]
+    lines.append(
+        f"avg {t['avg_timing_ms']:.3f} ms, predicted wait {t['predicted_wait_time_ms']:.1f} ms, "
+        f"tps {t['tps']:.1f}, scheduler pass {t['avg_schedule_timing_ms']:.3f} ms "
+        f"({t['schedule_passes']} passes)"
+    )
+    q = doc["queue"]
+    d = q["claim_delay_ms"]
+    lines.append("")
+    lines.append(
+        f"queue:     {q['size']} entries; claim delay avg {d['avg']:.1f} ms, std {d['std']:.1f}, "
+        f"max {d['max']:.1f}, last {d['last']:.1f}"
+    )
+    for g in q["groups"]:
+        lines.append(f"  group {g['name']}: pending {g['pending']}, lag {g['lag']}")
+        for c in g["consumers"]:
+            lines.append(f"    {c['name']:<40} pending {c['pending']:>6}  idle {c['idle']:.1f}s")
+    return "\n".join(lines)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    redis_arguments(parser)
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help=f"pool capacity per instance for the estimates when no tuning capacity is "
+        f"published (default: {DEFAULT_WORKERS})",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    doc, code = run_on_redis(
+        "taskrunner stats", args, lambda backend: collect(backend, args.group, args.workers)
+    )
+    if doc is None:
+        return code
+    print(json.dumps(doc, indent=2, sort_keys=True) if args.json else render(doc))
+    return 0
+
+
+COMMAND = Command(
+    name="stats",
+    help="show a group's timing statistics, queue, leader and live instances",
+    add_arguments=_arguments,
+    run=_run,
+)
