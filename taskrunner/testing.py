@@ -24,6 +24,9 @@ know nothing about pytest; :func:`contract_parametrize` turns
         finally:
             await backend.aclose()
 
+It also offers :class:`PartitionedBackend`, a backend wrapper whose link can
+be cut, to simulate partitions and crashed processes in fleet tests.
+
 Theory of operation. Time only passes through ``trio.sleep``, in steps of a
 few tenths of a second with at least 0.1 s between what must and what must
 not have happened, so the same check is exact under trio's ``MockClock``
@@ -63,12 +66,19 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import trio
 
+from taskrunner._partition import PartitionedBackend
 from taskrunner.backends._protocols import Backend, DelayedMove, GroupInfo, QueueEntry
 
 if TYPE_CHECKING:
     import pytest
 
-__all__ = ["CHECK_TIMEOUT", "CONTRACT_CHECKS", "ContractCheck", "contract_parametrize"]
+__all__ = [
+    "CHECK_TIMEOUT",
+    "CONTRACT_CHECKS",
+    "ContractCheck",
+    "PartitionedBackend",
+    "contract_parametrize",
+]
 
 ContractCheck: TypeAlias = Callable[[Backend], Awaitable[None]]
 """One contract check: takes a backend, raises :class:`AssertionError` on a breach."""

@@ -8,11 +8,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-import trio.lowlevel
 
 from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends import Backend
-from taskrunner.errors import BackendError
+from taskrunner.testing import PartitionedBackend as Partition
+
+__all__ = ["Partition", "make_runner", "serving", "wait_until"]
 
 _hosts = itertools.count(1)
 
@@ -44,32 +45,3 @@ async def wait_until(
     with trio.fail_after(limit):
         while not predicate():  # noqa: ASYNC110
             await trio.sleep(step)
-
-
-class Partition:
-    """A backend seen through a link that can be cut: while cut, every call
-    raises BackendError, as a lost connection would. Several runners can share
-    one backend, each through its own Partition."""
-
-    def __init__(self, backend: Backend) -> None:
-        self._backend = backend
-        self.cut = False
-
-    def now(self) -> float:
-        return self._backend.now()
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._backend, name)
-        if not callable(target):
-            return target
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            await trio.lowlevel.checkpoint()
-            if self.cut:
-                raise BackendError(f"partitioned: {name} not sent")
-            result = await target(*args, **kwargs)
-            if self.cut:  # the reply is lost on the way back
-                raise BackendError(f"partitioned: no reply to {name}")
-            return result
-
-        return call
