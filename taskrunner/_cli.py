@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import trio
 
@@ -90,9 +90,18 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class _LevelGiven(argparse.Action):
+    # Records that --log-level was given, so a command's own default level
+    # (``default_log_level``, e.g. the worker's info) applies only when it was not.
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.log_level_given = True
+
+
 def _log_level_option(parser: argparse.ArgumentParser, default: object) -> None:
     parser.add_argument(
         "--log-level",
+        action=_LevelGiven,
         choices=LOG_LEVELS,
         type=str.lower,
         default=default,
@@ -104,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line, every subcommand included."""
     parser = _Parser(prog="taskrunner", description="A distributed task runner for trio.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    _log_level_option(parser, None)
+    _log_level_option(parser, "warning")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
@@ -123,8 +132,8 @@ def configure_logging(level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (argparse exits 2 on bad usage)."""
     args = build_parser().parse_args(argv)
-    # A command may choose its own default level (worker: info).
-    configure_logging(args.log_level or getattr(args, "default_log_level", "warning"))
+    given = getattr(args, "log_level_given", False)
+    configure_logging(args.log_level if given else getattr(args, "default_log_level", "warning"))
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
