@@ -13,7 +13,7 @@ from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends import Backend
 from taskrunner.testing import PartitionedBackend as Partition
 
-__all__ = ["Partition", "make_runner", "serving", "wait_until"]
+__all__ = ["Partition", "make_runner", "serving", "start_each", "wait_until"]
 
 _hosts = itertools.count(1)
 
@@ -32,6 +32,22 @@ async def serving(*runners: TaskRunner) -> AsyncIterator[trio.Nursery]:
             await nursery.start(runner.serve)
         yield nursery
         nursery.cancel_scope.cancel()
+
+
+def start_each(nursery: trio.Nursery, runners: list[TaskRunner]) -> list[trio.CancelScope]:
+    """Serve each runner in ``nursery``, each in a cancel scope of its own (returned in
+    order), so a test can stop one runner: a crash if its link was cut first."""
+    scopes = []
+    for runner in runners:
+        scope = trio.CancelScope()
+        scopes.append(scope)
+
+        async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
+            with scope:
+                await runner.serve()
+
+        nursery.start_soon(serve)
+    return scopes
 
 
 async def wait_until(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from _fleet import Partition, make_runner, serving, wait_until
+from _fleet import Partition, make_runner, serving, start_each, wait_until
 
 from taskrunner import TaskRunner, _keys
 from taskrunner._cleanup import consumers_to_delete
@@ -56,16 +56,7 @@ async def test_crashed_leader_is_replaced_within_ttl_plus_one_retry(
     leaders: list[set[int]] = []
     async with trio.open_nursery() as outer:
         outer.start_soon(monitor_single_leader, runners, leaders)
-        scopes = []
-        for runner in runners:
-            scope = trio.CancelScope()
-            scopes.append(scope)
-
-            async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
-                with scope:
-                    await runner.serve()
-
-            outer.start_soon(serve)
+        scopes = start_each(outer, runners)
         await wait_until(lambda: any(r.is_leader for r in runners))
         await trio.sleep(7)
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
@@ -88,16 +79,7 @@ async def test_graceful_stop_hands_over_faster_than_a_crash(
     backend = MemoryBackend()
     runners = [make_runner(backend) for _ in range(3)]
     async with trio.open_nursery() as outer:
-        scopes = []
-        for runner in runners:
-            scope = trio.CancelScope()
-            scopes.append(scope)
-
-            async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
-                with scope:
-                    await runner.serve()
-
-            outer.start_soon(serve)
+        scopes = start_each(outer, runners)
         await wait_until(lambda: any(r.is_leader for r in runners))
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
         stopped_at = trio.current_time()
@@ -149,16 +131,7 @@ async def test_delayed_tasks_run_exactly_once_on_time_across_a_leader_crash(
             late.append(trio.current_time() - due[payload["i"]])
 
     async with trio.open_nursery() as outer:
-        scopes = []
-        for runner in runners:
-            scope = trio.CancelScope()
-            scopes.append(scope)
-
-            async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
-                with scope:
-                    await runner.serve()
-
-            outer.start_soon(serve)
+        scopes = start_each(outer, runners)
         await wait_until(lambda: any(r.is_leader for r in runners))
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
         producer = runners[(old + 1) % 3]
