@@ -21,7 +21,7 @@ import trio
 from taskrunner._cli_base import EXIT_FAILURE, Command
 from taskrunner._imports import ImportTargetError, load_runner
 from taskrunner._runner import TaskRunner
-from taskrunner.errors import TaskRunnerError
+from taskrunner.errors import BackendError, TaskRunnerError
 
 PROG = "taskrunner dispatch"
 
@@ -77,7 +77,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    one_line = message.replace("\n", " ")
+    print(f"{PROG}: error: {one_line}", file=sys.stderr)
     return EXIT_FAILURE
 
 
@@ -92,6 +93,8 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     try:
         ident = trio.run(_dispatch, runner, args.task, payload, args.delay, args.at)
+    except BackendError as exc:
+        return _fail(f"{runner.backend!r}: {exc}")
     except TaskRunnerError as exc:
         return _fail(str(exc))
     except ValueError as exc:  # a delay or time dispatch refuses

@@ -102,7 +102,8 @@ def run_on_redis(
 
 
 def fail(prog: str, message: str) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    one_line = message.replace("\n", " ")
+    print(f"{prog}: error: {one_line}", file=sys.stderr)
     return EXIT_FAILURE
 
 

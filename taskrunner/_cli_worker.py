@@ -89,7 +89,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(stderr: TextIO, message: str) -> int:
-    print(f"{PROG}: error: {message}", file=stderr)
+    one_line = message.replace("\n", " ")
+    print(f"{PROG}: error: {one_line}", file=stderr)
     return EXIT_FAILURE
 
 
