@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s tests lint typecheck bench`."""
+"""Developer sessions: `nox -s tests lint typecheck docs bench`."""
 
 from __future__ import annotations
 
@@ -33,6 +33,13 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
     session.install("-e", ".[test]", "mypy>=1.10")
     session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with every warning an error (into site/)."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", *session.posargs)
 
 
 @nox.session

@@ -1,0 +1,104 @@
+"""The documentation site builds with ``mkdocs build --strict`` (every link, nav entry,
+snippet include and API reference resolves) and has its key pages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_TIMEOUT = 120
+
+KEY_PAGES = [
+    "index.html",
+    "getting-started/index.html",
+    "concepts/index.html",
+    "backends/index.html",
+    "testing-your-tasks/index.html",
+    "redis-key-layout/index.html",
+    "timing-metrics/index.html",
+    "tuning/index.html",
+    "examples/index.html",
+    "changelog/index.html",
+    "reference/taskrunner/index.html",
+    "reference/errors/index.html",
+    "reference/backends/index.html",
+    "reference/memory/index.html",
+    "reference/redis/index.html",
+    "reference/admin/index.html",
+    "reference/testing/index.html",
+]
+
+REFERENCED = {
+    "reference/taskrunner/index.html": [
+        "taskrunner.TaskRunner.dispatch",
+        "taskrunner.TaskRunner.serve",
+        "taskrunner.TaskRunnerConfig.consumer_group",
+        "taskrunner.Stats",
+    ],
+    "reference/errors/index.html": ["taskrunner.errors.TaskRunnerError"],
+    "reference/backends/index.html": ["taskrunner.backends.MessageQueue"],
+    "reference/memory/index.html": ["taskrunner.backends.memory.MemoryBackend"],
+    "reference/redis/index.html": ["taskrunner.backends.redis.RedisBackend.from_client"],
+    "reference/admin/index.html": ["taskrunner.admin.flush"],
+    "reference/testing/index.html": ["taskrunner.testing.contract_parametrize"],
+}
+"""Objects each API reference page must document (their HTML anchors)."""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.mark.parametrize("page", KEY_PAGES)
+def test_page_is_built(site: Path, page: str) -> None:
+    assert (site / page).is_file()
+
+
+@pytest.mark.parametrize("page", sorted(REFERENCED))
+def test_reference_documents_the_api(site: Path, page: str) -> None:
+    html = (site / page).read_text()
+    missing = [name for name in REFERENCED[page] if f'id="{name}"' not in html]
+    assert not missing, f"{page} does not document {missing}"
+
+
+def test_snippets_are_expanded(site: Path) -> None:
+    """Included example code is in the pages, and no include marker is left over."""
+    for page in ("getting-started", "backends", "redis-key-layout", "tuning", "examples"):
+        html = (site / page / "index.html").read_text()
+        assert "--8&lt;--" not in html, page
+        assert "8&lt;" not in html, page
+    assert "make_thumbnail" in (site / "getting-started" / "index.html").read_text()
+
+
+def test_key_layout_lists_every_key() -> None:
+    """Every key family of taskrunner._keys is on the key-layout page."""
+    text = (ROOT / "docs" / "redis-key-layout.md").read_text()
+    for key in [
+        "`<prefix>:<queue>`",
+        "`<prefix>:<queue>:dead`",
+        "`ring:<prefix>:metrics:<queue>`",
+        "`taskrunner:<group>:delayed_tasks`",
+        "`taskrunner:leader:<base32(sha1(<group>))>`",
+        "`taskrunner:<group>:worker_tuning_capacity`",
+        "`taskrunner:<group>:metrics`",
+        "`taskrunner:replication:<host>`",
+        "`taskrunner:unique:<task>:<key>`",
+    ]:
+        assert key in text, key
