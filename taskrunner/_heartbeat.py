@@ -64,7 +64,7 @@ class ReplicationCounter:
         self._count = 0
         self._at: float | None = None
 
-    async def get(self, *, serving: bool) -> int:
+    async def get(self, *, serving: bool, refresh: bool = False) -> int:
         """Live instances; at least 1 while this one serves.
 
         Raises:
@@ -72,7 +72,7 @@ class ReplicationCounter:
                 return the cached value).
         """
         now = trio.current_time()
-        if self._at is None or now - self._at >= REPLICATION_CACHE:
+        if refresh or self._at is None or now - self._at >= REPLICATION_CACHE:
             try:
                 self._count = await self._backend.count_heartbeats()
                 self._at = now

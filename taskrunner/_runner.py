@@ -208,14 +208,17 @@ class TaskRunner(Dispatching):
         await self._leadership.wait_changed()
         return self.is_leader
 
-    async def get_number_of_replications(self) -> int:
+    async def get_number_of_replications(self, *, refresh: bool = False) -> int:
         """Live instances of the fleet (heartbeat keys), cached 10 s; at least 1
         while this instance serves.
+
+        Args:
+            refresh: Count now instead of using a cached value.
 
         Raises:
             BackendError: the first count could not be read.
         """
-        return await self._replicas.get(serving=self._serving)
+        return await self._replicas.get(serving=self._serving, refresh=refresh)
 
     async def get_timing_statistics(self) -> Stats:
         """The group's timing statistics (see docs/timing-metrics.md).
