@@ -25,6 +25,7 @@ from taskrunner import (
     _cli_flush,
     _cli_keys,
     _cli_stats,
+    _cli_top,
     _cli_worker,
     _demo,
 )
@@ -85,6 +86,7 @@ COMMANDS: tuple[Command, ...] = (
     _cli_worker.COMMAND,
     _cli_dispatch.COMMAND,
     _cli_stats.COMMAND,
+    _cli_top.COMMAND,
     _cli_keys.COMMAND,
     _cli_flush.COMMAND,
 )

@@ -1,0 +1,198 @@
+"""``taskrunner top --url URL --group G``: a fleet's state, refreshed live in the terminal.
+
+Theory of operation: every ``--interval`` seconds :func:`read_snapshot` reads
+what ``taskrunner stats`` reads (the metrics hash, the published tuning
+capacity, the heartbeat keys, the leader lease, the queue metrics) into a
+:class:`~taskrunner._views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
+from the hash (task names from its ``<task>_sum`` fields; the pool size is
+the published tuning capacity, else ``--workers``), and adds a sample to a
+:class:`~taskrunner._views.History` ring, from which the view draws throughput
+(the change of the hash's run counts between refreshes) and queue length over
+the last minutes. Rendering is :func:`taskrunner._views.top_view`, pure; here
+is only the loop: ``rich.live.Live`` on a terminal, one plain line per refresh
+otherwise, one frame with ``--once``. A failed refresh keeps the last frame on
+screen with the error under it and tries again at the next tick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import nullcontext
+from typing import Any
+
+import trio
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from taskrunner import _keys
+from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int, positive_seconds
+from taskrunner._stats import compute_stats
+from taskrunner._views import FleetSnapshot, History, task_names_in, top_line, top_view
+from taskrunner.backends.redis import RedisBackend
+from taskrunner.errors import BackendError
+
+DEFAULT_WORKERS = 32
+"""Pool size per instance assumed when no tuning capacity is published (``num_workers``'s
+default)."""
+HISTORY_SECONDS = 300.0
+"""How far back the trends reach."""
+READ_TIMEOUT = 10.0
+"""Longest one refresh may take before it counts as failed."""
+PROG = "taskrunner top"
+
+
+async def _instances(backend: RedisBackend) -> tuple[tuple[str, str], ...]:
+    """Live heartbeat keys as ``(host, instance_id)`` (``SCAN``, never ``KEYS``)."""
+    client: Any = backend.client
+    cursor: Any = b"0"
+    names: set[str] = set()
+    while True:
+        cursor, batch = await client.execute(
+            "SCAN", cursor, "MATCH", _keys.REPLICATION_PATTERN, "COUNT", 1000
+        )
+        names.update(k.decode() if isinstance(k, bytes) else str(k) for k in batch)
+        if int(cursor) == 0:
+            break
+    prefix = _keys.replication("")
+    found = []
+    for name in sorted(names):
+        value = await client.execute("GET", name)
+        if value is not None:  # expired between the scan and the read
+            found.append((name.removeprefix(prefix), bytes(value).decode(errors="replace")))
+    return tuple(found)
+
+
+async def read_snapshot(
+    backend: RedisBackend, group: str, *, workers: int | None = None
+) -> FleetSnapshot:
+    """One refresh of ``group``'s state.
+
+    Args:
+        workers: Pool size per instance for the estimates when no tuning
+            capacity is published (default :data:`DEFAULT_WORKERS`).
+
+    Raises:
+        BackendError: Redis could not be read.
+    """
+    metrics = await backend.read_metrics(group)
+    published = await backend.read_tuning(group)
+    instances = await _instances(backend)
+    owner = await backend.lease_owner(group)
+    queue = await backend.get_metrics()
+    pool = published if published is not None else (workers or DEFAULT_WORKERS)
+    stats = compute_stats(
+        metrics=metrics,
+        task_names=task_names_in(metrics),
+        queue_len=queue.queue_size,
+        workers=pool,
+        replication=max(1, len(instances)),
+    )
+    return FleetSnapshot(
+        group=group,
+        stream=backend.stream_key,
+        taken_at=backend.now(),
+        metrics=metrics,
+        stats=stats,
+        queue=queue,
+        leader=owner,
+        leader_host=next((h for h, i in instances if i == owner), None),
+        instances=instances,
+        tuning_capacity=published,
+        workers=pool,
+    )
+
+
+async def run_top(args: argparse.Namespace, console: Console) -> int:
+    """The command's loop; returns the exit code."""
+    try:
+        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+    except ValueError as exc:
+        print(f"{PROG}: error: invalid --url: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    history = History(size=max(10, int(HISTORY_SECONDS / args.interval)))
+    spark_width = max(10, min(60, console.width - 50))
+
+    async def refresh() -> FleetSnapshot:
+        with trio.fail_after(READ_TIMEOUT):
+            snapshot = await read_snapshot(backend, args.group, workers=args.workers)
+        history.add(snapshot.taken_at, snapshot.total_runs, snapshot.queue.queue_size)
+        return snapshot
+
+    async with backend:
+        if args.once:
+            try:
+                snapshot = await refresh()
+            except (BackendError, trio.TooSlowError) as exc:
+                print(f"{PROG}: error: Redis at {args.url}: {exc or 'timed out'}", file=sys.stderr)
+                return EXIT_FAILURE
+            console.print(top_view(snapshot, history, width=spark_width))
+            return 0
+        live = console.is_terminal
+        screen_context = Live(console=console, auto_refresh=False) if live else nullcontext()
+        with screen_context as screen:
+            last: Any = Text("reading...")
+            while True:
+                try:
+                    snapshot = await refresh()
+                except (BackendError, trio.TooSlowError) as exc:
+                    error = f"refresh failed: {exc or 'timed out'}; retrying"
+                    if screen is None:
+                        print(f"{PROG}: {error}", file=sys.stderr, flush=True)
+                    else:
+                        screen.update(Group(last, Text(error, style="red")), refresh=True)
+                else:
+                    if screen is None:
+                        print(top_line(snapshot, history), flush=True)
+                    else:
+                        last = top_view(snapshot, history, width=spark_width)
+                        screen.update(last, refresh=True)
+                await trio.sleep(args.interval)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url", required=True, help="Redis URL, e.g. redis://localhost:6379/0 (required)"
+    )
+    parser.add_argument(
+        "--group", required=True, help="the consumer group (consumer_group) (required)"
+    )
+    parser.add_argument(
+        "--prefix",
+        default="taskrunner",
+        help="stream prefix, as given to RedisBackend (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--queue",
+        default="tasks",
+        help="stream name, as given to RedisBackend (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between refreshes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help=f"pool size per instance for the estimates when no tuning capacity is "
+        f"published (default: {DEFAULT_WORKERS})",
+    )
+    parser.add_argument("--once", action="store_true", help="print one frame and exit")
+
+
+def _run(args: argparse.Namespace) -> int:
+    console = Console()
+    return trio.run(run_top, args, console)
+
+
+COMMAND = Command(
+    name="top",
+    help="watch a group's throughput, queue, leader and timing statistics live",
+    add_arguments=_arguments,
+    run=_run,
+)
