@@ -1,0 +1,145 @@
+"""The backend contract suite: plain async checks every backend must pass.
+
+Each check is ``async def check_xxx(backend) -> None``: it drives one
+:class:`~taskrunner.backends.Backend` through the behaviour the protocol
+docstrings promise (``taskrunner/backends/_protocols.py``) and raises
+:class:`AssertionError` with a message saying what was expected. The checks
+know nothing about pytest; :func:`contract_parametrize` turns
+:data:`CONTRACT_CHECKS` into one test per check::
+
+    from taskrunner.backends.memory import MemoryBackend
+    from taskrunner.testing import contract_parametrize
+
+    @contract_parametrize()
+    async def test_backend_contract(check, autojump_clock):
+        async with MemoryBackend() as backend:  # a fresh backend per check
+            await check(backend)
+
+    # A networked backend: real time, a fresh queue name per check.
+    @contract_parametrize(exclude=["check_heartbeats"])  # e.g. a busy shared server
+    async def test_redis_contract(check):
+        backend = await open_my_backend(queue=f"contract-{uuid.uuid4().hex}")
+        try:
+            await check(backend)
+        finally:
+            await backend.aclose()
+
+It also offers :class:`PartitionedBackend`, a backend wrapper whose link can
+be cut, to simulate partitions and crashed processes in fleet tests.
+
+Theory of operation. Time only passes through ``trio.sleep``, in steps of a
+few tenths of a second with at least 0.1 s between what must and what must
+not have happened, so the same check is exact under trio's ``MockClock``
+(instant with ``autojump_clock``) and reliable against a real server in real
+time (the whole suite takes a few seconds there). Every group, consumer, key
+and host name is random, so checks do not collide in shared state. The stream
+is the one thing a backend instance has only one of: a check starts from a
+group whose cursor is already at the end of the stream (see ``_fresh_group``)
+and measures lengths as differences, so leftovers from earlier checks are
+harmless, but nobody else may write to that stream while a check runs.
+
+Whether ``ack`` deletes entries is a backend setting, not part of the
+protocol: the checks read a ``delete_on_ack`` attribute from the backend and
+treat a backend without one as never deleting.
+
+A "not yet" assertion (the lease is still held, the entry is not claimable
+yet) is only made while trio's clock shows that the interval on the server is
+surely below its limit; if a stall (a loaded machine, a slow round trip) pushed
+the run past it, the answer is legitimately either way, so the check starts
+over with fresh names, at most three times, and then fails saying so. Under
+``MockClock`` this never happens, and nothing is ever silently skipped.
+
+Each check runs under a hang guard of :data:`CHECK_TIMEOUT` seconds (trio's
+clock), so a backend call that never returns fails the check instead of
+hanging the test run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from taskrunner._partition import PartitionedBackend
+from taskrunner.testing._harness import CHECK_TIMEOUT, ContractCheck, _registry
+from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing registers the checks
+    check_claim_stale,
+    check_claim_stale_drops_deleted_entries,
+    check_dead_letters,
+    check_delete_consumer,
+    check_get_metrics,
+    check_group_info_consumer_idle,
+    check_group_info_pending_and_lag,
+    check_refresh,
+    check_refresh_drops_deleted_entries,
+)
+from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
+    check_delayed_set,
+    check_heartbeats,
+    check_lease_expiry,
+    check_lease_ownership,
+    check_locks,
+    check_metrics_hash,
+    check_move_delayed,
+    check_move_delayed_unique_lock,
+    check_now_advances,
+    check_tuning,
+)
+from taskrunner.testing._stream_checks import (  # noqa: F401 - importing registers the checks
+    check_ack_counts_and_is_idempotent,
+    check_ack_deletes_when_delete_on_ack,
+    check_add_returns_ordered_ids,
+    check_groups_each_get_every_entry,
+    check_read_block_returns_early_on_add,
+    check_read_blocks_until_timeout,
+    check_read_creates_group_lazily,
+    check_read_never_redelivers_in_group,
+    check_read_respects_count,
+    check_read_returns_entries_in_order,
+)
+
+if TYPE_CHECKING:
+    import pytest
+
+__all__ = [
+    "CHECK_TIMEOUT",
+    "CONTRACT_CHECKS",
+    "ContractCheck",
+    "PartitionedBackend",
+    "contract_parametrize",
+]
+
+
+_MODULE_ORDER = ("_stream_checks", "_reclaim_checks", "_state_checks")
+CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
+    sorted(
+        _registry,
+        key=lambda check: (_MODULE_ORDER.index(check.__module__.rpartition(".")[2]),
+                           _registry.index(check)),
+    )
+)  # fmt: skip
+"""Every check, in a stable order (stream first, then shared state)."""
+
+
+def contract_parametrize(*, exclude: Collection[str] = ()) -> pytest.MarkDecorator:
+    """A ``pytest.mark.parametrize("check", ...)`` over :data:`CONTRACT_CHECKS`.
+
+    Test ids are the check names without ``check_``. Give the test a fresh
+    backend per check (see the module docstring).
+
+    Args:
+        exclude: Names of checks to leave out (``"check_heartbeats"``), e.g. one a
+            shared server cannot support. Prefer an ``xfail`` with a reason.
+
+    Raises:
+        ValueError: ``exclude`` names a check that does not exist.
+    """
+    import pytest  # not a runtime dependency of taskrunner
+
+    known = {check.__name__ for check in CONTRACT_CHECKS}
+    unknown = set(exclude) - known
+    if unknown:
+        raise ValueError(f"no such contract checks: {sorted(unknown)!r}")
+    checks = [check for check in CONTRACT_CHECKS if check.__name__ not in exclude]
+    return pytest.mark.parametrize(
+        "check", checks, ids=[check.__name__.removeprefix("check_") for check in checks]
+    )

@@ -1,0 +1,287 @@
+"""Contract checks of the SharedState half: leases, delayed set, metrics, heartbeats,
+locks, tuning."""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+from taskrunner.backends._protocols import Backend, DelayedMove
+from taskrunner.testing._harness import (
+    _LATE,
+    _SLACK,
+    _contract_check,
+    _fresh_group,
+    _name,
+    _within,
+)
+
+# Shared state -------------------------------------------------------------------
+
+
+@_contract_check
+async def check_now_advances(backend: Backend) -> None:
+    """``now`` is seconds on the backend's clock and advances with trio's sleep."""
+    start = backend.now()
+    assert isinstance(start, float), f"now() must be a float, got {start!r}"
+    await trio.sleep(0.2)
+    elapsed = backend.now() - start
+    assert 0.2 - _SLACK <= elapsed < 0.2 + _LATE, f"now() advanced {elapsed} s over trio.sleep(0.2)"
+
+
+@_contract_check
+async def check_lease_ownership(backend: Backend) -> None:
+    """One owner at a time; only the owner renews or resigns; leases are per group."""
+    group, other_group, a, b = _name("group"), _name("group"), _name("a"), _name("b")
+    assert await backend.lease_owner(group) is None, "nobody holds a new group's lease"
+    assert await backend.renew_lease(group, a, 5.0) is False, "renewing an unheld lease"
+    assert await backend.acquire_lease(group, a, 5.0) is True, "a free lease must be taken"
+    assert await backend.acquire_lease(group, b, 5.0) is False, "a held lease was taken"
+    assert await backend.acquire_lease(group, a, 5.0) is False, "acquire is SET NX, even for a"
+    assert await backend.lease_owner(group) == a, "lease_owner must name the holder"
+    assert await backend.renew_lease(group, b, 5.0) is False, "a non-owner renewed"
+    assert await backend.resign_lease(group, b) is False, "a non-owner resigned"
+    assert await backend.lease_owner(group) == a, "a non-owner's renew/resign changed the lease"
+    assert await backend.acquire_lease(other_group, b, 5.0) is True, "leases are per group"
+    assert await backend.renew_lease(group, a, 5.0) is True, "the owner must be able to renew"
+    assert await backend.resign_lease(group, a) is True, "the owner must be able to resign"
+    assert await backend.lease_owner(group) is None, "a resigned lease is free"
+    assert await backend.resign_lease(group, a) is False, "resigning twice"
+    assert await backend.acquire_lease(group, b, 5.0) is True, "a resigned lease must be free"
+    owners = await backend.lease_owner(group), await backend.lease_owner(other_group)
+    assert owners == (b, b), f"b took both leases, lease_owner says {owners!r}"
+    await backend.resign_lease(group, b)
+    await backend.resign_lease(other_group, b)
+
+
+@_contract_check
+async def check_lease_expiry(backend: Backend) -> None:
+    """A lease expires ``ttl`` after it was taken or last renewed."""
+    group, a, b = _name("group"), _name("a"), _name("b")
+    acquired_at = trio.current_time()
+    assert await backend.acquire_lease(group, a, 0.3) is True, "a free lease must be taken"
+    await trio.sleep(0.2)
+    renewed_at = trio.current_time()
+    renewed = await backend.renew_lease(group, a, 0.3)
+    _within(acquired_at, 0.3)
+    assert renewed is True, "renew within the ttl"
+    await trio.sleep(0.2)  # 0.4 s after acquire: only alive because of the renew
+    owner = await backend.lease_owner(group)
+    taken = await backend.acquire_lease(group, b, 0.3)
+    _within(renewed_at, 0.3)
+    assert owner == a, f"renew must extend the lease to ttl from now, owner is {owner!r}"
+    assert taken is False, "a renewed lease was taken"
+    await trio.sleep(0.2)  # 0.4 s after the renew
+    assert await backend.lease_owner(group) is None, "the lease must expire ttl after renew"
+    assert await backend.renew_lease(group, a, 0.3) is False, "an expired lease was renewed"
+    assert await backend.acquire_lease(group, b, 0.3) is True, "an expired lease must be free"
+    await backend.resign_lease(group, b)
+
+
+@_contract_check
+async def check_delayed_set(backend: Backend) -> None:
+    """``due_delayed`` returns members with run-at <= ``until``, earliest first,
+    at most ``limit``, without removing them; ``next_delayed_at`` is the earliest."""
+    group, other = _name("group"), _name("group")
+    base = backend.now()
+    early, mid, late = b'{"id":"early"}', b'{"id":"mid"}', b'{"id":"late"}'
+    assert await backend.next_delayed_at(group) is None, "next_delayed_at of an empty set"
+    assert await backend.due_delayed(group, base + 100, 10) == [], "due_delayed of an empty set"
+    await backend.add_delayed(group, late, base + 3.5)
+    await backend.add_delayed(group, early, base + 1.25)
+    await backend.add_delayed(group, mid, base + 2.0)
+    await backend.add_delayed(group, mid, base + 2.0)  # a set: still one member
+    due = await backend.due_delayed(group, base + 2.0, 10)
+    assert due == [early, mid], f"due by base+2.0 (inclusive) must be [early, mid], got {due!r}"
+    assert await backend.due_delayed(group, base + 100, 2) == [early, mid], "limit 2"
+    every = await backend.due_delayed(group, base + 100, 10)
+    assert every == [early, mid, late], f"all members, earliest first: {every!r}"
+    assert await backend.due_delayed(group, base + 1.0, 10) == [], "nothing is due yet"
+    next_at = await backend.next_delayed_at(group)
+    assert next_at is not None, "next_delayed_at of a non-empty set"
+    assert math.isclose(next_at, base + 1.25, abs_tol=1e-3), (
+        f"next_delayed_at must be the earliest run-at {base + 1.25}, got {next_at!r}"
+    )
+    assert await backend.due_delayed(other, base + 100, 10) == [], "delayed sets are per group"
+
+
+@_contract_check
+async def check_move_delayed(backend: Backend) -> None:
+    """``move_delayed`` removes each member still in the set and adds its message
+    to the stream, in order, as an entry a group reads; members already gone
+    are skipped, so nothing moves twice."""
+    group, stream_group, consumer = _name("group"), await _fresh_group(backend), _name("c")
+    base = backend.now()
+    m1, m2, m3 = b'{"id":"m1"}', b'{"id":"m2"}', b'{"id":"m3"}'
+    for i, member in enumerate((m1, m2, m3)):
+        await backend.add_delayed(group, member, base - 1 + i * 0.1)
+    length = await backend.length()
+    moves = [
+        DelayedMove(member=m2, message=b"p2"),
+        DelayedMove(member=b'{"id":"absent"}', message=b"absent"),
+        DelayedMove(member=m1, message=b"p1"),
+    ]
+    assert await backend.move_delayed(group, moves) == 2, "two of three members were present"
+    assert await backend.length() == length + 2, "two moves must add two stream entries"
+    assert await backend.due_delayed(group, base + 100, 10) == [m3], "moved members must go"
+    got = await backend.read(stream_group, consumer, 10, 0)
+    assert [e.payload for e in got] == [b"p2", b"p1"], (
+        f"moved messages must be stream entries in move order, read {got!r}"
+    )
+    assert await backend.move_delayed(group, moves) == 0, "members were moved twice"
+    assert await backend.read(stream_group, consumer, 10, 0) == [], "a repeat move added entries"
+    assert await backend.move_delayed(group, []) == 0, "move_delayed([]) must return 0"
+    moved = await backend.move_delayed(group, [DelayedMove(member=m3, message=b"p3")])
+    assert moved == 1, f"moving the last member returned {moved}"
+    assert await backend.next_delayed_at(group) is None, "the set must be empty now"
+    got = await backend.read(stream_group, consumer, 10, 0)
+    assert [e.payload for e in got] == [b"p3"], f"read {got!r}"
+
+
+@_contract_check
+async def check_move_delayed_unique_lock(backend: Backend) -> None:
+    """A move whose lock is held is skipped (the member stays); otherwise the
+    move takes the lock with its token and ttl."""
+    group, stream_group, consumer = _name("group"), await _fresh_group(backend), _name("c")
+    lock, free_lock = f"taskrunner:unique:{_name('task')}", f"taskrunner:unique:{_name('task')}"
+    base = backend.now()
+    locked, free = b'{"id":"locked"}', b'{"id":"free"}'
+    await backend.add_delayed(group, locked, base - 1)
+    await backend.add_delayed(group, free, base - 0.5)
+    assert await backend.acquire_lock(lock, "holder", 5.0) is True
+
+    def move(member: bytes, key: str) -> DelayedMove:
+        return DelayedMove(
+            member=member, message=member, lock_key=key, lock_token="mover", lock_ttl=0.3
+        )
+
+    moved_at = trio.current_time()
+    moved = await backend.move_delayed(group, [move(locked, lock), move(free, free_lock)])
+    assert moved == 1, f"one member's lock is held, one is free, but {moved} moved"
+    assert await backend.due_delayed(group, base + 100, 10) == [locked], (
+        "a member whose lock is held must stay in the set"
+    )
+    got = await backend.read(stream_group, consumer, 10, 0)
+    assert [e.payload for e in got] == [free], f"only the free member may move: {got!r}"
+    assert await backend.release_lock(lock, "holder") is True, "the skipped move took the lock"
+    taken = await backend.acquire_lock(free_lock, "other", 5.0)
+    _within(moved_at, 0.3)
+    assert taken is False, "the move must take the member's lock"
+    assert await backend.release_lock(free_lock, "mover") is True, "the lock token is lock_token"
+
+    moved_at = trio.current_time()
+    assert await backend.move_delayed(group, [move(locked, lock)]) == 1, "the lock is free now"
+    assert await backend.next_delayed_at(group) is None, "the moved member is still in the set"
+    taken = await backend.acquire_lock(lock, "other", 5.0)
+    _within(moved_at, 0.3)
+    assert taken is False, "the move took no lock"
+    await trio.sleep(0.4)
+    assert await backend.acquire_lock(lock, "other", 0.3) is True, "lock_ttl must apply"
+    await backend.release_lock(lock, "other")
+
+
+@_contract_check
+async def check_metrics_hash(backend: Backend) -> None:
+    """Increments add up with float precision; ``reset_metrics`` zeroes only the
+    given fields; hashes are per group."""
+    group, other = _name("group"), _name("group")
+    assert await backend.read_metrics(group) == {}, "a new group's metrics hash is empty"
+    await backend.increment_metrics(group, {"t_sum": 0.25, "t_count": 1})
+    await backend.increment_metrics(group, {"t_sum": 0.5, "t_count": 1, "u_sum": 0.125})
+    for _ in range(10):
+        await backend.increment_metrics(group, {"fast_sum": 0.001})
+    got = await backend.read_metrics(group)
+    assert {k: got.get(k) for k in ("t_sum", "t_count", "u_sum")} == {
+        "t_sum": 0.75,
+        "t_count": 2.0,
+        "u_sum": 0.125,
+    }, f"increments must add up exactly: {got!r}"
+    assert math.isclose(got.get("fast_sum", 0.0), 0.01, rel_tol=1e-9), (
+        f"sub-millisecond increments must keep their precision: {got!r}"
+    )
+    await backend.reset_metrics(group, ["t_sum", "u_sum"])
+    got = await backend.read_metrics(group)
+    assert (got.get("t_sum"), got.get("u_sum"), got.get("t_count")) == (0.0, 0.0, 2.0), (
+        f"reset must zero only the given fields: {got!r}"
+    )
+    assert await backend.read_metrics(other) == {}, "metrics hashes are per group"
+
+
+@_contract_check
+async def check_heartbeats(backend: Backend) -> None:
+    """Heartbeats count while live, expire after ``ttl``, and are removed only
+    with the instance id they hold.
+
+    ``count_heartbeats`` is global: nobody else may add or drop heartbeats on
+    the same store while this check runs.
+    """
+    base = await backend.count_heartbeats()
+    h1, h2 = _name("host"), _name("host")
+    await backend.heartbeat(h1, "i1", 0.3)
+    h1_at = trio.current_time()
+    await backend.heartbeat(h1, "i1", 0.3)  # a renew, not a second heartbeat
+    await backend.heartbeat(h2, "i2", 0.6)
+    live = await backend.count_heartbeats()
+    await backend.remove_heartbeat(h1, "someone-else")
+    still_live = await backend.count_heartbeats()
+    _within(h1_at, 0.3)
+    assert live == base + 2, f"two hosts, two heartbeats: counted {live - base}"
+    assert still_live == base + 2, "removed with the wrong instance id"
+    await backend.remove_heartbeat(h1, "i1")
+    assert await backend.count_heartbeats() == base + 1, "the owner's remove must delete it"
+    await backend.remove_heartbeat(h1, "i1")  # gone already: a no-op
+    h2_at = trio.current_time()
+    await backend.heartbeat(h2, "i3", 0.6)  # another instance took the host name over
+    await backend.remove_heartbeat(h2, "i2")
+    assert await backend.count_heartbeats() == base + 1, "the old instance removed the new one"
+    await trio.sleep(0.4)
+    live = await backend.count_heartbeats()
+    _within(h2_at, 0.6)
+    assert live == base + 1, "a heartbeat expired before its ttl"
+    await trio.sleep(0.3)
+    assert await backend.count_heartbeats() == base, "a heartbeat outlived its ttl"
+
+
+@_contract_check
+async def check_locks(backend: Backend) -> None:
+    """Locks are ``SET NX`` with a ttl and released only with their token."""
+    key = f"taskrunner:unique:{_name('task')}"
+    locked_at = trio.current_time()
+    assert await backend.acquire_lock(key, "t1", 0.3) is True, "a free lock must be taken"
+    other = await backend.acquire_lock(key, "t2", 0.3)
+    again = await backend.acquire_lock(key, "t1", 0.3)
+    released = await backend.release_lock(key, "t2")
+    await trio.sleep(0.2)
+    later = await backend.acquire_lock(key, "t2", 0.3)
+    _within(locked_at, 0.3)
+    assert other is False, "a held lock was taken"
+    assert again is False, "acquire is SET NX, even for the holder"
+    assert released is False, "released with the wrong token"
+    assert later is False, "the lock expired before its ttl"
+    await trio.sleep(0.2)
+    assert await backend.acquire_lock(key, "t2", 5.0) is True, "the lock must expire after ttl"
+    assert await backend.release_lock(key, "t1") is False, "an expired holder released a lock"
+    assert await backend.release_lock(key, "t2") is True, "the holder must be able to release"
+    assert await backend.release_lock(key, "t2") is False, "released twice"
+    assert await backend.acquire_lock(key, "t3", 5.0) is True, "a released lock must be free"
+    await backend.release_lock(key, "t3")
+
+
+@_contract_check
+async def check_tuning(backend: Backend) -> None:
+    """The published capacity is read back until its ttl ends; per group."""
+    group, other = _name("group"), _name("group")
+    assert await backend.read_tuning(group) is None, "nothing published yet"
+    await backend.publish_tuning(group, 7, 5.0)
+    assert await backend.read_tuning(group) == 7, "a published capacity must be read back"
+    published_at = trio.current_time()
+    await backend.publish_tuning(group, 9, 0.3)
+    assert await backend.read_tuning(group) == 9, "a new publish replaces the value"
+    assert await backend.read_tuning(other) is None, "tuning is per group"
+    await trio.sleep(0.2)
+    value = await backend.read_tuning(group)
+    _within(published_at, 0.3)
+    assert value == 9, f"the value expired before its ttl: read {value!r}"
+    await trio.sleep(0.2)
+    assert await backend.read_tuning(group) is None, "the value outlived its ttl"
