@@ -14,6 +14,7 @@ import statistics
 import time
 
 import trio
+from _harness import run_noop_tasks
 
 from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends.memory import MemoryBackend
@@ -35,27 +36,8 @@ async def taskrunner_memory(n: int, workers: int) -> tuple[float, float]:
     runner = TaskRunner(
         TaskRunnerConfig(consumer_group="bench", num_workers=workers, batch_size=workers), backend
     )
-    done = trio.Event()
-    count = 0
-
-    @runner.task()
-    async def noop(payload: object) -> None:
-        nonlocal count
-        count += 1
-        if count == n:
-            done.set()
-
-    start = time.perf_counter()
-    await runner.dispatch_many("noop", [None] * n)
-    enqueued = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runner.serve)
-        await done.wait()
-        while runner.statistics().acked < n:  # noqa: ASYNC110 - the acker has no event to wait on
-            await trio.sleep(0.001)
-        processed = time.perf_counter()
-        nursery.cancel_scope.cancel()
-    return n / (enqueued - start), n / (processed - enqueued)
+    rates = await run_noop_tasks(runner, n)
+    return rates.enqueue, rates.process
 
 
 async def main(n: int, workers: int, repeat: int) -> None:

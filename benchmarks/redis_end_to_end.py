@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import trio
+from _harness import run_noop_tasks
 from redis_connection import find_redis_benchmark, redis_benchmark
 
 from taskrunner import TaskRunner, TaskRunnerConfig
@@ -33,32 +33,10 @@ async def one_run(url: str, n: int, workers: int, fetchers: int, run: int) -> tu
         ),
         backend,
     )
-    done = trio.Event()
-    count = 0
-
-    @runner.task()
-    async def noop(payload: object) -> None:
-        nonlocal count
-        count += 1
-        if count == n:
-            done.set()
-
-    payloads = [{"i": i} for i in range(n)]
-    start = time.perf_counter()
-    for at in range(0, n, 10_000):
-        await runner.dispatch_many("noop", payloads[at : at + 10_000])
-    enqueued = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(runner.serve)
-        serve_started = time.perf_counter()
-        await done.wait()
-        while runner.statistics().acked < n:  # noqa: ASYNC110 - no event for acks
-            await trio.sleep(0.001)
-        processed = time.perf_counter()
-        nursery.cancel_scope.cancel()
+    rates = await run_noop_tasks(runner, n)
     assert await backend.length() == 0, "entries left in the stream"
     await backend.aclose()
-    return n / (enqueued - start), n / (processed - serve_started)
+    return rates.enqueue, rates.process
 
 
 def main() -> None:
