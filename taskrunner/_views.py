@@ -88,10 +88,12 @@ def _ms(value: float) -> str:
     return f"{value:,.1f} ms" if value >= 10 else f"{value:.3f} ms"
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
+def _table(*columns: str, title: str | None = None, numeric: bool = True) -> Table:
+    """A plain table; with ``numeric`` every column but the first is right-aligned."""
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
     for i, name in enumerate(columns):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+        right = numeric and i > 0
+        table.add_column(name, justify="right" if right else "left", no_wrap=True)
     return table
 
 
@@ -137,7 +139,7 @@ def runners_table(
 # Stats, queue, keys ---------------------------------------------------------------
 def stats_table(stats: Stats, *, runs: Mapping[str, int] | None = None) -> Table:
     """The :class:`Stats` fields, then one row per task (with its run count if given)."""
-    table = _table("timing", "value", title="timing statistics (Stats)")
+    table = _table("timing", "value", title="timing statistics (Stats)", numeric=False)
     table.add_row("predicted_wait_time", _ms(stats.predicted_wait_time))
     table.add_row("avg_timing", _ms(stats.avg_timing))
     table.add_row("avg_schedule_timing", _ms(stats.avg_schedule_timing))
@@ -150,7 +152,7 @@ def stats_table(stats: Stats, *, runs: Mapping[str, int] | None = None) -> Table
 
 def queue_table(queue: QueueMetrics) -> Table:
     """Queue size, claim delays (ms), and every group's pending/lag and consumers."""
-    table = _table("queue", "value", title="queue")
+    table = _table("queue", "value", title="queue", numeric=False)
     table.add_row("queue_size", f"{queue.queue_size:,}")
     delays = ", ".join(
         f"{kind} {getattr(queue, f'message_claim_delay_{kind}') / 1e6:,.1f}"
@@ -168,7 +170,7 @@ def queue_table(queue: QueueMetrics) -> Table:
 
 def keys_table(keys: Sequence[KeyInfo]) -> Table:
     """``admin.list_keys`` output."""
-    table = _table("key", "type", "size", "ttl", "purpose", title="keys")
+    table = _table("key", "type", "size", "ttl", "purpose", title="keys", numeric=False)
     for key in keys:
         ttl = "-" if key.ttl is None else f"{key.ttl:.1f}s"
         table.add_row(key.name, key.type, f"{key.size:,}", ttl, key.purpose)
@@ -340,7 +342,9 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         if snapshot.tuning_capacity is None
         else f"published capacity {snapshot.tuning_capacity}"
     )
-    fleet = _table("fleet", "value", title=f"group {snapshot.group} on {snapshot.stream}")
+    fleet = _table(
+        "fleet", "value", title=f"group {snapshot.group} on {snapshot.stream}", numeric=False
+    )
     fleet.add_row("leader", leader)
     fleet.add_row("live instances", str(len(snapshot.instances)))
     for host, instance_id in snapshot.instances:
@@ -352,6 +356,7 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
     rates = history.throughput()
     queue_sizes = history.queue_sizes()
     trends = _table("trend", "now", "max", f"last {history.span:.0f}s", title="trends")
+    trends.columns[-1].justify = "left"
     trends.add_row(
         "throughput (runs/s)",
         f"{rates[-1]:,.1f}" if rates else "n/a",
