@@ -92,7 +92,8 @@ async def test_one_frame_from_a_real_server(redis_url: str) -> None:
     rate = float(row("throughput").split()[2])
     span = snapshot.taken_at - first.taken_at
     assert rate == pytest.approx(30 / span, rel=0.01)
-    assert re.search(r"throughput \(runs/s\)\s+[\d.]+\s+[\d.]+\s+█\s", text)  # one rate: full height
+    # One rate so far: a single full-height block.
+    assert re.search(r"throughput \(runs/s\)\s+[\d.]+\s+[\d.]+\s+█\s", text)
     assert re.search(r"queue length\s+0\s+0\s+▁▁", text)
     # Stats, per task, and the queue.
     assert re.search(r"predicted_wait_time\s+0\.000 ms", text)
