@@ -31,6 +31,7 @@ APPS = ROOT / "tests" / "apps"
 APP = "cli_app:runner"
 GROUP = "cli"
 COMMAND_TIMEOUT = 30.0
+CAT = '{"image": "cat.png"}'
 
 
 def app_env(url: str, queue: str, group: str = GROUP) -> dict[str, str]:
@@ -424,3 +425,49 @@ def test_unreachable_redis_is_one_line(args: list[str], queue: str) -> None:
     assert len(lines) == 1, result.stderr
     assert f"127.0.0.1:{closed.split(':')[2].split('/')[0]}" in lines[0]
     assert time.monotonic() - started < 15
+
+
+# docs/operations.md ---------------------------------------------------------------
+
+
+def test_the_documented_application_module(
+    redis_server: ServerProcess, redis_url: str, tmp_path: Path
+) -> None:
+    """The first ``sh`` block of docs/operations.md creates app/tasks.py; serve it with the
+    ``taskrunner`` console script from that directory, as the page does."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page.split("## The application module", 1)[1]
+    block = re.search(r"^```sh\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    assert block
+    subprocess.run(["sh", "-c", block.group(1)], cwd=tmp_path, check=True, timeout=10)
+    assert (tmp_path / "app" / "tasks.py").is_file()
+    script = str(Path(sys.executable).with_name("taskrunner"))
+    env = {**os.environ, "REDIS_URL": redis_url}
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [script, "worker", "app.tasks:runner", "--workers", "8"],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(lambda: "serving group thumbnails" in log.read_text(), "the worker")
+            dispatched = subprocess.run(
+                [script, "dispatch", "app.tasks:runner", "make_thumbnail", "--payload", CAT],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT,
+                check=False,
+            )
+            assert dispatched.returncode == 0, dispatched.stderr
+            wait_for(lambda: "thumbnail for cat.png" in log.read_text(), "the task to run")
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=20) == 0, log.read_text()
+        finally:
+            worker.kill()
+            worker.wait(timeout=10)
+    assert "8 worker(s)" in log.read_text()
