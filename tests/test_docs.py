@@ -31,6 +31,7 @@ KEY_PAGES = [
     "reference/redis/index.html",
     "reference/admin/index.html",
     "reference/testing/index.html",
+    "reference/prometheus/index.html",
 ]
 
 REFERENCED = {
@@ -46,6 +47,7 @@ REFERENCED = {
     "reference/redis/index.html": ["taskrunner.backends.redis.RedisBackend.from_client"],
     "reference/admin/index.html": ["taskrunner.admin.flush"],
     "reference/testing/index.html": ["taskrunner.testing.contract_parametrize"],
+    "reference/prometheus/index.html": ["taskrunner.prometheus.RunnerCollector"],
 }
 """Objects each API reference page must document (their HTML anchors)."""
 
