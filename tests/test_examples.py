@@ -79,6 +79,10 @@ EXPECTED: dict[str, list[str]] = {
         "taskrunner:unique:invoice:A-17     string size 32  ttl 60 s   unique-job lock",
         "flushed 3 key(s); left: []",
     ],
+    "prometheus_export.py": [
+        'taskrunner_tasks_completed_total{group="emails"} 1.0',
+        'taskrunner_queue_size{group="emails"} 0.0',
+    ],
 }
 """Lines each script must print (in any order: tasks run concurrently)."""
 

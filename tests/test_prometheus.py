@@ -7,9 +7,7 @@ runs on the autojump clock.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 
 import prometheus_client
 import pytest
@@ -281,20 +279,3 @@ async def test_serve_metrics_reports_the_port_and_cleans_up() -> None:
         nursery.cancel_scope.cancel()
     # Cancelled: the collector left the caller's registry.
     assert prometheus_client.generate_latest(registry) == b""
-
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "prometheus.md"
-
-
-async def test_the_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/prometheus.md's Python block runs and prints what the page says."""
-    doc = DOC.read_text()
-    (block,) = re.findall(r"^```python\n(.*?)^```$", doc, re.MULTILINE | re.DOTALL)
-    namespace: dict[str, object] = {"__name__": "docs_example"}
-    exec(compile(block, "docs/prometheus.md", "exec"), namespace)
-    main = namespace["main"]
-    assert callable(main)
-    await main()
-    printed = capsys.readouterr().out.splitlines()
-    assert 'taskrunner_tasks_completed_total{group="emails"} 1.0' in printed
-    assert 'taskrunner_queue_size{group="emails"} 0.0' in printed
