@@ -22,6 +22,8 @@ KEY_PAGES = [
     "redis-key-layout/index.html",
     "timing-metrics/index.html",
     "tuning/index.html",
+    "operations/index.html",
+    "prometheus/index.html",
     "examples/index.html",
     "changelog/index.html",
     "reference/taskrunner/index.html",
