@@ -59,6 +59,8 @@ DURATION_BUCKETS: tuple[float, ...] = (
 
 MAX_REQUEST_BYTES = 8192
 """Longest request head (request line and headers) the server reads."""
+REFRESH_TIMEOUT = 10.0
+"""Seconds one snapshot refresh may take (at least ``refresh_interval``) before it fails."""
 REQUEST_TIMEOUT = 5.0
 """Seconds a client has to send its request head and read the answer."""
 
@@ -175,10 +177,14 @@ class RunnerCollector(Collector):
         started = False
         while True:
             try:
-                await self.refresh()
-            except BackendError as exc:
+                # A backend call that hangs must not freeze the snapshot silently.
+                with trio.fail_after(max(REFRESH_TIMEOUT, self.refresh_interval)):
+                    await self.refresh()
+            except (BackendError, trio.TooSlowError) as exc:
                 self._refresh_errors += 1
-                log.warning("metrics refresh failed, keeping the last snapshot: %s", exc)
+                log.warning(
+                    "metrics refresh failed, keeping the last snapshot: %s", exc or "timed out"
+                )
             except Exception:
                 # A backend that breaks its contract must not take the exporter
                 # (and the worker beside it) down with it.

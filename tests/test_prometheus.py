@@ -19,7 +19,7 @@ from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends import QueueMetrics
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
-from taskrunner.prometheus import RunnerCollector, answer, serve_metrics
+from taskrunner.prometheus import REFRESH_TIMEOUT, RunnerCollector, answer, serve_metrics
 
 GROUP = "prom"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -221,8 +221,11 @@ class FlakyBackend(MemoryBackend):
     """A memory backend whose ``get_metrics`` fails while ``failure`` is set."""
 
     failure: Exception | None = None
+    hang = False
 
     async def get_metrics(self) -> QueueMetrics:
+        if self.hang:
+            await trio.sleep_forever()
         if self.failure is not None:
             raise self.failure
         return await super().get_metrics()
@@ -260,6 +263,11 @@ async def test_updater_survives_backend_errors(
         assert value(samples(), "taskrunner_snapshot_errors_total") == 3
 
         backend.failure = None
+        backend.hang = True  # a call that never returns fails after REFRESH_TIMEOUT
+        await trio.sleep(REFRESH_TIMEOUT + 1.5)
+        assert value(samples(), "taskrunner_snapshot_errors_total") == 4
+
+        backend.hang = False
         await trio.sleep(1)
         assert collector.snapshot is not good
         assert value(samples(), "taskrunner_queue_size") == 2
