@@ -294,9 +294,17 @@ class FleetSnapshot:
 
 @attrs.define
 class History:
-    """The newest ``size`` samples of (time, total runs, queue size)."""
+    """The newest ``size`` samples of (time, total runs, queue size).
+
+    Throughput at a sample is measured against the latest earlier sample at
+    least ``window`` seconds older (or the oldest one), not just the previous
+    sample: the run counts in the metrics hash move in steps, once per bulk
+    writer flush (every second), so rates between refreshes closer than that
+    would zigzag between 0 and double.
+    """
 
     size: int = 120
+    window: float = 2.0
     _samples: collections.deque[tuple[float, int, int]] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -306,9 +314,17 @@ class History:
         self._samples.append((now, total_runs, queue_size))
 
     def throughput(self) -> list[float]:
-        """Runs per second between consecutive samples (a metrics reset counts as 0)."""
-        pairs = zip(self._samples, list(self._samples)[1:], strict=False)
-        return [max(0, b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0 for a, b in pairs]
+        """Runs per second at every sample but the oldest (a metrics reset counts as 0)."""
+        samples = list(self._samples)
+        rates = []
+        for k in range(1, len(samples)):
+            now, runs, _ = samples[k]
+            j = k - 1
+            while j > 0 and now - samples[j][0] < self.window:
+                j -= 1
+            then, before, _ = samples[j]
+            rates.append(max(0, runs - before) / (now - then) if now > then else 0.0)
+        return rates
 
     def queue_sizes(self) -> list[float]:
         return [float(s[2]) for s in list(self._samples)[-self.size :]]

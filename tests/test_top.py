@@ -146,7 +146,7 @@ def constructed_snapshot(**changes: object) -> FleetSnapshot:
 
 
 def test_constructed_frame() -> None:
-    history = History(size=4)
+    history = History(size=4, window=1.0)
     for t, runs, queue in [(0, 0, 10), (1, 10, 50), (2, 40, 100), (3, 5, 100), (4, 25, 80)]:
         history.add(t, runs, queue)
     # size + 1 samples make size rates; 40 -> 5 is a metrics reset, counted as 0.
@@ -164,6 +164,17 @@ def test_constructed_frame() -> None:
     assert re.search(r"predicted_wait_time\s+150\.0 ms", text)
     assert re.search(r"a\s+3\.000 ms\s+\(10 runs\)", text)
     assert "delayed_tasks_schedule" not in text.replace("avg_schedule_timing", "")
+
+
+def test_throughput_is_measured_over_a_window() -> None:
+    # Refreshes every 0.5 s, runs counted once a second (the bulk writer's flush).
+    history = History(size=10, window=2.0)
+    for i in range(8):
+        history.add(i * 0.5, 100 * (i // 2), 0)
+    rates = history.throughput()
+    # Less than 2 s of samples yet: measured from the oldest.
+    assert rates[:3] == pytest.approx([0.0, 100.0, 66.67], abs=0.01)
+    assert rates[3:] == [100.0, 100.0, 100.0, 100.0]  # steady, no zigzag
 
 
 def test_sparkline_and_task_names() -> None:
