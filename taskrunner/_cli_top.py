@@ -7,7 +7,7 @@ capacity, the heartbeat keys, the leader lease, the queue metrics) into a
 from the hash (task names from its ``<task>_sum`` fields; the pool size is
 the published tuning capacity, else ``--workers``), and adds a sample to a
 :class:`~taskrunner._views.History` ring, from which the view draws throughput
-(the change of the hash's run counts between refreshes) and queue length over
+(the change of the hash's run counts, over at least two seconds) and queue length over
 the last minutes. Rendering is :func:`taskrunner._views.top_view`, pure; here
 is only the loop: ``rich.live.Live`` on a terminal, one plain line per refresh
 otherwise, one frame with ``--once``. A failed refresh keeps the last frame on
