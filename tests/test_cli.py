@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess, free_port, sync_command
+
+from taskrunner._embedded import ServerProcess, free_port, sync_command
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "tests" / "apps"

@@ -28,10 +28,10 @@ from collections import Counter
 from pathlib import Path
 
 import trio
-from conftest import ServerProcess, sync_command
 from test_cli import app_env, wait_for, workers
 
 from taskrunner import TaskRunner, TaskRunnerConfig, _keys
+from taskrunner._embedded import ServerProcess, sync_command
 from taskrunner.backends.redis import RedisBackend
 
 GROUP = "fleet"
