@@ -318,3 +318,33 @@ async def _all_keys(backend: RedisBackend) -> list[str]:
         keys.update(k.decode() for k in batch)
         if cursor == b"0":
             return sorted(keys)
+
+
+async def test_serving_on_fakeredis_starts_and_stops_cleanly() -> None:
+    """A fetcher's blocking read runs in a thread on the redis-py transport; stopping
+    serve abandons it mid-read, which must never raise out of serve."""
+    import fakeredis
+
+    server = fakeredis.FakeServer()
+    for round_ in range(5):
+        backend = RedisBackend.from_client(
+            fakeredis.FakeRedis(server=server, protocol=2), queue=f"round{round_}"
+        )
+        await _serve_three(make(backend, "h", block_duration=0.2))
+        await backend.aclose()
+
+
+async def _serve_three(runner: TaskRunner) -> None:
+    done: list[int] = []
+
+    @runner.task()
+    async def work(payload: int) -> None:
+        done.append(payload)
+
+    await runner.dispatch_many("work", [1, 2, 3])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        await wait_until(lambda: runner.statistics().acked == 3)
+        await trio.sleep(0.05)  # the fetcher is inside a blocking read now
+        nursery.cancel_scope.cancel()
+    assert sorted(done) == [1, 2, 3]

@@ -25,6 +25,7 @@ them back), its ``ConnectionError``/``TimeoutError`` (and ``OSError``) to
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 _RAW = {NEVER_DECODE: True}
+
+log = logging.getLogger("taskrunner.redis")
 
 
 def to_resp2(reply: Any) -> Reply:
@@ -182,8 +185,15 @@ class PyRedisDedicatedConnection:
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
-        if connection is not None:
+        if connection is None:
+            return
+        try:
             connection.disconnect()
+        except Exception as exc:
+            # The abandoned thread may still be inside this connection (fakeredis
+            # then raises "generator already executing"); it finishes by itself
+            # when its BLOCK time ends, and the connection is never used again.
+            log.debug("disconnecting an abandoned dedicated connection failed: %r", exc)
 
     async def aclose(self) -> None:
         """Close it; later calls raise ``trio.ClosedResourceError``."""
