@@ -5,7 +5,8 @@ Configured from the environment, as a deployment would be:
 ``TASKRUNNER_TEST_GROUP``. Timings are short so the tests run in seconds.
 Every task leaves a side effect in Redis the tests can check: ``record``
 pushes its payload to ``<queue>:done``; ``stamp`` (the fleet test's delayed
-task) pushes ``"<index> <due> <ran_at> <pid>"`` to ``<queue>:ran``.
+task) sleeps ``work`` seconds, then pushes ``"<index> <due> <started_at> <pid>"`` to
+``<queue>:ran``.
 """
 
 from __future__ import annotations
@@ -60,9 +61,11 @@ async def once(payload: Any) -> None:
     await backend.client.execute("RPUSH", DONE, json.dumps(payload))
 
 
-@runner.task(name="stamp")
+@runner.task(name="stamp", max_retry=3)  # a run cut off by SIGKILL runs again
 async def stamp(payload: dict[str, Any]) -> None:
-    line = f"{payload['index']} {payload['due']!r} {time.time()!r} {os.getpid()}"
+    started = time.time()
+    await trio.sleep(payload.get("work", 0))  # recorded only once the work is done
+    line = f"{payload['index']} {payload['due']!r} {started!r} {os.getpid()}"
     await backend.client.execute("RPUSH", RAN, line)
 
 
