@@ -145,6 +145,17 @@ async def _log_leadership(runner: TaskRunner) -> None:
             log.info("this instance (%s) lost leadership of group %s", runner.instance_id, group)
 
 
+def _os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
+    """The OSError ``group`` holds, if that is all it holds (at any depth)."""
+    matched, rest = group.split(OSError)
+    if matched is None or rest is not None:
+        return None
+    leaf: BaseException = matched
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf if isinstance(leaf, OSError) else None
+
+
 class _Stopper:
     """Turns signals into shutdown requests (see the module docstring)."""
 
@@ -182,45 +193,54 @@ async def serve_worker(
     """
     err = stderr if stderr is not None else sys.stderr
     stopper = _Stopper(runner)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stopper.watch, receiver)
-            try:
-                await check_backend(runner)
-            except BackendError as exc:
-                nursery.cancel_scope.cancel()
-                return _fail(err, f"cannot reach the backend ({runner.backend!r}): {exc}")
-            cfg = runner.config
-            log.info(
-                "worker pid %d on %s: instance %s, group %s, host %s, stream %s",
-                os.getpid(),
-                socket.gethostname(),
-                runner.instance_id,
-                cfg.consumer_group,
-                cfg.host,
-                getattr(runner.backend, "stream_key", repr(runner.backend)),
-            )
-            nursery.start_soon(_log_leadership, runner)
-            if metrics_port is not None:
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stopper.watch, receiver)
                 try:
-                    from taskrunner.prometheus import serve_metrics
-
-                    await nursery.start(
-                        partial(serve_metrics, runner, metrics_port, host=metrics_host)
-                    )
-                except (ImportError, OSError) as exc:
+                    await check_backend(runner)
+                except BackendError as exc:
                     nursery.cancel_scope.cancel()
-                    return _fail(
-                        err, f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc}"
+                    return _fail(err, f"cannot reach the backend ({runner.backend!r}): {exc}")
+                cfg = runner.config
+                log.info(
+                    "worker pid %d on %s: instance %s, group %s, host %s, stream %s",
+                    os.getpid(),
+                    socket.gethostname(),
+                    runner.instance_id,
+                    cfg.consumer_group,
+                    cfg.host,
+                    getattr(runner.backend, "stream_key", repr(runner.backend)),
+                )
+                nursery.start_soon(_log_leadership, runner)
+                if metrics_port is not None:
+                    try:
+                        from taskrunner.prometheus import serve_metrics
+
+                        await nursery.start(
+                            partial(serve_metrics, runner, metrics_port, host=metrics_host)
+                        )
+                    except (ImportError, OSError, ExceptionGroup) as exc:
+                        # The endpoint's own nursery wraps a bind error in a group.
+                        problem = _os_error(exc) if isinstance(exc, ExceptionGroup) else exc
+                        if problem is None:
+                            raise
+                        nursery.cancel_scope.cancel()
+                        return _fail(
+                            err,
+                            f"cannot serve metrics on {metrics_host}:{metrics_port}: {problem}",
+                        )
+                    log.info(
+                        "Prometheus metrics on http://%s:%d/metrics", metrics_host, metrics_port
                     )
-                log.info("Prometheus metrics on http://%s:%d/metrics", metrics_host, metrics_port)
-            # No await between this check and serve's first line: a signal is
-            # either seen here or delivered to a serving runner.
-            if not stopper.requested:
-                await runner.serve()
-            nursery.cancel_scope.cancel()
-    with trio.move_on_after(5, shield=True):
-        await runner.backend.aclose()
+                # No await between this check and serve's first line: a signal is
+                # either seen here or delivered to a serving runner.
+                if not stopper.requested:
+                    await runner.serve()
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await runner.backend.aclose()
     log.info("worker pid %d exited cleanly", os.getpid())
     return 0
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -472,3 +473,15 @@ def test_the_documented_application_module(
             worker.kill()
             worker.wait(timeout=10)
     assert "8 worker(s)" in log.read_text()
+
+
+def test_metrics_port_in_use_fails_cleanly(env: dict[str, str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli(env, "worker", APP, "--metrics-port", str(port))
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"taskrunner worker: error: cannot serve metrics on 127.0.0.1:{port}")
