@@ -485,3 +485,35 @@ def test_metrics_port_in_use_fails_cleanly(env: dict[str, str]) -> None:
     assert "Traceback" not in result.stderr
     last = result.stderr.splitlines()[-1]
     assert last.startswith(f"taskrunner worker: error: cannot serve metrics on 127.0.0.1:{port}")
+
+
+# Resolving module:attribute (in process) ---------------------------------------------
+
+
+def test_resolve_reports_what_went_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from taskrunner._imports import ImportTargetError, load_runner, resolve
+
+    (tmp_path / "pkg_ok").mkdir()
+    (tmp_path / "pkg_ok" / "__init__.py").write_text("")
+    (tmp_path / "pkg_ok" / "mod.py").write_text("class Holder:\n    value = 7\n")
+    (tmp_path / "needs_dep.py").write_text("import surely_not_installed_dep\n")
+    (tmp_path / "raises.py").write_text("raise RuntimeError('config missing')\n")
+    monkeypatch.chdir(tmp_path)  # the current directory is searched, as the CLI does
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert resolve("pkg_ok.mod:Holder.value") == 7
+
+    def error(target: str) -> str:
+        with pytest.raises(ImportTargetError) as info:
+            load_runner(target)
+        assert "\n" not in str(info.value)
+        return str(info.value)
+
+    assert "'pkg_ok.mod:Holder' has no attribute 'nope'" in error("pkg_ok.mod:Holder.nope")
+    assert "no module named 'pkg_ok.other'" in error("pkg_ok.other:x")
+    assert error("needs_dep:x") == (
+        "importing module 'needs_dep' failed: ModuleNotFoundError: "
+        "No module named 'surely_not_installed_dep'"
+    )
+    assert error("raises:x") == "importing module 'raises' failed: RuntimeError: config missing"
+    assert "not a valid 'module:attribute'" in error("pkg ok:x")
+    assert "is a int, not a TaskRunner" in error("pkg_ok.mod:Holder.value")
