@@ -286,6 +286,11 @@ class TaskRunner(Dispatching):
         """
         self._worker.observers.append(observer)
 
+    def remove_observer(self, observer: Callable[[str, float, bool], object]) -> None:
+        """Stop calling ``observer``; nothing happens if it is not registered."""
+        if observer in self._worker.observers:
+            self._worker.observers.remove(observer)
+
     def resize(self, capacity: int) -> None:
         """Set the worker-pool capacity; running tasks are never interrupted.
 

@@ -138,6 +138,10 @@ class RunnerCollector(Collector):
         self._refresh_errors = 0
         runner.add_observer(self._observe)
 
+    def close(self) -> None:
+        """Stop observing ``runner``'s runs (the histogram stops growing). Idempotent."""
+        self.runner.remove_observer(self._observe)
+
     @property
     def snapshot(self) -> Snapshot | None:
         """The last good snapshot, or ``None`` before the first successful refresh."""
@@ -439,8 +443,9 @@ async def serve_metrics(
     Raises:
         OSError: the port cannot be bound (before ``task_status.started``).
 
-    Cancellation: stops listening, drops open scrape connections and removes
-    the collector from a registry that was passed in.
+    Cancellation: stops listening, drops open scrape connections, removes
+    the collector from a registry that was passed in and its observer from
+    ``runner``.
     """
     collector = RunnerCollector(runner, refresh_interval=refresh_interval)
     if registry is None:
@@ -459,3 +464,4 @@ async def serve_metrics(
             task_status.started(real_port)
     finally:
         registry.unregister(collector)
+        collector.close()

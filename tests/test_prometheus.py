@@ -287,3 +287,13 @@ async def test_serve_metrics_reports_the_port_and_cleans_up() -> None:
         nursery.cancel_scope.cancel()
     # Cancelled: the collector left the caller's registry.
     assert prometheus_client.generate_latest(registry) == b""
+
+
+async def test_stopping_the_endpoint_removes_its_observer() -> None:
+    runner = TaskRunner(TaskRunnerConfig(consumer_group="g"), MemoryBackend())
+    for _ in range(3):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_metrics, runner, 0)
+            assert len(runner._worker.observers) == 1
+            nursery.cancel_scope.cancel()
+    assert runner._worker.observers == []
