@@ -28,6 +28,7 @@ from rich.text import Text
 
 from taskrunner import _keys
 from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int, positive_seconds
+from taskrunner._cli_stats import redis_arguments
 from taskrunner._stats import compute_stats
 from taskrunner._views import FleetSnapshot, History, task_names_in, top_line, top_view
 from taskrunner.backends.redis import RedisBackend
@@ -152,22 +153,7 @@ async def run_top(args: argparse.Namespace, console: Console) -> int:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--url", required=True, help="Redis URL, e.g. redis://localhost:6379/0 (required)"
-    )
-    parser.add_argument(
-        "--group", required=True, help="the consumer group (consumer_group) (required)"
-    )
-    parser.add_argument(
-        "--prefix",
-        default="taskrunner",
-        help="stream prefix, as given to RedisBackend (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--queue",
-        default="tasks",
-        help="stream name, as given to RedisBackend (default: %(default)s)",
-    )
+    redis_arguments(parser, json_option=False)
     parser.add_argument(
         "--interval",
         type=positive_seconds,

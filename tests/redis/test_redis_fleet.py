@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
+from _fleet import start_each
 
 from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends.redis import RedisBackend
@@ -42,20 +43,6 @@ def fleet(url: str, n: int, **config: Any) -> tuple[list[PartitionedBackend], li
         for i, link in enumerate(links)
     ]
     return links, runners
-
-
-def start_each(nursery: trio.Nursery, runners: list[TaskRunner]) -> list[trio.CancelScope]:
-    scopes = []
-    for runner in runners:
-        scope = trio.CancelScope()
-        scopes.append(scope)
-
-        async def serve(runner: TaskRunner = runner, scope: trio.CancelScope = scope) -> None:
-            with scope:
-                await runner.serve()
-
-        nursery.start_soon(serve)
-    return scopes
 
 
 async def wait_until(predicate: Callable[[], bool], limit: float = 20) -> None:
