@@ -204,10 +204,12 @@ class DemoTasks:
         self.synced += 1
 
     def register_on(self, runner: TaskRunner) -> None:
-        common: dict[str, Any] = {"reservation_timeout": RESERVATION_TIMEOUT}
+        # Three attempts each, so a task cut off when its runner leaves runs again
+        # once reclaimed (with one attempt it would be dead-lettered instead).
+        common: dict[str, Any] = {"reservation_timeout": RESERVATION_TIMEOUT, "max_retry": 3}
         runner.register(Task(name="fast", action=self.fast, **common))
         runner.register(Task(name="slow", action=self.slow, **common))
-        runner.register(Task(name="flaky", action=self.flaky, max_retry=3, **common))
+        runner.register(Task(name="flaky", action=self.flaky, **common))
         runner.register(Task(name="order", action=self.order, **common))
         runner.register(Task(name="report", action=self.report, **common))
         runner.register(
