@@ -3,8 +3,9 @@
 Three runners elect a leader; at a random moment the leader either crashes
 (its link is cut, then its serve is cancelled: no resign) or stops
 gracefully (it resigns). Reports the simulated time until another runner
-leads, over many seeds, beside the lease TTL. Deterministic: the numbers are
-the protocol's, not this machine's.
+leads, over many seeds, beside the lease TTL. Simulated time: the numbers are
+the protocol's, not this machine's speed (trio's scheduling order still varies
+a little from run to run, so medians move by a few hundredths of a TTL).
 
     python benchmarks/failover_simulated.py [--runs N]
 """
