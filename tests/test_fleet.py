@@ -288,3 +288,48 @@ def test_lease_intervals_are_about_half_the_ttl() -> None:
         renew, retry = lease_intervals(5, rng)
         assert 2.25 <= renew <= 2.5
         assert 2.25 <= retry <= 2.75
+
+
+async def test_schedule_for_and_dispatch_delayed_forms_and_errors(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    import math
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from taskrunner import InvalidTaskPayload, TaskNotFound
+
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+    ran: dict[str, float] = {}
+
+    @runner.task()
+    async def mark(payload: str) -> None:
+        ran[payload] = trio.current_time()
+
+    start = trio.current_time()
+    await runner.schedule_for("mark", "aware", datetime.now(UTC) + timedelta(seconds=30))
+    await runner.schedule_for("mark", "unix", time.time() + 20)
+    await runner.dispatch_delayed("mark", "timedelta", timedelta(seconds=10))
+    await runner.dispatch_delayed("mark", "zero", 0)
+    for bad in (-1, math.inf, math.nan, True, "5"):
+        with pytest.raises(ValueError, match=r"delay must be"):
+            await runner.dispatch_delayed("mark", "x", bad)  # type: ignore[arg-type]
+    for when in (datetime.now() + timedelta(seconds=5), math.nan, True):
+        with pytest.raises(ValueError, match=r"when must be"):
+            await runner.schedule_for("mark", "x", when)  # type: ignore[arg-type]
+    with pytest.raises(TaskNotFound):
+        await runner.dispatch_delayed("nope", None, 1)
+    with pytest.raises(InvalidTaskPayload):
+        await runner.dispatch_delayed("mark", {1, 2}, 1)
+    assert len(await backend.due_delayed("g", math.inf, 100)) == 4
+
+    async with serving(runner):
+        await wait_until(lambda: len(ran) == 4)
+    offsets = {k: v - start for k, v in ran.items()}
+    assert offsets["zero"] == pytest.approx(0, abs=0.1)
+    assert offsets["timedelta"] == pytest.approx(10, abs=0.1)
+    # Wall-clock times map onto the backend's clock (trio's here): real time passes
+    # while the test runs, so allow a second.
+    assert offsets["unix"] == pytest.approx(20, abs=1)
+    assert offsets["aware"] == pytest.approx(30, abs=1)
