@@ -13,7 +13,9 @@ Redis differences the rest of the code relies on being hidden here:
 ``XAUTOCLAIM`` does not return delivery counts (read back with ``XPENDING``),
 and reports entries deleted from the stream separately (Redis >= 7; 6.2 gives
 them as nil entries, which are acked away here); ``XINFO GROUPS`` reports a
-nil lag once entries after the group's cursor were deleted (counted here).
+nil lag once entries after the group's cursor were deleted (estimated here,
+see ``RedisQueue._lag``: exact with ``delete_on_ack``, else a lower bound
+past 10,000 entries).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ ADD_CHUNK = 2000
 """Entries per pipeline when adding many at once."""
 READ_TIMEOUT_MARGIN = 5.0
 """How much longer than its ``BLOCK`` a read may take before the connection is deemed dead."""
+LAG_SCAN_PAGE = 1000
+LAG_SCAN_PAGES = 10
+"""At most this many ``XRANGE`` pages are read to count a nil lag (see ``RedisQueue._lag``)."""
 
 _PAYLOAD = b"payload"
 
@@ -229,18 +234,39 @@ class RedisQueue:
         return n
 
     async def _lag(self, group: dict[bytes, Any]) -> int:
+        """The group's lag: entries not yet delivered to it.
+
+        ``XINFO GROUPS`` reports it directly unless entries were deleted after
+        the group's cursor (or, on Redis 7.0, acked out of order with
+        ``delete_on_ack``); then it answers nil and this estimates it without
+        reading the stream's payloads wholesale:
+
+        - with ``delete_on_ack``: ``XLEN`` minus the group's pending count,
+          which is exact while entries leave the stream only by being acked
+          (they are then either pending or undelivered); trimming or several
+          groups deleting on the same stream make it an estimate;
+        - otherwise: the entries after the cursor, counted with at most
+          ``LAG_SCAN_PAGES`` ``XRANGE`` pages of ``LAG_SCAN_PAGE`` entries, so
+          a longer backlog is reported as that lower bound (``GroupInfo.lag``
+          is then "at least this many").
+        """
         lag = group.get(b"lag")
         if lag is not None:
             return int(lag)
-        # Nil once entries after the cursor were deleted: count what is left.
+        if self.delete_on_ack:
+            length: int = await self._client.execute("XLEN", self.stream_key)
+            return max(0, length - int(group[b"pending"]))
         start = b"(" + group[b"last-delivered-id"]
         total = 0
-        while True:
-            page = await self._client.execute("XRANGE", self.stream_key, start, "+", "COUNT", 1000)
+        for _ in range(LAG_SCAN_PAGES):
+            page = await self._client.execute(
+                "XRANGE", self.stream_key, start, "+", "COUNT", LAG_SCAN_PAGE
+            )
             total += len(page)
-            if len(page) < 1000:
-                return total
+            if len(page) < LAG_SCAN_PAGE:
+                break
             start = b"(" + page[-1][0]
+        return total
 
     async def _groups(self) -> list[dict[bytes, Any]]:
         try:

@@ -1,0 +1,52 @@
+"""Regression tests for reviewed RedisQueue / client / admin / embedded-server bugs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from taskrunner.backends.redis import RedisBackend
+
+
+async def _command_calls(backend: RedisBackend, command: str) -> int:
+    """How many times the server ran ``command`` since the last ``CONFIG RESETSTAT``."""
+    info: bytes = await backend.client.execute("INFO", "commandstats")
+    for line in info.decode().splitlines():
+        if line.startswith(f"cmdstat_{command}:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+async def _raw_lag(backend: RedisBackend) -> Any:
+    groups = await backend.client.execute("XINFO", "GROUPS", backend.stream_key)
+    fields = groups[0]
+    return dict(zip(fields[::2], fields[1::2], strict=True)).get(b"lag")
+
+
+# 1. lag when XINFO GROUPS reports nil -------------------------------------------
+async def test_nil_lag_with_delete_on_ack_is_counted_without_reading_the_stream(
+    redis_url: str,
+) -> None:
+    async with RedisBackend.from_url(redis_url) as backend:
+        await backend.add([b"x" * 100] * 3000)
+        entries = await backend.read("g", "c1", 2, 0)
+        await backend.ack("g", [entries[1].id])  # the second finished first
+        assert await _raw_lag(backend) is None
+        await backend.client.execute("CONFIG", "RESETSTAT")
+        info = await backend.group_info("g")
+        assert (info.pending, info.lag) == (1, 2998)
+        assert await _command_calls(backend, "xrange") == 0
+
+
+async def test_nil_lag_without_delete_on_ack_is_a_bounded_lower_bound(redis_url: str) -> None:
+    async with RedisBackend.from_url(redis_url, delete_on_ack=False) as backend:
+        ids = await backend.add([b"x"] * 12_000)
+        await backend.read("g", "c1", 1, 0)
+        await backend.client.execute("XDEL", backend.stream_key, ids[5])  # after the cursor
+        assert await _raw_lag(backend) is None
+        await backend.client.execute("CONFIG", "RESETSTAT")
+        with trio.fail_after(10):
+            info = await backend.group_info("g")
+        assert info.lag == 10_000  # 10 pages of 1000, of the 11,998 undelivered
+        assert await _command_calls(backend, "xrange") <= 10
