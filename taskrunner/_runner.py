@@ -308,6 +308,9 @@ class TaskRunner(Dispatching):
         Args:
             grace: Override ``shutdown_grace``; ``0`` cancels running tasks now
                 (a second Ctrl-C). Running tasks are never acked when cancelled.
+
+        Called before :meth:`serve` has started, it makes that ``serve`` stop as
+        soon as it has started.
         """
         if grace is not None:
             self._grace_override = grace
@@ -333,8 +336,6 @@ class TaskRunner(Dispatching):
         if self._serving:
             raise AlreadyServing(f"{self!r} is already serving")
         self._serving = True
-        self._stop = trio.Event()
-        self._grace_override = None
         cfg = self.config
         log.info(
             "serving group %s as host %s (instance %s): %d fetcher(s), %d worker(s), tasks: %s",
@@ -345,19 +346,26 @@ class TaskRunner(Dispatching):
             self._pool.capacity,
             ", ".join(sorted(self._tasks)) or "(none)",
         )
+        ready = trio.Event()
         try:
             async with trio.open_nursery() as top:
-                await top.start(self._run_shielded)
-                task_status.started()
+                # start_soon, not start: a serve cancelled while starting must still
+                # reach the finally below (the stop event), or the shielded child
+                # would wait for it forever.
+                top.start_soon(self._run_shielded, ready)
                 try:
+                    await ready.wait()
+                    task_status.started()
                     await self._stop.wait()
                 finally:
                     self._stop.set()
         finally:
             self._serving = False
+            self._stop = trio.Event()  # a later serve starts afresh
+            self._grace_override = None
             log.info("stopped serving group %s", cfg.consumer_group)
 
-    async def _run_shielded(self, *, task_status: trio.TaskStatus[None]) -> None:
+    async def _run_shielded(self, ready: trio.Event) -> None:
         # Shielded: outside cancellation reaches serve() only through the stop
         # event, so the drain below always runs to its (bounded) end.
         cfg = self.config
@@ -391,10 +399,10 @@ class TaskRunner(Dispatching):
                     self._inflight,
                     self._refresh_tick,
                 )
-                await self._run_core(task_status)
+                await self._run_core(ready)
                 services.cancel_scope.cancel()
 
-    async def _run_core(self, task_status: trio.TaskStatus[None]) -> None:
+    async def _run_core(self, ready: trio.Event) -> None:
         cfg = self.config
         async with trio.open_nursery() as workers:
             self._workers = workers
@@ -410,7 +418,7 @@ class TaskRunner(Dispatching):
                         self._worker.execute,
                         self._fetch_counters,
                     )
-                task_status.started()
+                ready.set()
                 await self._stop.wait()
                 fetchers.cancel_scope.cancel()
             grace = self._grace_override

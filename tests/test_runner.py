@@ -10,6 +10,7 @@ from collections import Counter
 import attrs
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
@@ -559,3 +560,30 @@ async def test_a_unique_lock_is_given_back_when_the_add_fails(
     await good.dispatch("job")
     with pytest.raises(TaskAlreadyDispatched):
         await good.dispatch("job")
+
+
+async def test_serve_cancelled_while_starting_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runner = make_runner(MemoryBackend())
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runner.serve)
+            await trio.lowlevel.checkpoint()  # serve has begun starting its services
+            nursery.cancel_scope.cancel()
+    assert runner.statistics().serving is False
+
+
+async def test_shutdown_before_serve_started_is_not_lost(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    runner = make_runner(MemoryBackend())
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runner.serve)
+            runner.shutdown()
+    assert runner.statistics().serving is False
+    # ...and a later serve is not stopped by that old request.
+    async with serving(runner):
+        await trio.sleep(5)
+        assert runner.statistics().serving is True
