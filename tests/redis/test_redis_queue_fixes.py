@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 import trio
 
 from taskrunner.backends.redis import RedisBackend
@@ -50,3 +52,33 @@ async def test_nil_lag_without_delete_on_ack_is_a_bounded_lower_bound(redis_url:
             info = await backend.group_info("g")
         assert info.lag == 10_000  # 10 pages of 1000, of the 11,998 undelivered
         assert await _command_calls(backend, "xrange") <= 10
+
+
+# 3. a failing claim-delay ring push never fails the ack ---------------------------
+async def test_ack_and_metrics_survive_a_ring_of_the_wrong_type(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with RedisBackend.from_url(redis_url) as backend:
+        await backend.add([b"a", b"b", b"c"])
+        await backend.client.execute("SET", backend.ring_key, "x")
+        first, second = await backend.read("g", "c1", 2, 0)  # buffers two claim delays
+        with caplog.at_level(logging.WARNING, "taskrunner.backends.redis._queue"):
+            assert await backend.ack("g", [first.id]) == 1
+            assert (await backend.group_info("g")).pending == 1
+            assert await backend.length() == 2  # deleted on ack
+            assert backend._delays == []  # dropped, not re-queued forever
+            await backend.read("g", "c1", 1, 0)
+            metrics = await backend.get_metrics()  # the ring can be neither pushed nor read
+            assert await backend.ack("g", [second.id]) == 1
+        assert metrics.queue_size == 2
+        assert metrics.message_claim_delay_avg == 0.0
+        assert metrics.message_claim_delay_last == 0.0
+        assert [g.pending for g in metrics.groups] == [2]
+        warnings = [r for r in caplog.records if "claim-delay ring" in r.getMessage()]
+        assert len(warnings) == 1  # rate-limited
+        assert "WRONGTYPE" in warnings[0].getMessage()
+        await backend.client.execute("DEL", backend.ring_key)  # repaired: pushes land again
+        await backend.add([b"d"])
+        await backend.read("g", "c1", 1, 0)
+        await backend.get_metrics()
+        assert await backend.client.execute("LLEN", backend.ring_key) == 1

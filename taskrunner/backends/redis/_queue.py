@@ -6,7 +6,9 @@ up the shared, auto-pipelined connection everything else uses. Acks are
 batched by the runner and sent as one pipeline (``XACK``, then ``XDEL`` when
 deleting on ack); the claim delays measured at read time ride along in the
 same round trip (``LPUSH`` + ``LTRIM`` of the ring), so metrics cost no extra
-round trip on the hot path. The group is created lazily when a read answers
+round trip on the hot path. That push is best effort: an error reply to it
+(``OOM``, ``WRONGTYPE``) is logged and its delays dropped, never raised by
+the ack it rode with. The group is created lazily when a read answers
 ``NOGROUP``.
 
 Redis differences the rest of the code relies on being hidden here:
@@ -20,6 +22,7 @@ past 10,000 entries).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -46,7 +49,12 @@ LAG_SCAN_PAGE = 1000
 LAG_SCAN_PAGES = 10
 """At most this many ``XRANGE`` pages are read to count a nil lag (see ``RedisQueue._lag``)."""
 
+RING_WARNING_INTERVAL = 60.0
+"""Seconds between two warnings about failing claim-delay ring pushes."""
+
 _PAYLOAD = b"payload"
+
+logger = logging.getLogger(__name__)
 
 
 def _ms(seconds: float) -> int:
@@ -94,6 +102,7 @@ class RedisQueue:
         self._client = client
         self._readers: dict[str, DedicatedRedisConnection] = {}
         self._delays: list[int] = []  # claim delays (ns) not yet pushed to the ring
+        self._ring_warned_at = -math.inf  # time.monotonic() of the last ring warning
 
     # Adding -----------------------------------------------------------------
     async def add(self, payloads: Sequence[bytes]) -> list[str]:
@@ -164,6 +173,27 @@ class RedisQueue:
             ("LTRIM", self.ring_key, 0, RING_SIZE - 1),
         ]
 
+    def _ring_failed(self, replies: Sequence[Any]) -> bool:
+        """Log (at most every ``RING_WARNING_INTERVAL``) if a ring command answered an error.
+
+        The ring only feeds the claim-delay metrics, so a push refused by the
+        server (``OOM`` under ``maxmemory``, ``WRONGTYPE``...) drops those
+        delays: retrying them would fail the same way and must never fail or
+        repeat the ack that carried them.
+        """
+        error = next((r for r in replies if isinstance(r, ResponseError)), None)
+        if error is None:
+            return False
+        now = time.monotonic()
+        if now - self._ring_warned_at >= RING_WARNING_INTERVAL:
+            self._ring_warned_at = now
+            logger.warning(
+                "claim-delay ring %s not updated (delays dropped, metrics may be stale): %s",
+                self.ring_key,
+                error,
+            )
+        return True
+
     # Acknowledging ----------------------------------------------------------
     async def ack(self, group: str, ids: Sequence[str]) -> int:
         if not ids:
@@ -173,11 +203,16 @@ class RedisQueue:
             commands.append(("XDEL", self.stream_key, *ids))
         ring = self._ring_commands()
         try:
-            replies = await self._client.pipeline(commands + ring)
+            replies = await self._client.pipeline(commands + ring, raise_on_error=False)
         except BaseException:
             if ring:  # not known to have landed; keep the newest for next time
                 self._delays[:0] = list(ring[0][2:])  # type: ignore[arg-type]
             raise
+        # Only XACK/XDEL decide the outcome; the ring push is best effort.
+        self._ring_failed(replies[len(commands) :])
+        for reply in replies[: len(commands)]:
+            if isinstance(reply, ResponseError):
+                raise reply
         acked: int = replies[0]
         return acked
 
@@ -320,11 +355,23 @@ class RedisQueue:
         return n
 
     async def get_metrics(self) -> QueueMetrics:
+        """The queue's size, claim delays and groups.
+
+        The buffered claim delays are pushed to the ring first, best effort
+        (see :meth:`_ring_failed`). If the ring cannot be read (a key of
+        another type in its place), the claim-delay figures are reported as 0,
+        as when nothing was measured yet, and a warning is logged.
+        """
         ring = self._ring_commands()
         replies = await self._client.pipeline(
-            [*ring, ("XLEN", self.stream_key), ("LRANGE", self.ring_key, 0, RING_SIZE - 1)]
+            [*ring, ("XLEN", self.stream_key), ("LRANGE", self.ring_key, 0, RING_SIZE - 1)],
+            raise_on_error=False,
         )
         size, raw = replies[-2], replies[-1]
+        if isinstance(size, ResponseError):
+            raise size
+        if self._ring_failed([*replies[: len(ring)], raw]):
+            raw = []
         delays = [float(x) for x in raw]  # newest first (LPUSH)
         avg = sum(delays) / len(delays) if delays else 0.0
         std = math.sqrt(sum((d - avg) ** 2 for d in delays) / len(delays)) if delays else 0.0
