@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any
 
 import pytest
 import trio
 
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._errors import WrongTypeError
 
 
 async def _command_calls(backend: RedisBackend, command: str) -> int:
@@ -82,3 +85,25 @@ async def test_ack_and_metrics_survive_a_ring_of_the_wrong_type(
         await backend.read("g", "c1", 1, 0)
         await backend.get_metrics()
         assert await backend.client.execute("LLEN", backend.ring_key) == 1
+
+
+# 5. an error raised inside ``async with NativeRedisClient`` comes out unwrapped --
+async def _lpush_onto_a_string(redis_url: str) -> None:
+    async with NativeRedisClient.from_url(redis_url) as client:
+        await client.execute("SET", "k", "v")
+        await client.execute("LPUSH", "k", "x")
+
+
+async def _raise_in_block(redis_url: str) -> None:
+    async with NativeRedisClient.from_url(redis_url) as client:
+        await client.execute("PING")
+        raise KeyError("mine")
+
+
+async def test_error_in_client_block_is_not_wrapped_in_a_group(redis_url: str) -> None:
+    with pytest.raises(WrongTypeError) as caught:
+        await _lpush_onto_a_string(redis_url)
+    # raised as it was: its traceback still reaches into the client's execute()
+    assert "execute" in [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    with pytest.raises(KeyError, match="mine"):
+        await _raise_in_block(redis_url)

@@ -113,7 +113,16 @@ class NativeRedisClient:
                 await self.aclose()
         finally:
             self._nursery = None
-            result: bool | None = await self._nursery_manager.__aexit__(exc_type, exc, tb)
+            try:
+                result: bool | None = await self._nursery_manager.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # The connection tasks never raise, so a group holding just the
+                # block's own exception is only the strict nursery's wrapping:
+                # let ``async with`` re-raise that exception as it was raised,
+                # so callers can ``except WrongTypeError`` around the block.
+                if exc is not None and group.exceptions == (exc,):
+                    return False
+                raise
         return result
 
     async def aclose(self) -> None:
