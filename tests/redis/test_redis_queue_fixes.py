@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._client import NativeRedisClient
-from taskrunner.backends.redis._errors import WrongTypeError
+from taskrunner.backends.redis._errors import RedisConnectionError, WrongTypeError
+
+if TYPE_CHECKING:
+    from conftest import ServerProcess  # tests/conftest.py
 
 
 async def _command_calls(backend: RedisBackend, command: str) -> int:
@@ -107,3 +110,41 @@ async def test_error_in_client_block_is_not_wrapped_in_a_group(redis_url: str) -
     assert "execute" in [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
     with pytest.raises(KeyError, match="mine"):
         await _raise_in_block(redis_url)
+
+
+# 4. after an outage the pool reopens all its slots ----------------------------
+async def _ping_burst(client: NativeRedisClient, n: int = 20) -> list[object]:
+    results: list[object] = []
+
+    async def one() -> None:
+        try:
+            results.append(await client.execute("PING"))
+        except RedisConnectionError as exc:
+            results.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(one)
+    return results
+
+
+async def test_pool_reopens_every_slot_after_an_outage(
+    redis_server: ServerProcess, redis_url: str
+) -> None:
+    client = NativeRedisClient.from_url(redis_url, pool_size=3, backoff_base=0.01, backoff_cap=0.1)
+    async with client:
+        with trio.fail_after(30):
+            assert set(await _ping_burst(client)) == {b"PONG"}
+            assert client.statistics().shared_connections == 3
+            try:
+                await trio.to_thread.run_sync(redis_server.kill)
+                await trio.sleep(0.1)  # the readers see the reset
+                assert b"PONG" not in await _ping_burst(client)
+                assert client.statistics().connect_failures > 0
+            finally:
+                await trio.to_thread.run_sync(redis_server.start)
+            await trio.sleep(0.3)  # past every slot's backoff
+            for _ in range(3):
+                assert set(await _ping_burst(client)) == {b"PONG"}
+            stats = client.statistics()
+            assert (stats.shared_connections, stats.connect_failures) == (3, 0)

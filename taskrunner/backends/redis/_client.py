@@ -232,8 +232,14 @@ class NativeRedisClient:
         """A usable connection to queue on now, or the slot whose connection to open first.
 
         Prefers an idle live connection, then a slot nobody is opening (and
-        whose last attempt did not fail), then the least busy live connection,
-        then a slot being opened by another caller.
+        whose last attempt did not fail, or failed longer ago than its backoff
+        delay), then the least busy live connection, then a slot being opened
+        by another caller.
+
+        A failed slot becomes openable again once its backoff has passed, so a
+        pool that shrank to one connection during an outage grows back to
+        ``pool_size`` (and ``connect_failures`` back to 0) as load returns;
+        the backoff still spaces out attempts while the server stays down.
         """
         if self._closed:
             raise trio.ClosedResourceError("the client was closed")
@@ -244,12 +250,17 @@ class NativeRedisClient:
         best: SharedConnection | None = None
         best_pending = math.inf
         unopened: _Slot | None = None
+        now = trio.current_time()
         for slot in slots:
             connection = slot.connection
             if connection is not None and connection.is_usable:
                 if connection.pending < best_pending:
                     best, best_pending = connection, connection.pending
-            elif unopened is None and not slot.lock.locked() and not slot.reconnector.failures:
+            elif (
+                unopened is None
+                and not slot.lock.locked()
+                and (not slot.reconnector.failures or slot.reconnector.not_before <= now)
+            ):
                 unopened = slot
         if best is not None and (best_pending == 0 or unopened is None):
             return best
