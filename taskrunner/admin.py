@@ -130,10 +130,32 @@ def _redis_client(backend: Backend) -> Any:
     return backend.client
 
 
+async def _stream_groups(client: Any, stream: str) -> list[str]:
+    """Names of the consumer groups reading ``stream`` (none when it does not exist)."""
+    from taskrunner.backends.redis._errors import ResponseError
+
+    try:
+        reply = await client.execute("XINFO", "GROUPS", stream)
+    except ResponseError:  # no such key
+        return []
+    names = []
+    for flat in reply:
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        name = fields.get(b"name", fields.get("name", b""))
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+    return names
+
+
 async def flush(
     backend: Backend, group: str, *, confirm: bool = False, replication: bool = True
 ) -> list[str]:
-    """Delete every key of ``group`` (the stream and its dead letters too).
+    """Delete every key of ``group`` (the stream and its dead letters too, unless shared).
+
+    On Redis, when other consumer groups read the same stream, only
+    ``group`` is destroyed (``XGROUP DESTROY``, dropping its pending entries
+    and cursor); the stream, the dead-letter stream and the claim-delay ring
+    are kept for the other groups. Unique locks and (with ``replication``)
+    heartbeats are not per group: they are deleted either way.
 
     Args:
         confirm: Must be ``True``: this drops in-flight messages.
@@ -141,7 +163,7 @@ async def flush(
             10 s from live instances).
 
     Returns:
-        The names of the keys deleted.
+        The names of the keys deleted (not those kept for other groups).
 
     Raises:
         ValueError: ``confirm`` is not ``True``.
@@ -158,13 +180,20 @@ async def flush(
     client = _redis_client(backend)
     prefix, queue = _prefix_queue(backend)
     stream = _keys.stream(prefix, queue)
+    shared = {stream, _keys.dead_letter(prefix, queue), _keys.claim_delay_ring(prefix, queue)}
+    others = [g for g in await _stream_groups(client, stream) if g != group]
     from taskrunner.backends.redis._errors import ResponseError
 
     try:
         await client.execute("XGROUP", "DESTROY", stream, group)
     except ResponseError:  # no stream or no group: nothing to destroy
         pass
-    doomed = [k for k in present if replication or not k.startswith(f"{_keys.PREFIX}:replication:")]
+    doomed = [
+        k
+        for k in present
+        if (replication or not k.startswith(f"{_keys.PREFIX}:replication:"))
+        and not (others and k in shared)
+    ]
     if doomed:
         await client.execute("DEL", *doomed)
     return doomed

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+from taskrunner import _keys, admin
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._errors import RedisConnectionError, WrongTypeError
@@ -148,3 +149,34 @@ async def test_pool_reopens_every_slot_after_an_outage(
                 assert set(await _ping_burst(client)) == {b"PONG"}
             stats = client.statistics()
             assert (stats.shared_connections, stats.connect_failures) == (3, 0)
+
+
+# 2. flushing one group keeps the stream other groups read -----------------------
+async def test_flush_one_group_keeps_the_stream_of_another(redis_url: str) -> None:
+    async with RedisBackend.from_url(redis_url) as backend:
+        await backend.add([b"x", b"y", b"z"])
+        await backend.read("A", "a1", 10, 0)
+        (b_entry,) = await backend.read("B", "b1", 1, 0)
+        await backend.dead_letter("A", "1-0", b"dead", "boom")
+        await backend.get_metrics()  # pushes the claim delays to the ring
+        await backend.client.execute("ZADD", _keys.delayed_tasks("A"), 1, "t")
+        await backend.client.execute("ZADD", _keys.delayed_tasks("B"), 1, "t")
+        shared = [backend.stream_key, backend.dead_letter_key, backend.ring_key]
+        assert [await backend.client.execute("EXISTS", k) for k in shared] == [1, 1, 1]
+
+        deleted = await admin.flush(backend, "A", confirm=True)
+
+        assert deleted == [_keys.delayed_tasks("A")]
+        assert [await backend.client.execute("EXISTS", k) for k in shared] == [1, 1, 1]
+        assert await backend.client.execute("EXISTS", _keys.delayed_tasks("B")) == 1
+        assert [g.name for g in (await backend.get_metrics()).groups] == ["B"]
+        info = await backend.group_info("B")
+        assert (info.pending, info.lag) == (1, 2)
+        assert await backend.length() == 3
+        assert [e.payload for e in await backend.read("B", "b1", 10, 0)] == [b"y", b"z"]
+        assert await backend.ack("B", [b_entry.id]) == 1
+
+        # the last group's flush takes the stream with it
+        deleted = await admin.flush(backend, "B", confirm=True)
+        assert set(deleted) == {*shared, _keys.delayed_tasks("B")}
+        assert [await backend.client.execute("EXISTS", k) for k in shared] == [0, 0, 0]
