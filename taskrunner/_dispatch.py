@@ -46,7 +46,7 @@ class Dispatching:
             payload=wire_payload,
             unique=task.unique,
             unique_for=unique_for_wire(task.unique_for) if task.unique else 0,
-            unique_key=(task.unique_key(payload) or "") if task.unique_key else "",
+            unique_key=task.lock_key_for(payload) if task.unique else "",
             unique_lock_value=uuid.uuid4().hex if task.unique else "",
             reservation_timeout=int(task.reservation * 1e9),
         )
@@ -171,7 +171,17 @@ class Dispatching:
         wire_payload = encode_payload(payload, task.payload_type, task.name)
         encode_message(TaskMessage(task_name=name, payload=wire_payload))  # refuse it now
         delayed_id = str(uuid.uuid4())
-        member = dumps({"id": delayed_id, "task": name, "time": run_at, "payload": wire_payload})
+        doc: dict[str, Any] = {
+            "id": delayed_id,
+            "task": name,
+            "time": run_at,
+            "payload": wire_payload,
+        }
+        if task.unique:
+            # Computed now, on the payload as given (the scheduler only has its JSON).
+            # An extra field: readers that do not know it ignore it.
+            doc["unique_key"] = task.lock_key_for(payload)
+        member = dumps(doc)
         await self.backend.add_delayed(self.config.consumer_group, member, run_at)
         self._scheduler.nudge()
         return delayed_id

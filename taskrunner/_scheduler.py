@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 import trio
 
 from taskrunner import _keys
-from taskrunner._codec import encode_message
+from taskrunner._codec import decode_payload, encode_message
 from taskrunner._task import Task, TaskMessage, unique_for_wire
 from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend, DelayedMove
@@ -35,26 +35,48 @@ log = logging.getLogger("taskrunner.scheduler")
 
 BATCH = 500
 MAX_BATCHES_PER_PASS = 20
+HELD_RECHECK = 1.0
+"""Seconds between looks at due unique tasks whose lock is still held."""
 
 
-def sleep_time(now: float, next_at: float | None, poll_interval: float) -> float:
-    """How long to sleep before the next pass (pure)."""
+def sleep_time(now: float, next_at: float | None, poll_interval: float, *, held: bool) -> float:
+    """How long to sleep before the next pass (pure).
+
+    Until the earliest run-at time, at most ``poll_interval``. A member already
+    due after a pass is either new (pass again at once) or a unique task whose
+    lock is held (``held``: look again in :data:`HELD_RECHECK`, not in a loop).
+    """
     if next_at is None:
         return poll_interval
+    if next_at <= now and held:
+        return min(poll_interval, HELD_RECHECK)
     return min(poll_interval, max(0.0, next_at - now))
 
 
+def _undeliverable(raw: bytes, why: str) -> DelayedMove:
+    # Moved as it is: the worker cannot decode it as a task message either, so it
+    # goes down the failure path (dead letter or failed_task_handler) with the raw
+    # member attached, never silently away and never stuck in the set.
+    log.error(
+        "delayed member %r cannot be scheduled (%s); moving it to the failure path", raw[:200], why
+    )
+    return DelayedMove(member=raw, message=raw)
+
+
 def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
-    """The stream message a delayed member becomes (pure but for fresh tokens)."""
+    """The stream message a delayed member becomes (pure but for fresh tokens).
+
+    Never raises: a member that cannot be turned into a message is moved as it
+    is, for the worker's failure path to report.
+    """
     try:
         doc = json.loads(raw)
         name = doc["task"]
         payload = doc.get("payload")
         if not isinstance(name, str):
             raise TypeError("'task' is not a string")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        # Undecodable: move it as is; the worker's failure path reports it.
-        return DelayedMove(member=raw, message=raw)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return _undeliverable(raw, f"not a delayed task: {exc}")
     task = tasks.get(name)
     if task is None or not task.unique:
         message = TaskMessage(
@@ -63,7 +85,12 @@ def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
             reservation_timeout=int(task.reservation * 1e9) if task else 0,
         )
         return DelayedMove(member=raw, message=_encode(message, raw))
-    unique_key = (task.unique_key(payload) or "") if task.unique_key else ""
+    unique_key = doc.get("unique_key")
+    if not isinstance(unique_key, str):  # written by the original library: compute it
+        try:
+            unique_key = task.lock_key_for(decode_payload(payload, task.payload_type, name))
+        except InvalidTaskPayload as exc:
+            return _undeliverable(raw, str(exc))
     token = uuid.uuid4().hex
     message = TaskMessage(
         task_name=name,
@@ -119,21 +146,31 @@ class Scheduler:
         while True:
             self._wake = trio.Event()
             next_at: float | None = None
+            held = 0
             try:
-                await self.run_pass()
+                _, held = await self.run_pass()
                 next_at = await self._backend.next_delayed_at(self._group)
             except BackendError as exc:
                 log.warning("delayed-task pass for group %s failed: %s", self._group, exc)
-            delay = sleep_time(self._backend.now(), next_at, self._poll_interval)
+            delay = sleep_time(self._backend.now(), next_at, self._poll_interval, held=held > 0)
             with trio.move_on_after(delay):
                 await self._wake.wait()
 
-    async def run_pass(self) -> int:
-        """Move every due member (in batches). Returns how many moved."""
+    async def run_pass(self) -> tuple[int, int]:
+        """Move every due member, in batches.
+
+        Returns:
+            (moved, held): how many moved, and how many due unique tasks stayed
+            because their lock is held.
+        """
         started = trio.current_time()
-        moved = 0
+        moved = held = 0
         for _ in range(MAX_BATCHES_PER_PASS):
-            due = await self._backend.due_delayed(self._group, self._backend.now(), BATCH)
+            # Held members stay at the front of the due range: page past them, so
+            # a crowd of them never hides the due members behind.
+            due = await self._backend.due_delayed(
+                self._group, self._backend.now(), BATCH, offset=held
+            )
             if not due:
                 break
             tasks = self._tasks()
@@ -141,10 +178,11 @@ class Scheduler:
                 self._group, [build_move(raw, tasks) for raw in due]
             )
             moved += got
-            if got == 0 or len(due) < BATCH:
+            held += len(due) - got
+            if len(due) < BATCH:
                 break
         self._timings.record_schedule(trio.current_time() - started)
         if moved:
             self.moved += moved
             log.debug("moved %d delayed task(s) to the stream", moved)
-        return moved
+        return moved, held

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from taskrunner._codec import payload_type_of
+from taskrunner.errors import InvalidTaskPayload
 
 Action = Callable[[Any], Awaitable[Any]]
 UniqueKey = Callable[[Any], "str | None"]
@@ -102,6 +103,27 @@ class Task:
         if self.reservation_timeout is None:
             raise RuntimeError(f"task {self.name!r} has no reservation timeout until registered")
         return self.reservation_timeout
+
+    def lock_key_for(self, payload: Any) -> str:
+        """The ``unique_key`` of ``payload`` ("" without a ``unique_key`` function).
+
+        Raises:
+            InvalidTaskPayload: ``unique_key`` raised, or returned neither a
+                string nor ``None``.
+        """
+        if self.unique_key is None:
+            return ""
+        try:
+            key = self.unique_key(payload)
+        except Exception as exc:
+            raise InvalidTaskPayload(
+                f"unique_key raised {type(exc).__name__}: {exc}", task_name=self.name
+            ) from exc
+        if key is not None and not isinstance(key, str):
+            raise InvalidTaskPayload(
+                f"unique_key must return a str or None, got {key!r}", task_name=self.name
+            )
+        return key or ""
 
     @property
     def attempts(self) -> int:

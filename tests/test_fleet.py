@@ -7,6 +7,7 @@ import random
 from collections import Counter
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -275,11 +276,20 @@ def test_cleanup_keeps_consumers_with_pending_entries() -> None:
 
 
 @pytest.mark.parametrize(
-    ("now", "next_at", "expected"),
-    [(0, None, 5), (0, 0.2, 0.2), (10, 9, 0), (0, 30, 5)],
+    ("now", "next_at", "held", "expected"),
+    [
+        (0, None, False, 5),
+        (0, 0.2, False, 0.2),
+        (10, 9, False, 0),  # due and not held: new since the pass, go again
+        (10, 9, True, 1.0),  # due but its lock is held: look again later, no spinning
+        (10, 10.5, True, 0.5),
+        (0, 30, False, 5),
+    ],
 )
-def test_scheduler_sleep_time(now: float, next_at: float | None, expected: float) -> None:
-    assert sleep_time(now, next_at, 5) == expected
+def test_scheduler_sleep_time(
+    now: float, next_at: float | None, held: bool, expected: float
+) -> None:
+    assert sleep_time(now, next_at, 5, held=held) == expected
 
 
 def test_lease_intervals_are_about_half_the_ttl() -> None:
@@ -333,3 +343,121 @@ async def test_schedule_for_and_dispatch_delayed_forms_and_errors(
     # while the test runs, so allow a second.
     assert offsets["unix"] == pytest.approx(20, abs=1)
     assert offsets["aware"] == pytest.approx(30, abs=1)
+
+
+async def test_a_held_unique_lock_neither_spins_the_scheduler_nor_blocks_others(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskrunner import _scheduler
+
+    monkeypatch.setattr(_scheduler, "BATCH", 2)
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+    release = trio.Event()
+    ran: list[str] = []
+
+    @runner.task(unique=True, unique_for=600, unique_key=lambda p: p)
+    async def sync(payload: str) -> None:
+        ran.append(payload)
+        await release.wait()
+
+    @runner.task()
+    async def plain(payload: str) -> None:
+        ran.append(payload)
+
+    calls = 0
+    due_delayed = backend.due_delayed
+
+    async def counting(*args: object, **kwargs: object) -> list[bytes]:
+        nonlocal calls
+        calls += 1
+        return await due_delayed(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend, "due_delayed", counting)
+    await runner.dispatch("sync", "a")
+    await runner.dispatch("sync", "b")
+    async with serving(runner):
+        await wait_until(lambda: sorted(ran) == ["a", "b"])  # both locks now held
+        await runner.dispatch_delayed("sync", "a", 0.1)  # held: stays in the set
+        await runner.dispatch_delayed("sync", "b", 0.1)
+        await runner.dispatch_delayed("plain", "p", 0.2)  # behind two held members
+        await wait_until(lambda: "p" in ran)
+        calls = 0
+        await trio.sleep(10)
+        # One pass a second (HELD_RECHECK), each reading two pages of two: not a spin.
+        assert calls <= 2 * 11, f"the scheduler read the due range {calls} times in 10 s"
+        assert len(await backend.due_delayed("g", backend.now(), 10)) == 2
+        release.set()
+        await wait_until(lambda: ran.count("a") == 2 and ran.count("b") == 2)
+
+
+@attrs.frozen
+class Account:
+    user: str
+
+
+async def test_unique_key_sees_the_typed_payload_for_delayed_tasks_too(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+    seen: list[Account] = []
+
+    @runner.task(unique=True, unique_for=60, unique_key=lambda p: f"user-{p.user}")
+    async def sync(payload: Account) -> None:
+        seen.append(payload)
+
+    await runner.dispatch_delayed("sync", Account("ann"), 1.0)
+    async with serving(runner):
+        await wait_until(lambda: seen == [Account("ann")])
+        await wait_until(lambda: runner.statistics().acked == 1)
+    assert await backend.dead_letters() == []
+
+
+async def test_a_unique_key_that_is_not_a_string_is_refused_at_dispatch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from taskrunner import InvalidTaskPayload
+
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+
+    @runner.task(unique=True, unique_for=60, unique_key=lambda p: p["id"])
+    async def job(payload: dict[str, int]) -> None:
+        pass
+
+    with pytest.raises(InvalidTaskPayload, match="unique_key must return a str or None, got 7"):
+        await runner.dispatch("job", {"id": 7})
+    with pytest.raises(InvalidTaskPayload, match="unique_key raised KeyError"):
+        await runner.dispatch_delayed("job", {}, 1)
+    assert backend.keys() == []
+    assert await backend.length() == 0
+    assert await backend.next_delayed_at("g") is None
+
+
+async def test_a_delayed_member_whose_key_cannot_be_computed_is_dead_lettered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    import json
+
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+
+    @runner.task(unique=True, unique_for=60, unique_key=lambda p: p["user"])
+    async def job(payload: dict[str, str]) -> None:
+        pass
+
+    @runner.task()
+    async def fine(payload: None) -> None:
+        pass
+
+    # As the original library writes it: no unique_key field, and this payload has no
+    # "user", so the key function raises.
+    member = json.dumps({"id": "x", "task": "job", "time": 0.5, "payload": {}}).encode()
+    await backend.add_delayed("g", member, 0.5)
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().dead_lettered == 1)
+        await runner.dispatch("fine")  # the leader's scheduler did not crash
+        await wait_until(lambda: runner.statistics().completed == 1)
+    (dead,) = await backend.dead_letters()
+    assert dead.payload == member

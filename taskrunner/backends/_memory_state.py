@@ -90,11 +90,13 @@ class MemoryState:
         await trio.lowlevel.checkpoint()
         self._delayed.setdefault(group, {})[member] = run_at
 
-    async def due_delayed(self, group: str, until: float, limit: int) -> list[bytes]:
+    async def due_delayed(
+        self, group: str, until: float, limit: int, offset: int = 0
+    ) -> list[bytes]:
         await trio.lowlevel.checkpoint()
         members = self._delayed.get(group, {})
         due = sorted((score, m) for m, score in members.items() if score <= until)
-        return [m for _, m in due[:limit]]
+        return [m for _, m in due[offset : offset + limit]]
 
     async def next_delayed_at(self, group: str) -> float | None:
         await trio.lowlevel.checkpoint()

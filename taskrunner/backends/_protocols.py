@@ -239,8 +239,11 @@ class SharedState(Protocol):
         """Add a member (DelayedTask JSON) to the group's delayed set."""
         ...
 
-    async def due_delayed(self, group: str, until: float, limit: int) -> list[bytes]:
-        """Up to ``limit`` members whose run-at time is ``<= until``, earliest first."""
+    async def due_delayed(
+        self, group: str, until: float, limit: int, offset: int = 0
+    ) -> list[bytes]:
+        """Up to ``limit`` members whose run-at time is ``<= until``, earliest first,
+        skipping the first ``offset`` of them."""
         ...
 
     async def next_delayed_at(self, group: str) -> float | None:

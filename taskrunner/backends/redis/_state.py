@@ -146,15 +146,18 @@ class RedisState:
         """
         await self._client.execute("ZADD", _keys.delayed_tasks(group), _float_arg(run_at), member)
 
-    async def due_delayed(self, group: str, until: float, limit: int) -> list[bytes]:
-        """Up to ``limit`` members whose run-at time is ``<= until``, earliest first."""
+    async def due_delayed(
+        self, group: str, until: float, limit: int, offset: int = 0
+    ) -> list[bytes]:
+        """Up to ``limit`` members whose run-at time is ``<= until``, earliest first,
+        skipping the first ``offset``."""
         reply = await self._client.execute(
             "ZRANGEBYSCORE",
             _keys.delayed_tasks(group),
             "-inf",
             _float_arg(until),
             "LIMIT",
-            0,
+            offset,
             limit,
         )
         return [bytes(member) for member in reply]
