@@ -1,8 +1,9 @@
 """Messages being worked on, and when each is due for a refresh.
 
 The worker adds an entry when an action starts and removes it when it ends;
-the refresher asks which entries are due. ``due`` is a pure function of the
-table and ``now``.
+the refresher asks which entries are due and, once the backend confirmed a
+refresh, marks them refreshed. ``due`` only reads, so a refresh that failed is
+retried on the next tick.
 """
 
 from __future__ import annotations
@@ -38,12 +39,18 @@ class InFlight:
         self._entries.pop(entry_id, None)
 
     def due(self, now: float, slack: float) -> dict[str, list[str]]:
-        """Ids due for a refresh by ``now + slack``, grouped by consumer; their next
-        refresh is scheduled one reservation timeout from ``now``."""
+        """Ids due for a refresh by ``now + slack``, grouped by consumer (read-only)."""
         out: dict[str, list[str]] = defaultdict(list)
         horizon = now + slack
         for entry_id, entry in self._entries.items():
             if entry.refresh_at <= horizon:
                 out[entry.consumer].append(entry_id)
-                entry.refresh_at = now + entry.reservation_timeout
         return dict(out)
+
+    def refreshed(self, ids: list[str], at: float) -> None:
+        """The backend refreshed ``ids`` at ``at``: next refresh one reservation
+        timeout later. Ids no longer running are ignored."""
+        for entry_id in ids:
+            entry = self._entries.get(entry_id)
+            if entry is not None:
+                entry.refresh_at = at + entry.reservation_timeout

@@ -6,7 +6,8 @@ refreshed in one backend call per consumer (``XCLAIM ... JUSTID`` on Redis):
 their idle time resets, their delivery count does not move. An entry is
 refreshed up to one tick early rather than late, so the gap between two
 refreshes never exceeds its reservation timeout, which ``register`` keeps
-below ``reclaim_delay``.
+below ``reclaim_delay``. An entry is marked refreshed only once the backend
+confirmed it; after a failed call it is tried again on the next tick.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ async def run(
         interval = tick()
         await trio.sleep(interval)
         for consumer, ids in inflight.due(trio.current_time(), interval).items():
+            sent = trio.current_time()
             try:
                 await backend.refresh(group, consumer, ids)
+                inflight.refreshed(ids, sent)
             except BackendError as exc:
                 log.warning(
                     "refresh of %d running message(s) for %s failed (%s); they may be "

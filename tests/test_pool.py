@@ -85,8 +85,11 @@ def test_inflight_due_refreshes_early_never_late() -> None:
     table.add("1-1", "c1", reservation_timeout=10, now=0)
     table.add("1-2", "c2", reservation_timeout=4, now=0)
     assert table.due(now=2, slack=2) == {"c2": ["1-2"]}  # due at 4, within the slack
-    assert table.due(now=3, slack=2) == {}  # rescheduled to 2 + 4
+    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}, "due() only reads"
+    table.refreshed(["1-2"], at=2)
+    assert table.due(now=3, slack=2) == {}  # next at 2 + 4
     assert table.due(now=8, slack=2) == {"c1": ["1-1"], "c2": ["1-2"]}
     table.remove("1-1")
+    table.refreshed(["1-1"], at=8)  # no longer running: ignored
     assert "1-1" not in table
     assert len(table) == 1

@@ -587,3 +587,46 @@ async def test_shutdown_before_serve_started_is_not_lost(
     async with serving(runner):
         await trio.sleep(5)
         assert runner.statistics().serving is True
+
+
+async def test_a_failed_refresh_is_retried_on_the_next_tick(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """One transient refresh failure must not let another runner reclaim a running
+    message (it used to wait a whole reservation timeout before trying again)."""
+    from taskrunner import BackendError
+    from taskrunner.testing import PartitionedBackend
+
+    backend = MemoryBackend()
+
+    class FlakyRefresh(PartitionedBackend):
+        failures = 0
+
+        async def refresh(self, group: str, consumer: str, ids: list[str]) -> list[str]:
+            if trio.current_time() >= 24 and FlakyRefresh.failures == 0:
+                FlakyRefresh.failures += 1
+                raise BackendError("transient")
+            return await backend.refresh(group, consumer, ids)
+
+    first = make_runner(FlakyRefresh(backend), reclaim_delay=30)  # type: ignore[arg-type]
+    second = make_runner(backend, reclaim_delay=30)
+    runs: list[str] = []
+    for name, runner in (("first", first), ("second", second)):
+
+        async def long(payload: None, name: str = name) -> None:
+            runs.append(name)
+            await trio.sleep(100)
+
+        async def quick(payload: None) -> None:
+            pass
+
+        runner.register(Task(name="long", action=long, reservation_timeout=25))
+        runner.register(Task(name="quick", action=quick, reservation_timeout=2))  # 1 s ticks
+
+    await first.dispatch("long")
+    async with serving(first):
+        await wait_until(lambda: runs == ["first"])
+        async with serving(second):
+            await wait_until(lambda: first.statistics().acked == 1, limit=200)
+    assert FlakyRefresh.failures == 1
+    assert runs == ["first"], "the running message was reclaimed and ran twice"
