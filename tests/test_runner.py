@@ -620,7 +620,7 @@ async def test_a_failed_refresh_is_retried_on_the_next_tick(
         async def quick(payload: None) -> None:
             pass
 
-        runner.register(Task(name="long", action=long, reservation_timeout=25))
+        runner.register(Task(name="long", action=long, reservation_timeout=25, max_retry=2))
         runner.register(Task(name="quick", action=quick, reservation_timeout=2))  # 1 s ticks
 
     await first.dispatch("long")
@@ -630,3 +630,5 @@ async def test_a_failed_refresh_is_retried_on_the_next_tick(
             await wait_until(lambda: first.statistics().acked == 1, limit=200)
     assert FlakyRefresh.failures == 1
     assert runs == ["first"], "the running message was reclaimed and ran twice"
+    assert await backend.dead_letters() == []
+    assert second.statistics().reclaimed == 0
