@@ -632,3 +632,20 @@ async def test_a_failed_refresh_is_retried_on_the_next_tick(
     assert runs == ["first"], "the running message was reclaimed and ran twice"
     assert await backend.dead_letters() == []
     assert second.statistics().reclaimed == 0
+
+
+async def test_memory_flush_keeps_a_stream_another_group_reads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from taskrunner import admin
+
+    backend = MemoryBackend(delete_on_ack=False)
+    await backend.add([b"a", b"b"])
+    await backend.read("A", "ca", 10, 0)
+    await backend.read("B", "cb", 1, 0)
+    await admin.flush(backend, "A", confirm=True)
+    assert await backend.length() == 2
+    info = await backend.group_info("B")
+    assert (info.pending, info.lag) == (1, 1)
+    await admin.flush(backend, "B", confirm=True)
+    assert await backend.length() == 0

@@ -53,7 +53,9 @@ class GroupInfo:
     pending: int
     """Entries delivered to the group and not yet acked."""
     lag: int
-    """Entries in the stream not yet delivered to the group."""
+    """Entries in the stream not yet delivered to the group. Exact in memory; on
+    Redis, when the server cannot say (``XINFO`` reports nil after deletions), it
+    is derived from the stream length when deleting on ack, else a lower bound."""
     consumers: tuple[ConsumerInfo, ...] = ()
 
 

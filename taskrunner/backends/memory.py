@@ -66,12 +66,15 @@ class MemoryBackend(MemoryStream, MemoryState):
         return out
 
     def flush_group(self, group: str) -> None:
-        """Forget everything (what ``taskrunner.admin.flush`` does on Redis)."""
-        self._entries.clear()
-        self._seq_of.clear()
-        self._groups.clear()
-        self._dead.clear()
-        self._ring.clear()
+        """What ``taskrunner.admin.flush`` does on Redis: forget ``group`` and the
+        shared string keys (leases, locks, heartbeats, tuning); the stream, its
+        dead letters and claim-delay ring too unless another group reads it."""
+        self._groups.pop(group, None)
+        if not self._groups:
+            self._entries.clear()
+            self._seq_of.clear()
+            self._dead.clear()
+            self._ring.clear()
         self._strings.clear()
         self._delayed.pop(group, None)
         self._metrics.pop(group, None)
