@@ -60,6 +60,14 @@ A = TypeVar("A", bound=Action)
 DEFAULT_REFRESH_TICK = 30.0
 
 
+def _check_reservation(task: Task, reclaim_delay: float) -> None:
+    if task.reservation >= reclaim_delay:
+        raise ValueError(
+            f"Task.reservation_timeout ({task.reservation!r}s) must be below "
+            f"reclaim_delay ({reclaim_delay!r}s) for task {task.name!r}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class RunnerStatistics:
     """A snapshot of one runner's local state (see :meth:`TaskRunner.statistics`)."""
@@ -104,6 +112,7 @@ class TaskRunner(Dispatching):
         self.backend = backend
         self.instance_id = uuid.uuid4().hex
         self._tasks: dict[str, Task] = {}
+        self._defaulted: set[str] = set()  # tasks whose reservation timeout we chose
         self._pool = WorkerPool(config.num_workers)
         self._inflight = InFlight()
         self._timings = TimingRecorder()
@@ -154,12 +163,10 @@ class TaskRunner(Dispatching):
         if task.name in self._tasks:
             raise ValueError(f"a task named {task.name!r} is already registered")
         if task.reservation_timeout is None:
+            self._defaulted.add(task.name)
             task = attrs.evolve(task, reservation_timeout=self.config.reclaim_delay / 3)
-        elif task.reservation_timeout >= self.config.reclaim_delay:
-            raise ValueError(
-                f"Task.reservation_timeout ({task.reservation_timeout!r}s) must be below "
-                f"reclaim_delay ({self.config.reclaim_delay!r}s) for task {task.name!r}"
-            )
+        else:
+            _check_reservation(task, self.config.reclaim_delay)
         self._tasks[task.name] = task
         return task
 
@@ -258,12 +265,24 @@ class TaskRunner(Dispatching):
 
         Raises:
             ValueError, TypeError: a new value is invalid (as for
-                :class:`TaskRunnerConfig`).
+                :class:`TaskRunnerConfig`), or a registered task's explicit
+                ``reservation_timeout`` is not below the new ``reclaim_delay``.
+                Nothing changes then.
             AlreadyServing: the runner is serving.
         """
         if self._serving:
             raise AlreadyServing(f"{self!r} is serving; configure it before serve()")
         config = attrs.evolve(self.config, **changes)
+        # Registered tasks follow a new reclaim_delay: defaulted reservation
+        # timeouts are recomputed, explicit ones must stay below it.
+        tasks = {}
+        for name, task in self._tasks.items():
+            if name in self._defaulted:
+                task = attrs.evolve(task, reservation_timeout=config.reclaim_delay / 3)
+            else:
+                _check_reservation(task, config.reclaim_delay)
+            tasks[name] = task
+        self._tasks.update(tasks)
         self.config = config
         self._worker._config = config
         self._scheduler = Scheduler(

@@ -649,3 +649,19 @@ async def test_memory_flush_keeps_a_stream_another_group_reads(
     assert (info.pending, info.lag) == (1, 1)
     await admin.flush(backend, "B", confirm=True)
     assert await backend.length() == 0
+
+
+async def test_configure_reclaim_delay_keeps_reservation_timeouts_below_it() -> None:
+    runner = make_runner(MemoryBackend(), reclaim_delay=300)
+
+    async def work(payload: None) -> None:
+        pass
+
+    runner.register(Task(name="defaulted", action=work))
+    runner.register(Task(name="explicit", action=work, reservation_timeout=20))
+    runner.configure(reclaim_delay=30)
+    assert runner.tasks["defaulted"].reservation == 10.0
+    with pytest.raises(ValueError, match=r"reservation_timeout \(20s\) must be below"):
+        runner.configure(reclaim_delay=15)
+    assert runner.config.reclaim_delay == 30.0, "a refused configure changes nothing"
+    assert runner.tasks["defaulted"].reservation == 10.0
