@@ -97,8 +97,12 @@ class Acker:
             self._locks[:0] = locks
             raise
         self.acked += len(ids)
-        for key, token in locks:
+        for done, (key, token) in enumerate(locks):
             try:
                 await self._backend.release_lock(key, token)
             except BackendError as exc:
                 log.warning("could not release unique lock %s (%s); it expires by itself", key, exc)
+            except BaseException:
+                # Cancelled (shutdown): the final flush releases the rest.
+                self._locks[:0] = locks[done:]
+                raise

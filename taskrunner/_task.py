@@ -9,6 +9,8 @@ received it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,8 +39,22 @@ def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: int
 def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value < math.inf
+    ):
         raise ValueError(f"Task.{attribute.name} must be a number of seconds > 0, got {value!r}")
+
+
+def _is_async_callable(fn: object) -> bool:
+    """An ``async def`` function, method or callable object, possibly wrapped in
+    ``functools.partial``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - the method, not callability
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -84,11 +100,16 @@ class Task:
         return payload_type_of(self.action)
 
     def __attrs_post_init__(self) -> None:
-        if not callable(self.action):
+        if not _is_async_callable(self.action):
             raise ValueError(f"Task.action must be an async function, got {self.action!r}")
-        if self.unique and not (isinstance(self.unique_for, int | float) and self.unique_for > 0):
+        if self.unique and not (
+            isinstance(self.unique_for, int | float)
+            and not isinstance(self.unique_for, bool)
+            and 0 < self.unique_for < math.inf
+        ):
             raise ValueError(
-                f"Task.unique_for must be > 0 seconds when unique=True, got {self.unique_for!r}"
+                f"Task.unique_for must be a finite number of seconds > 0 when unique=True, "
+                f"got {self.unique_for!r}"
             )
         if self.unique_key is not None and not callable(self.unique_key):
             raise ValueError(f"Task.unique_key must be callable or None, got {self.unique_key!r}")

@@ -665,3 +665,28 @@ async def test_configure_reclaim_delay_keeps_reservation_timeouts_below_it() -> 
         runner.configure(reclaim_delay=15)
     assert runner.config.reclaim_delay == 30.0, "a refused configure changes nothing"
     assert runner.tasks["defaulted"].reservation == 10.0
+
+
+async def test_unique_locks_are_all_released_across_a_graceful_shutdown(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class SlowRelease(MemoryBackend):
+        async def release_lock(self, key: str, token: str) -> bool:
+            await trio.sleep(0.05)  # a round trip
+            return await super().release_lock(key, token)
+
+    backend = SlowRelease()
+    runner = make_runner(backend)
+
+    @runner.task(unique=True, unique_for=3600, unique_key=str)
+    async def job(payload: int) -> None:
+        await trio.sleep(1.06 if payload == 4 else 1.0)
+
+    for n in range(5):
+        await runner.dispatch("job", n)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        await trio.sleep(0.5)
+        runner.shutdown()
+    assert runner.statistics().acked == 5
+    assert backend.keys() == [], "a unique lock outlived a graceful shutdown"
