@@ -6,6 +6,7 @@ so a bad value fails where it is written, naming the field and the value.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from typing import Any
@@ -22,13 +23,13 @@ def _default_host() -> str:
 
 
 def _positive(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{attribute.name} must be > 0 and finite, got {value!r}")
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value >= 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{attribute.name} must be >= 0 and finite, got {value!r}")
 
 
 def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -145,8 +146,10 @@ class TaskRunnerConfig:
     """How long running tasks may take to finish once shutdown starts."""
 
     def __attrs_post_init__(self) -> None:
-        if self.reclaim_interval is not None and not self.reclaim_interval > 0:
-            raise ValueError(f"reclaim_interval must be > 0, got {self.reclaim_interval!r}")
+        if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
+            raise ValueError(
+                f"reclaim_interval must be > 0 and finite, got {self.reclaim_interval!r}"
+            )
         if self.max_workers and self.max_workers < self.min_workers:
             raise ValueError(
                 f"max_workers must be >= min_workers ({self.min_workers}), got {self.max_workers!r}"

@@ -488,7 +488,7 @@ async def test_configure_overrides_before_serving_and_refuses_while_serving(
     runner.configure(num_workers=6, num_fetchers=2)
     assert runner.config.num_fetchers == 2
     assert runner.capacity == 6
-    with pytest.raises(ValueError, match="num_workers must be > 0, got 0"):
+    with pytest.raises(ValueError, match="num_workers must be > 0 and finite, got 0"):
         runner.configure(num_workers=0)
     assert runner.capacity == 6
 
