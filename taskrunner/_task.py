@@ -39,11 +39,7 @@ def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: int
 def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 < value < math.inf
-    ):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"Task.{attribute.name} must be a number of seconds > 0, got {value!r}")
 
 
