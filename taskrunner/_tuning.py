@@ -180,8 +180,15 @@ def compute_tuned_workers(
 
 
 def tuning_ttl(long_queue_threshold_s: float) -> float:
-    """TTL in seconds of the published capacity: ``max(20, long_queue_threshold)``."""
-    return max(_MIN_TUNING_TTL_S, long_queue_threshold_s)
+    """TTL in seconds of the published capacity.
+
+    ``max(20, long_queue_threshold)`` as in the original, and at least two
+    aggregator ticks: with the threshold at 0 the tick is 60 s, and a 20 s value
+    would expire before most followers' next tick, so they would never follow.
+    """
+    return max(
+        _MIN_TUNING_TTL_S, long_queue_threshold_s, 2 * aggregator_interval(long_queue_threshold_s)
+    )
 
 
 def aggregator_interval(long_queue_threshold_s: float) -> float:

@@ -358,3 +358,28 @@ async def test_no_timing_is_lost_across_a_backend_outage(
         await wait_until(lambda: runner.statistics().acked == 200, limit=600)
     assert invocations >= 200
     assert await hash_count(backend, "work") == invocations
+
+
+async def test_a_follower_out_of_phase_follows_with_the_default_threshold(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With long_queue_threshold 0 every instance ticks once a minute, each from its
+    own start: the published value must outlive a tick, or a follower whose tick
+    falls 20-60 s after the leader's never sees it."""
+    backend = MemoryBackend()
+    config = {
+        "num_workers": 10,
+        "min_workers": 1,
+        "max_workers": 10,
+        "desired_wait_time": 1.0,
+        "tuning_cooldown": 0.0,
+    }
+    leader = make_runner(backend, **config)
+    follower = make_runner(backend, **config)
+    async with serving(leader) as nursery:
+        await wait_until(lambda: leader.is_leader)
+        await trio.sleep(30)
+        await nursery.start(follower.serve)
+        await trio.sleep(600)  # idle: the leader sheds 10 % a tick down to 1
+        assert leader.capacity == 1
+        assert follower.capacity == 1, "the follower never saw the published value"

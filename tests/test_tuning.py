@@ -224,12 +224,12 @@ def test_decision_reason_explains_the_change() -> None:
 @pytest.mark.parametrize(
     ("threshold", "ttl", "interval"),
     [
-        (0.0, 20.0, 60.0),
+        (0.0, 120.0, 60.0),  # two ticks, or followers would miss the value
         (10.0, 20.0, 5.0),
         (20.0, 20.0, 10.0),
         (30.0, 30.0, 15.0),
         (600.0, 600.0, 300.0),
-        (-5.0, 20.0, 60.0),  # nonsense threshold: never a busy loop
+        (-5.0, 120.0, 60.0),  # nonsense threshold: never a busy loop
     ],
 )
 def test_ttl_and_aggregator_interval(threshold: float, ttl: float, interval: float) -> None:
