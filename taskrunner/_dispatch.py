@@ -69,8 +69,11 @@ class Dispatching:
             TaskAlreadyDispatched: ``name`` is unique and its lock is held.
             BackendError: the backend could not be reached.
 
-        Cancellation: the message may or may not have been queued; a unique
-        task's lock is released if it was not.
+        Cancellation: the message may or may not have been queued. A unique
+        task's lock is given back only when the add certainly did not happen
+        (a ``BackendError`` with ``maybe_applied`` false); otherwise it is kept,
+        so no duplicate gets in, and expires after ``unique_for`` (or is released
+        by the worker, if the message was queued after all).
         """
         task = self._get_task(name)
         message = self._message(task, payload)
@@ -82,24 +85,35 @@ class Dispatching:
         token = message.unique_lock_value
         if not await self.backend.acquire_lock(key, token, task.unique_for):
             raise TaskAlreadyDispatched(task.name, key)
-        added = False
         try:
             (message_id,) = await self.backend.add([data])
-            added = True
-        finally:
-            if not added:
-                with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
-                    try:
-                        await self.backend.release_lock(key, token)
-                    except BackendError as exc:
-                        log.warning(
-                            "could not release unique lock %s after a failed dispatch (%s); "
-                            "it expires in %ss",
-                            key,
-                            exc,
-                            task.unique_for,
-                        )
+        except BackendError as exc:
+            if not exc.maybe_applied:
+                await self._give_back(task, key, token)
+            else:
+                log.warning(
+                    "dispatch of unique task %s may or may not have queued it (%s); "
+                    "keeping lock %s until it expires in %ss",
+                    task.name,
+                    exc,
+                    key,
+                    task.unique_for,
+                )
+            raise
         return message_id
+
+    async def _give_back(self, task: Task, key: str, token: str) -> None:
+        with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
+            try:
+                await self.backend.release_lock(key, token)
+            except BackendError as exc:
+                log.warning(
+                    "could not release unique lock %s after a failed dispatch (%s); "
+                    "it expires in %ss",
+                    key,
+                    exc,
+                    task.unique_for,
+                )
 
     async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
         """Queue one run of task ``name`` per payload, in one backend call.

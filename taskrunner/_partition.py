@@ -40,7 +40,7 @@ class PartitionedBackend:
         async def call(*args: Any, **kwargs: Any) -> Any:
             await trio.lowlevel.checkpoint()
             if self.cut:
-                raise BackendError(f"partitioned: {name} not sent")
+                raise BackendError(f"partitioned: {name} not sent", maybe_applied=False)
             result = await target(*args, **kwargs)
             if self.cut:  # the reply is lost on the way back
                 raise BackendError(f"partitioned: no reply to {name}")

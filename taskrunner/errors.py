@@ -109,11 +109,17 @@ class BackendError(TaskRunnerError):
 
     The runner retries queue operations with backoff when it sees this; user
     calls such as :meth:`TaskRunner.dispatch` let it propagate.
+
+    Attributes:
+        maybe_applied: False only when the operation certainly did not take
+            effect (the store refused it, or it was never sent); True when that
+            is unknown, e.g. the connection broke while waiting for the reply.
     """
 
-    def __init__(self, message: str, *, detail: Any = None) -> None:
+    def __init__(self, message: str, *, detail: Any = None, maybe_applied: bool = True) -> None:
         super().__init__(message)
         self.detail = detail
+        self.maybe_applied = maybe_applied
 
 
 class AlreadyServing(TaskRunnerError, RuntimeError):

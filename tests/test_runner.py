@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import random
 from collections import Counter
+from collections.abc import Sequence
 
 import attrs
 import pytest
@@ -544,7 +545,7 @@ async def test_a_unique_lock_is_given_back_when_the_add_fails(
 
     class FailingAdd(Partition):
         async def add(self, payloads: list[bytes]) -> list[str]:
-            raise BackendError("add failed")
+            raise BackendError("add failed", maybe_applied=False)  # e.g. an error reply
 
     runner = make_runner(FailingAdd(backend))  # type: ignore[arg-type]
 
@@ -690,3 +691,42 @@ async def test_unique_locks_are_all_released_across_a_graceful_shutdown(
         runner.shutdown()
     assert runner.statistics().acked == 5
     assert backend.keys() == [], "a unique lock outlived a graceful shutdown"
+
+
+async def test_a_unique_lock_is_kept_when_the_add_may_have_happened(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A lost reply, or a cancel while waiting for it: the message may be queued, so
+    the lock stays (it expires after unique_for, or the worker releases it)."""
+    from taskrunner import BackendError, TaskAlreadyDispatched
+
+    class SlowReply(MemoryBackend):
+        lose_reply = False
+
+        async def add(self, payloads: Sequence[bytes]) -> list[str]:
+            ids = await super().add(payloads)  # applied...
+            await trio.sleep(1)  # ...and the reply is on its way
+            if self.lose_reply:
+                raise BackendError("connection lost while waiting for the reply")
+            return ids
+
+    backend = SlowReply()
+    runner = make_runner(backend)
+
+    @runner.task(unique=True, unique_for=60, unique_key=str)
+    async def job(payload: int) -> None:
+        pass
+
+    with trio.move_on_after(0.5):
+        await runner.dispatch("job", 1)
+    backend.lose_reply = True
+    with pytest.raises(BackendError, match="connection lost"):
+        await runner.dispatch("job", 2)
+    assert await backend.length() == 2
+    for n in (1, 2):
+        with pytest.raises(TaskAlreadyDispatched):
+            await runner.dispatch("job", n)
+    async with serving(runner):  # the queued messages run and release their locks
+        await wait_until(lambda: runner.statistics().acked == 2)
+        await trio.sleep(0.1)
+    assert backend.keys() == []

@@ -53,7 +53,9 @@ class ResponseError(RedisError):
     CODE: ClassVar[str | None] = None
 
     def __init__(self, message: str) -> None:
-        super().__init__(message)
+        # An error reply: the server refused the command, so it did not apply
+        # (a script may have done part of its work before raising, though).
+        super().__init__(message, maybe_applied=False)
         self.message = message
         self.code = message.split(" ", 1)[0] if message else ""
 
