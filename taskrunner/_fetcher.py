@@ -25,6 +25,9 @@ log = logging.getLogger("taskrunner.fetcher")
 
 Start = Callable[[QueueEntry, str], Awaitable[None]]
 
+BATCH_LINGER = 0.005
+"""Longest a fetcher of a busy queue waits for more free slots before reading."""
+
 
 class FetcherCounters:
     """Counters shared by a runner's fetchers."""
@@ -56,11 +59,17 @@ async def run(
     failures = 0
     task_status.started()
     log.debug("fetcher %s started", consumer)
+    busy = False
     while True:
         # At most a fair share of the pool each, so one fetcher blocked in a
         # read cannot hold every slot while the others starve.
         share = -(-pool.capacity // config.num_fetchers)
-        slots = await pool.reserve(min(config.batch_size, share))
+        want = min(config.batch_size, share)
+        # Busy queue (the last read was full): wait a moment for a quarter of a
+        # batch to free up rather than reading one message per freed slot.
+        slots = await pool.reserve(
+            want, at_least=max(1, want // 4) if busy else 1, linger=BATCH_LINGER
+        )
         entries: list[QueueEntry] = []
         try:
             if trio.current_time() >= next_claim:
@@ -83,6 +92,7 @@ async def run(
         except BaseException:
             pool.release(slots)
             raise
+        busy = len(entries) == slots
         if len(entries) < slots:
             pool.release(slots - len(entries))
         counters.fetched += len(entries)

@@ -12,6 +12,8 @@ free slot, so the bookkeeping cannot be torn by cancellation.
 
 from __future__ import annotations
 
+import math
+
 import trio
 
 
@@ -50,8 +52,15 @@ class WorkerPool:
         self._capacity = capacity
         self._lot.unpark_all()
 
-    async def reserve(self, most: int) -> int:
+    async def reserve(self, most: int, *, at_least: int = 1, linger: float = 0.0) -> int:
         """Wait until a slot is free, then reserve as many as are free, up to ``most``.
+
+        Args:
+            most: The most slots to reserve.
+            at_least: With ``linger``, wait up to ``linger`` seconds after the
+                first slot frees for this many (so a busy fetcher reads in
+                batches instead of one message per freed slot).
+            linger: See ``at_least``; 0 takes whatever is free at once.
 
         Returns:
             How many slots were reserved (>= 1); give back unused ones with
@@ -59,9 +68,18 @@ class WorkerPool:
 
         Cancellation: nothing is reserved if cancelled.
         """
-        while self._used >= self._capacity:
-            await self._lot.park()
-        got = min(most, self._capacity - self._used)
+        wanted = max(1, min(at_least, most, self._capacity))
+        deadline = math.inf
+        while True:
+            free = self._capacity - self._used
+            if free >= wanted or (free >= 1 and trio.current_time() >= deadline):
+                break
+            if free >= 1 and deadline == math.inf:
+                deadline = trio.current_time() + linger
+                continue
+            with trio.move_on_at(deadline):
+                await self._lot.park()
+        got = min(most, free)
         self._used += got
         return got
 

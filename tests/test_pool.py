@@ -93,3 +93,32 @@ def test_inflight_due_refreshes_early_never_late() -> None:
     table.refreshed(["1-1"], at=8)  # no longer running: ignored
     assert "1-1" not in table
     assert len(table) == 1
+
+
+async def test_reserve_lingers_for_a_batch_then_takes_what_is_free(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    pool = WorkerPool(8)
+    assert await pool.reserve(8) == 8
+    got: list[tuple[float, int]] = []
+
+    async def fetcher() -> None:
+        reserved = await pool.reserve(8, at_least=4, linger=0.005)
+        got.append((trio.current_time(), reserved))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetcher)
+        await trio.sleep(1)
+        pool.release()  # one frees: the fetcher lingers for more
+        await trio.sleep(0.001)
+        pool.release(2)
+        await trio.sleep(0.001)
+        assert got == []
+        pool.release()  # four free now
+    assert got == [(pytest.approx(1.002), 4)]
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetcher)
+        await trio.sleep(1)
+        pool.release()  # only one frees: taken once the linger runs out
+    assert got[-1] == (pytest.approx(2.007), 1)

@@ -27,6 +27,7 @@ from taskrunner import (
     TaskRunnerError,
 )
 from taskrunner._codec import encode_message
+from taskrunner.backends import QueueEntry
 from taskrunner.backends.memory import MemoryBackend
 
 
@@ -730,3 +731,29 @@ async def test_a_unique_lock_is_kept_when_the_add_may_have_happened(
         await wait_until(lambda: runner.statistics().acked == 2)
         await trio.sleep(0.1)
     assert backend.keys() == []
+
+
+async def test_a_busy_queue_is_read_in_batches_not_one_message_per_freed_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class CountingReads(MemoryBackend):
+        reads = 0
+
+        async def read(
+            self, group: str, consumer: str, count: int, block: float
+        ) -> list[QueueEntry]:
+            CountingReads.reads += 1
+            return await super().read(group, consumer, count, block)
+
+    backend = CountingReads()
+    runner = make_runner(backend, num_workers=32, batch_size=32)
+    rng = random.Random(5)
+
+    @runner.task()
+    async def work(payload: None) -> None:
+        await trio.sleep(rng.uniform(0.01, 0.02))
+
+    await runner.dispatch_many("work", [None] * 2000)
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().acked == 2000)
+    assert CountingReads.reads < 2000 / 4, f"{CountingReads.reads} reads for 2000 messages"
