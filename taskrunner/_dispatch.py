@@ -197,5 +197,5 @@ class Dispatching:
             doc["unique_key"] = task.lock_key_for(payload)
         member = dumps(doc)
         await self.backend.add_delayed(self.config.consumer_group, member, run_at)
-        self._scheduler.nudge()
+        self._scheduler.nudge(run_at)
         return delayed_id

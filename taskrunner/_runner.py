@@ -402,6 +402,7 @@ class TaskRunner(Dispatching):
                     )
                 )
                 services.start_soon(self._leadership.run_as_leader, self._scheduler.run)
+                services.start_soon(self._scheduler.run_local, lambda: self.is_leader)
                 services.start_soon(
                     self._leadership.run_as_leader,
                     partial(_cleanup.run, self.backend, cfg.consumer_group),

@@ -10,6 +10,12 @@ the set for the next pass. Then it sleeps until the earliest run-at time, at
 most ``delayed_poll_interval``, or until this instance adds a delayed task
 (so a 200 ms delay fires in about 200 ms, not at the next poll).
 
+A follower cannot wake the leader, so every serving instance also keeps the
+run-at times of the delayed tasks it dispatched itself and, when one falls due
+while another instance leads, runs a pass of its own. The move being atomic,
+two passes at once never move a member twice. (A process that dispatches but
+does not serve relies on the leader's poll.)
+
 A member that cannot be decoded, or names an unknown task, is still moved:
 the worker that reads it sends it down the failure path (dead letter or
 ``failed_task_handler``), so nothing disappears silently.
@@ -17,6 +23,7 @@ the worker that reads it sends it down the failure path (dead letter or
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import uuid
@@ -134,11 +141,45 @@ class Scheduler:
         self._timings = timings
         self._poll_interval = poll_interval
         self._wake = trio.Event()
+        self._local: list[float] = []  # run-at times dispatched here, a heap
+        self._local_wake = trio.Event()
         self.moved = 0
 
-    def nudge(self) -> None:
-        """A delayed task was added here: re-check the earliest run-at time now."""
+    def nudge(self, run_at: float) -> None:
+        """A delayed task due at ``run_at`` was added here: the leader's loop (if it
+        is this instance) re-checks at once, and :meth:`run_local` moves it on
+        time if another instance leads."""
         self._wake.set()
+        heapq.heappush(self._local, run_at)
+        self._local_wake.set()
+
+    async def run_local(self, is_leader: Callable[[], bool]) -> None:
+        """On every serving instance: when a delayed task dispatched here falls
+        due and this instance does not lead, run a pass itself.
+
+        The leader only polls every ``delayed_poll_interval``; without this a
+        200 ms delay dispatched on a follower would fire up to a poll late. The
+        move is atomic (a member moves once, whoever moves it), so this is safe
+        beside the leader's own passes.
+        """
+        while True:
+            self._local_wake = trio.Event()
+            if not self._local:
+                await self._local_wake.wait()
+                continue
+            delay = self._local[0] - self._backend.now()
+            if delay > 0:
+                with trio.move_on_after(delay):
+                    await self._local_wake.wait()  # an earlier one: recompute
+                continue
+            now = self._backend.now()
+            while self._local and self._local[0] <= now:
+                heapq.heappop(self._local)
+            if not is_leader():
+                try:
+                    await self.run_pass()
+                except BackendError as exc:
+                    log.warning("delayed-task pass for group %s failed: %s", self._group, exc)
 
     async def run(self) -> None:
         """Pass, sleep, repeat, until cancelled (at the end of the term)."""

@@ -461,3 +461,27 @@ async def test_a_delayed_member_whose_key_cannot_be_computed_is_dead_lettered(
         await wait_until(lambda: runner.statistics().completed == 1)
     (dead,) = await backend.dead_letters()
     assert dead.payload == member
+
+
+async def test_a_short_delay_dispatched_on_a_follower_fires_on_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runners = [make_runner(backend) for _ in range(3)]  # delayed_poll_interval 5 s
+    ran: list[float] = []
+    for runner in runners:
+
+        @runner.task(name="ping")
+        async def ping(payload: None) -> None:
+            ran.append(trio.current_time())
+
+    async with serving(*runners):
+        await wait_until(lambda: any(r.is_leader for r in runners))
+        await trio.sleep(1.3)  # the leader's scheduler is asleep until its next poll
+        follower = next(r for r in runners if not r.is_leader)
+        sent = trio.current_time()
+        await follower.dispatch_delayed("ping", None, 0.2)
+        await wait_until(lambda: bool(ran))
+        await trio.sleep(10)
+    assert ran[0] - sent == pytest.approx(0.2, abs=0.05)
+    assert len(ran) == 1, "moved twice"
