@@ -2,13 +2,20 @@
 
 Theory of operation. ``serve`` owns every subsystem through nurseries::
 
-    serve                      waits for the stop event (cancel or shutdown())
-    └── shielded scope         outside cancellation cannot reach below here
-        ├── services nursery   stops last
-        │   ├── acker          batched acks; final flush bounded
-        │   └── refresher      keeps long runs from being reclaimed
-        └── workers nursery    one task per message, bounded by the pool
-            └── fetchers       reserve slots -> claim/read -> start
+    serve                        waits for the stop event (cancel or shutdown())
+    └── shielded scope           outside cancellation cannot reach below here
+        ├── services nursery     stops last, each service ending with a bounded flush
+        │   ├── heartbeat        replication key, deleted at the end
+        │   ├── lease keeper     acquire / renew / resign; one cancel scope per term
+        │   ├── scheduler        leader only: due delayed tasks -> stream
+        │   ├── local scheduler  delayed tasks dispatched here, when another leads
+        │   ├── cleanup          leader only: consumers idle for 10 minutes
+        │   ├── bulk writer      timings -> metrics hash, once a second
+        │   ├── aggregator       stats, resets, tuner, long_queue_hook
+        │   ├── acker            batched acks (and unique-lock releases)
+        │   └── refresher        keeps long runs from being reclaimed
+        └── workers nursery      one task per message, bounded by the pool
+            └── fetchers         reserve slots -> claim/read -> start
 
 Cancelling ``serve`` (or calling :meth:`TaskRunner.shutdown`) sets the stop
 event. The fetchers nursery is cancelled at once; the workers nursery gets a
@@ -24,7 +31,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import trio
@@ -45,9 +52,10 @@ from taskrunner._heartbeat import ReplicationCounter
 from taskrunner._inflight import InFlight
 from taskrunner._leadership import Leadership
 from taskrunner._pool import WorkerPool
+from taskrunner._registry import Registering, check_reservation
 from taskrunner._scheduler import Scheduler
-from taskrunner._stats import SCHEDULE_TIMING_NAME, Stats
-from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._stats import Stats
+from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
 from taskrunner._worker import Worker
 from taskrunner.backends import Backend
@@ -55,17 +63,7 @@ from taskrunner.errors import AlreadyServing
 
 log = logging.getLogger("taskrunner")
 
-A = TypeVar("A", bound=Action)
-
 DEFAULT_REFRESH_TICK = 30.0
-
-
-def _check_reservation(task: Task, reclaim_delay: float) -> None:
-    if task.reservation >= reclaim_delay:
-        raise ValueError(
-            f"Task.reservation_timeout ({task.reservation!r}s) must be below "
-            f"reclaim_delay ({reclaim_delay!r}s) for task {task.name!r}"
-        )
 
 
 @attrs.frozen(kw_only=True)
@@ -97,7 +95,7 @@ class RunnerStatistics:
     """Finished messages waiting for their ack."""
 
 
-class TaskRunner(Dispatching):
+class TaskRunner(Registering, Dispatching):
     """Registers tasks, dispatches them, and serves them from a backend.
 
     Args:
@@ -123,86 +121,22 @@ class TaskRunner(Dispatching):
         )
         self._leadership = Leadership()
         self._replicas = ReplicationCounter(backend)
-        self._scheduler = Scheduler(
-            backend,
-            config.consumer_group,
-            lambda: self._tasks,
-            self._timings,
-            config.delayed_poll_interval,
-        )
+        self._scheduler = self._new_scheduler()
         self._serving = False
         self._stop = trio.Event()
         self._workers: trio.Nursery | None = None
 
+    def _new_scheduler(self) -> Scheduler:
+        return Scheduler(
+            self.backend,
+            self.config.consumer_group,
+            lambda: self._tasks,
+            self._timings,
+            self.config.delayed_poll_interval,
+        )
+
     def __repr__(self) -> str:
         return f"<TaskRunner group={self.config.consumer_group!r} host={self.config.host!r}>"
-
-    # Registry ---------------------------------------------------------------
-    @property
-    def tasks(self) -> dict[str, Task]:
-        """Registered tasks by name (a copy)."""
-        return dict(self._tasks)
-
-    def register(self, task: Task) -> Task:
-        """Register ``task``; a ``reservation_timeout`` of ``None`` becomes a third
-        of ``reclaim_delay``.
-
-        Returns:
-            The task as registered.
-
-        Raises:
-            ValueError: a task with that name is registered already (or the name
-                is reserved: ``delayed_tasks_schedule``), or its
-                ``reservation_timeout`` is not below the runner's ``reclaim_delay``
-                (the message could be reclaimed while it runs).
-        """
-        if task.name == SCHEDULE_TIMING_NAME:
-            raise ValueError(
-                f"Task.name {task.name!r} is reserved for the scheduler's timing metrics"
-            )
-        if task.name in self._tasks:
-            raise ValueError(f"a task named {task.name!r} is already registered")
-        if task.reservation_timeout is None:
-            self._defaulted.add(task.name)
-            task = attrs.evolve(task, reservation_timeout=self.config.reclaim_delay / 3)
-        else:
-            _check_reservation(task, self.config.reclaim_delay)
-        self._tasks[task.name] = task
-        return task
-
-    def task(
-        self,
-        name: str | None = None,
-        *,
-        max_retry: int = 1,
-        reservation_timeout: float | None = None,
-        unique: bool = False,
-        unique_key: UniqueKey | None = None,
-        unique_for: float = 0.0,
-    ) -> Callable[[A], A]:
-        """Decorator form of :meth:`register`; the name defaults to the function's.
-
-        Example::
-
-            @runner.task(name="send_email", max_retry=3)
-            async def send_email(payload: dict) -> None: ...
-        """
-
-        def decorate(action: A) -> A:
-            self.register(
-                Task(
-                    name=name or action.__name__,
-                    action=action,
-                    max_retry=max_retry,
-                    reservation_timeout=reservation_timeout,
-                    unique=unique,
-                    unique_key=unique_key,
-                    unique_for=unique_for,
-                )
-            )
-            return action
-
-        return decorate
 
     # Fleet ------------------------------------------------------------------
     @property
@@ -280,18 +214,12 @@ class TaskRunner(Dispatching):
             if name in self._defaulted:
                 task = attrs.evolve(task, reservation_timeout=config.reclaim_delay / 3)
             else:
-                _check_reservation(task, config.reclaim_delay)
+                check_reservation(task, config.reclaim_delay)
             tasks[name] = task
         self._tasks.update(tasks)
         self.config = config
         self._worker._config = config
-        self._scheduler = Scheduler(
-            self.backend,
-            config.consumer_group,
-            lambda: self._tasks,
-            self._timings,
-            config.delayed_poll_interval,
-        )
+        self._scheduler = self._new_scheduler()
         self._acker = Acker(self.backend, config.consumer_group)
         self._worker._acker = self._acker
         if "num_workers" in changes:
