@@ -369,9 +369,7 @@ class TaskRunner(Registering, Dispatching):
                 ready.set()
                 await self._stop.wait()
                 fetchers.cancel_scope.cancel()
-            grace = self._grace_override
-            if grace is None:
-                grace = cfg.shutdown_grace
+            grace = self._current_grace()
             running = self._pool.in_use
             if running:
                 log.info(
@@ -379,12 +377,18 @@ class TaskRunner(Registering, Dispatching):
                 )
             workers.cancel_scope.deadline = trio.current_time() + grace
         if workers.cancel_scope.cancelled_caught:
+            # (A hard stop may cut the body above short: read the grace again.)
             log.warning(
-                "shutdown_grace (%.1fs) ran out; unfinished tasks were cancelled and "
+                "shutdown_grace (%.3gs) ran out; unfinished tasks were cancelled and "
                 "stay pending for reclaim",
-                grace,
+                self._current_grace(),
             )
         self._workers = None
+
+    def _current_grace(self) -> float:
+        if self._grace_override is not None:
+            return self._grace_override
+        return self.config.shutdown_grace
 
     def statistics(self) -> RunnerStatistics:
         """A frozen snapshot of this runner's local counters and pool state."""

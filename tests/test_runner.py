@@ -757,3 +757,27 @@ async def test_a_busy_queue_is_read_in_batches_not_one_message_per_freed_slot(
     async with serving(runner):
         await wait_until(lambda: runner.statistics().acked == 2000)
     assert CountingReads.reads < 2000 / 4, f"{CountingReads.reads} reads for 2000 messages"
+
+
+async def test_a_hard_stop_right_after_a_graceful_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Two signals in a row (the CLI's second Ctrl-C): serve returns cleanly, the
+    running task is cancelled and stays pending."""
+    backend = MemoryBackend()
+    runner = make_runner(backend, shutdown_grace=10)
+
+    @runner.task()
+    async def slow(payload: None) -> None:
+        await trio.sleep(30)
+
+    await runner.dispatch("slow")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        await wait_until(lambda: runner.statistics().running == 1)
+        stopped = trio.current_time()
+        runner.shutdown()
+        runner.shutdown(grace=0)
+    assert trio.current_time() - stopped < 1
+    assert runner.statistics().acked == 0
+    assert (await backend.group_info("g")).pending == 1
