@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._codec import payload_type_of
+from taskrunner._codec import ExtraKeys, payload_type_of
 from taskrunner.errors import InvalidTaskPayload
 
 Action = Callable[[Any], Awaitable[Any]]
@@ -41,6 +41,11 @@ def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: flo
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"Task.{attribute.name} must be a number of seconds > 0, got {value!r}")
+
+
+def _extra_keys(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in ("forbid", "ignore"):
+        raise ValueError(f"Task.{attribute.name} must be 'forbid' or 'ignore', got {value!r}")
 
 
 def _is_async_callable(fn: object) -> bool:
@@ -87,6 +92,12 @@ class Task:
     unique_for: float = 0.0
     """Lock lifetime in seconds (required > 0 when ``unique``); bounds how long a
     crashed worker can keep a lock."""
+
+    extra_keys: ExtraKeys = attrs.field(default="forbid", validator=_extra_keys)
+    """What keys of a typed payload that its class does not have do, at any depth:
+    ``"forbid"`` (the default) refuses the payload, naming them, at dispatch and in
+    the worker (the failure path); ``"ignore"`` drops them, e.g. while producers
+    that send a new field roll out before the workers that know it."""
 
     payload_type: type[Any] | None = attrs.field(init=False)
     """The attrs class or dataclass the action's payload is structured into, if any."""
