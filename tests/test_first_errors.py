@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -22,8 +25,10 @@ from taskrunner import (
     TaskRunnerConfig,
     WrongAsyncLibrary,
 )
+from taskrunner._cli_groups import UnknownGroup, find_groups, require_group
 from taskrunner._codec import encode_message
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.backends.redis import RedisBackend
 
 # Configuration ------------------------------------------------------------------------
 
@@ -365,3 +370,136 @@ def test_a_method_driven_by_no_event_loop_says_so() -> None:
     coro = runner.dispatch("t", 1)
     with pytest.raises(WrongAsyncLibrary, match=r"awaited outside trio, but taskrunner runs"):
         coro.send(None)
+
+
+# taskrunner stats|top|keys --group typo ------------------------------------------------
+
+
+async def two_applications(url: str) -> None:
+    """``mail`` has served (a consumer group on the stream); ``shop`` only has a delayed
+    task waiting (never served); a unique lock whose key ends like a group key."""
+    async with RedisBackend.from_url(url) as backend:
+        mail = TaskRunner(
+            TaskRunnerConfig(consumer_group="mail", block_duration=0.05, shutdown_grace=0),
+            backend,
+        )
+        shop = TaskRunner(TaskRunnerConfig(consumer_group="shop"), backend)
+
+        @mail.task
+        async def send_mail(payload: object) -> None: ...
+
+        @shop.task
+        async def checkout(payload: object) -> None: ...
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(mail.serve)
+            with trio.fail_after(10):  # the first read creates the consumer group
+                while not (await backend.get_metrics()).groups:  # noqa: ASYNC110 (no event)
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        await shop.dispatch_delayed("checkout", 1, 3600)
+        await backend.client.execute("SET", "taskrunner:unique:send_mail:metrics", "token")
+
+
+async def test_find_groups_sees_served_and_waiting_groups(redis_url: str) -> None:
+    await two_applications(redis_url)
+    async with RedisBackend.from_url(redis_url) as backend:
+        assert await find_groups(backend) == ["mail", "shop"]
+        await require_group(backend, "shop")
+        with pytest.raises(UnknownGroup) as info:
+            await require_group(backend, "typo")
+    assert str(info.value) == "no group 'typo' on this server; groups: mail, shop"
+
+
+async def test_an_empty_server_has_no_groups(redis_url: str) -> None:
+    async with RedisBackend.from_url(redis_url) as backend:
+        with pytest.raises(UnknownGroup, match=r"^no group 'g' on this server; groups: none$"):
+            await require_group(backend, "g")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taskrunner", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", [["stats"], ["stats", "--json"], ["top", "--once"], ["keys"]])
+def test_an_operator_command_on_a_misspelt_group_exits_1_listing_the_groups(
+    redis_url: str, command: list[str]
+) -> None:
+    trio.run(two_applications, redis_url)
+    result = run_cli(*command, "--url", redis_url, "--group", "typo")
+    assert result.returncode == 1, result
+    assert result.stderr == (
+        f"taskrunner {command[0]}: error: no group 'typo' on this server; groups: mail, shop\n"
+    )
+    assert result.stdout == ""
+    # The groups that are there are shown as before.
+    for group in ("mail", "shop"):
+        ok = run_cli(*command, "--url", redis_url, "--group", group)
+        assert ok.returncode == 0, ok
+
+
+# taskrunner worker mod:runner, where mod is broken -----------------------------------
+
+BROKEN_MODULES = {
+    "pkg/__init__.py": "",
+    "pkg/names.py": "import json\n\nx = 1\nrunner = undefined_name\n",
+    "pkg/via.py": "from pkg import names\n",
+    "syntax.py": "x = 1\ndef f(:\n    pass\n",
+    "in_a_library.py": "import json\n\nsettings = json.loads('{')\n",
+    "bad_config.py": (
+        "from taskrunner import TaskRunnerConfig\n\n\n"
+        "config = TaskRunnerConfig(consumer_group='app', num_workers=1.5)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (
+            "pkg.names:runner",
+            "importing module 'pkg.names' failed at pkg/names.py, line 4: "
+            "NameError: name 'undefined_name' is not defined",
+        ),
+        (  # raised in a module the target imports: that module's line
+            "pkg.via:runner",
+            "importing module 'pkg.via' failed at pkg/names.py, line 4: "
+            "NameError: name 'undefined_name' is not defined",
+        ),
+        (
+            "syntax:runner",
+            "importing module 'syntax' failed at syntax.py, line 2: SyntaxError: invalid syntax",
+        ),
+        (  # raised inside the standard library: the user's line that called it
+            "in_a_library:runner",
+            "importing module 'in_a_library' failed at in_a_library.py, line 3: "
+            "JSONDecodeError: Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1)",
+        ),
+        (  # raised inside taskrunner: the user's line too
+            "bad_config:runner",
+            "importing module 'bad_config' failed at bad_config.py, line 4: "
+            "TypeError: num_workers must be an integer, got 1.5",
+        ),
+    ],
+)
+def test_a_broken_import_names_the_file_and_line(tmp_path: Path, target: str, message: str) -> None:
+    for name, text in BROKEN_MODULES.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "taskrunner", "worker", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result
+    assert result.stderr == f"taskrunner worker: error: {message}\n"
