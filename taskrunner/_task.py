@@ -75,7 +75,9 @@ class Task:
     payload parameter makes the payload typed (structured with cattrs)."""
 
     max_retry: int = attrs.field(default=1, validator=_non_negative_int)
-    """How many times the task may run in all (first run included); 0 means 1."""
+    """How many times the task may run in all (first run included); 0 means 1. Every
+    delivery counts, so a run cut off by a crash uses one up too (see "Attempts" in
+    the concepts page of the docs)."""
 
     reservation_timeout: float | None = attrs.field(default=None, validator=_positive_seconds)
     """While the action runs longer than this, its message is refreshed every
