@@ -111,7 +111,7 @@ def decode_payload(
 
 
 def _structure(payload: Any, payload_type: type[Any], task_name: str, extra_keys: ExtraKeys) -> Any:
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):  # (dict: the fast test)
         problems = [f"expected a JSON object, got {_short_repr(payload)}"]
     else:
         try:

@@ -216,7 +216,7 @@ async def test_dispatch_refuses_a_payload_that_does_not_fit_naming_each_bad_fiel
 ) -> None:
     runner = make_runner(MemoryBackend())
 
-    @runner.task
+    @runner.task()
     async def resize(payload: Resize) -> None: ...
 
     with pytest.raises(InvalidTaskPayload) as info:
@@ -234,10 +234,10 @@ async def test_dispatch_refuses_a_payload_that_does_not_fit_naming_each_bad_fiel
 async def test_the_issue_example_and_a_dataclass() -> None:
     runner = make_runner(MemoryBackend())
 
-    @runner.task
+    @runner.task()
     async def resize(payload: Resize) -> None: ...
 
-    @runner.task
+    @runner.task()
     async def mail(payload: Mail) -> None: ...
 
     with pytest.raises(InvalidTaskPayload) as info:
@@ -260,7 +260,7 @@ async def test_the_worker_sends_a_payload_that_does_not_fit_to_the_failure_path_
     runner = make_runner(backend)
     ran: list[Resize] = []
 
-    @runner.task
+    @runner.task()
     async def resize(payload: Resize) -> None:
         ran.append(payload)
 
@@ -349,7 +349,7 @@ def test_a_method_awaited_under_asyncio_says_taskrunner_runs_on_trio(
     backend = MemoryBackend()
     runner = make_runner(backend)
 
-    @runner.task
+    @runner.task()
     async def t(payload: object) -> None: ...
 
     with pytest.raises(WrongAsyncLibrary) as info:
@@ -385,10 +385,10 @@ async def two_applications(url: str) -> None:
         )
         shop = TaskRunner(TaskRunnerConfig(consumer_group="shop"), backend)
 
-        @mail.task
+        @mail.task()
         async def send_mail(payload: object) -> None: ...
 
-        @shop.task
+        @shop.task()
         async def checkout(payload: object) -> None: ...
 
         async with trio.open_nursery() as nursery:
