@@ -113,25 +113,26 @@ def decode_payload(
 def _structure(payload: Any, payload_type: type[Any], task_name: str, extra_keys: ExtraKeys) -> Any:
     if type(payload) is not dict and not isinstance(payload, Mapping):  # (dict: the fast test)
         problems = [f"expected a JSON object, got {_short_repr(payload)}"]
-    else:
-        try:
-            return (_forbidding if extra_keys == "forbid" else converter).structure(
-                payload, payload_type
-            )
-        except Exception as exc:
-            problems = payload_problems(exc, payload)
-    raise InvalidTaskPayload(
-        _does_not_fit(payload_type, problems), task_name=task_name, problems=problems
-    )
+        raise _does_not_fit(payload_type, task_name, problems)
+    try:
+        return (_forbidding if extra_keys == "forbid" else converter).structure(
+            payload, payload_type
+        )
+    except Exception as exc:
+        raise _does_not_fit(payload_type, task_name, payload_problems(exc, payload)) from exc
 
 
-def _does_not_fit(payload_type: type[Any], problems: list[str]) -> str:
+def _does_not_fit(
+    payload_type: type[Any], task_name: str, problems: list[str]
+) -> InvalidTaskPayload:
     shown = "; ".join(problems[:MAX_PROBLEMS])
     if len(problems) > MAX_PROBLEMS:
         shown += f"; and {len(problems) - MAX_PROBLEMS} more"
     if any(p.endswith(": unknown field") for p in problems):
         shown += " (a task registered with extra_keys='ignore' drops unknown fields)"
-    return f"does not fit {payload_type.__qualname__}: {shown}"
+    return InvalidTaskPayload(
+        f"does not fit {payload_type.__qualname__}: {shown}", task_name=task_name, problems=problems
+    )
 
 
 def payload_problems(exc: BaseException, payload: Any) -> list[str]:
