@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import cattrs
 import pytest
 import trio
 from _fleet import make_runner, serving, wait_until
@@ -245,6 +246,7 @@ async def test_the_issue_example_and_a_dataclass() -> None:
     assert str(info.value) == (
         "invalid task payload for task 'resize': does not fit Resize: width: missing required field"
     )
+    assert isinstance(info.value.__cause__, cattrs.ClassValidationError)  # for the traceback
     with pytest.raises(InvalidTaskPayload) as info:
         await runner.dispatch_delayed("mail", {"to": "a@example.com", "cc": "b"}, 5)
     assert str(info.value) == (
