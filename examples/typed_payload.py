@@ -2,7 +2,9 @@
 
 The payload is unstructured to JSON at dispatch and structured back into the
 class on the worker (cattrs does both ways). A payload that does not fit is
-refused by ``dispatch`` before anything is queued.
+refused by ``dispatch`` before anything is queued, naming each bad field; so is
+one with a key the class does not have, unless the task is registered with
+``extra_keys="ignore"``, which drops such keys.
 
 Run it with ``python examples/typed_payload.py``; it finishes by itself.
 """
@@ -31,13 +33,20 @@ async def main() -> None:
     done = trio.Event()
     seen: list[Invoice] = []
 
-    @runner.task(name="send_invoice")
+    @runner.task  # registered under the function's name, "send_invoice"
     async def send_invoice(invoice: Invoice) -> None:
         # A real Invoice, nested Lines included, not a dict.
         items = sum(line.quantity for line in invoice.lines)
         print(f"invoice for {invoice.customer}: {len(invoice.lines)} line(s), {items} item(s)")
         seen.append(invoice)
-        if len(seen) == 2:
+        if len(seen) == 3:
+            done.set()
+
+    @runner.task(extra_keys="ignore")  # keys Invoice does not have are dropped
+    async def archive_invoice(invoice: Invoice) -> None:
+        print(f"archived the invoice for {invoice.customer}")
+        seen.append(invoice)
+        if len(seen) == 3:
             done.set()
 
     async with trio.open_nursery() as nursery:
@@ -51,7 +60,18 @@ async def main() -> None:
         try:
             await runner.dispatch("send_invoice", {"customer": "Grace"})  # no "lines"
         except InvalidTaskPayload as exc:
-            print(f"refused at dispatch: {type(exc).__name__}")
+            print(f"refused at dispatch: {exc}")
+        bad_line = {"customer": "Edsger", "lines": [{"sku": "D-1", "quantity": "two"}]}
+        try:
+            await runner.dispatch("send_invoice", bad_line)
+        except InvalidTaskPayload as exc:
+            print(f"refused at dispatch: {exc.problems}")
+        archived = {"customer": "Barbara", "lines": [], "archived_by": "ops"}
+        try:
+            await runner.dispatch("send_invoice", archived)  # "archived_by": not in Invoice
+        except InvalidTaskPayload as exc:
+            print(f"refused at dispatch: {exc.problems}")
+        await runner.dispatch("archive_invoice", archived)  # extra_keys="ignore": accepted
         await done.wait()
         runner.shutdown()
 

@@ -22,5 +22,6 @@ from taskrunner.errors import TaskExecutionError as TaskExecutionError
 from taskrunner.errors import TaskMaxRetryExceeded as TaskMaxRetryExceeded
 from taskrunner.errors import TaskNotFound as TaskNotFound
 from taskrunner.errors import TaskRunnerError as TaskRunnerError
+from taskrunner.errors import WrongAsyncLibrary as WrongAsyncLibrary
 
 __version__ = "0.1.0"

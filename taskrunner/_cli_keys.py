@@ -7,6 +7,8 @@ section predicts for one group (G = 1). Per-group keys are "at most one":
 Redis deletes an empty ZSET, the lease exists only while a leader lives, the
 tuning key only while tuning publishes, and the stream, ring and metrics hash
 appear with first use. Heartbeats (I) and unique locks (U) are not per group.
+A ``--group`` the server does not hold (see :mod:`taskrunner._cli_groups`) is
+one line on stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from taskrunner import _keys, admin
 from taskrunner._cli_base import Command
+from taskrunner._cli_groups import require_group
 from taskrunner._cli_stats import redis_arguments, run_on_redis
 from taskrunner.backends.redis import RedisBackend
 
@@ -123,7 +126,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    doc, code = run_on_redis("taskrunner keys", args, lambda backend: collect(backend, args.group))
+    async def job(backend: RedisBackend) -> dict[str, Any]:
+        await require_group(backend, args.group)
+        return await collect(backend, args.group)
+
+    doc, code = run_on_redis("taskrunner keys", args, job)
     if doc is None:
         return code
     print(json.dumps(doc, indent=2, sort_keys=True) if args.json else render(doc))

@@ -5,7 +5,8 @@ need no user code, only the Redis URL and the names that make up the keys
 (``--group``, ``--prefix``, ``--queue``). They open a
 :class:`~taskrunner.backends.redis.RedisBackend` for one command's worth of
 reads and close it. Everything that can fail on the way (a URL that does not
-parse, a server that does not answer) is one line on stderr and exit 1.
+parse, a server that does not answer, a ``--group`` the server does not hold:
+see :mod:`taskrunner._cli_groups`) is one line on stderr and exit 1.
 
 ``stats`` reads, in this order: the timing-metrics hash, the published
 tuning capacity, the heartbeat keys (``SCAN``, never ``KEYS``), the leader
@@ -32,6 +33,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
+from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._stats import SCHEDULE_TIMING_NAME, compute_stats
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.errors import BackendError
@@ -78,7 +80,8 @@ def run_on_redis(
 
     Returns:
         ``(result, 0)``, or ``(None, 1)`` after one line on stderr when the URL
-        is invalid, the server cannot be reached, or it takes too long.
+        is invalid, the server cannot be reached, it takes too long, or ``job``
+        raised :class:`~taskrunner._cli_groups.UnknownGroup`.
     """
     try:
         backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
@@ -99,6 +102,8 @@ def run_on_redis(
         return None, fail(prog, f"Redis at {args.url}: {exc}")
     except trio.TooSlowError:
         return None, fail(prog, f"Redis at {args.url} did not answer within {TIMEOUT:g}s")
+    except UnknownGroup as exc:
+        return None, fail(prog, str(exc))
 
 
 def fail(prog: str, message: str) -> int:
@@ -299,9 +304,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    doc, code = run_on_redis(
-        "taskrunner stats", args, lambda backend: collect(backend, args.group, args.workers)
-    )
+    async def job(backend: RedisBackend) -> dict[str, Any]:
+        await require_group(backend, args.group)
+        return await collect(backend, args.group, args.workers)
+
+    doc, code = run_on_redis("taskrunner stats", args, job)
     if doc is None:
         return code
     print(json.dumps(doc, indent=2, sort_keys=True) if args.json else render(doc))

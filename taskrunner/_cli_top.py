@@ -11,7 +11,9 @@ the published tuning capacity, else ``--workers``), and adds a sample to a
 the last minutes. Rendering is :func:`taskrunner._views.top_view`, pure; here
 is only the loop: ``rich.live.Live`` on a terminal, one plain line per refresh
 otherwise, one frame with ``--once``. A failed refresh keeps the last frame on
-screen with the error under it and tries again at the next tick.
+screen with the error under it and tries again at the next tick. Before the
+first one, a ``--group`` the server does not hold (see
+:mod:`taskrunner._cli_groups`) is one line on stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rich.text import Text
 
 from taskrunner import _keys
 from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int, positive_seconds
+from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._cli_stats import redis_arguments
 from taskrunner._stats import compute_stats
 from taskrunner._views import FleetSnapshot, History, task_names_in, top_line, top_view
@@ -122,6 +125,15 @@ async def run_top(args: argparse.Namespace, console: Console) -> int:
         return snapshot
 
     async with backend:
+        try:
+            with trio.fail_after(READ_TIMEOUT):
+                await require_group(backend, args.group)
+        except UnknownGroup as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+        except (BackendError, trio.TooSlowError) as exc:
+            print(f"{PROG}: error: Redis at {args.url}: {exc or 'timed out'}", file=sys.stderr)
+            return EXIT_FAILURE
         if args.once:
             try:
                 snapshot = await refresh()

@@ -33,7 +33,9 @@ def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: float) 
 
 
 def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a string, got {value!r}")
+    if not value or any(c.isspace() for c in value):
         raise ValueError(
             f"{attribute.name} must be a non-empty string without spaces, got {value!r}"
         )
@@ -44,25 +46,32 @@ def _callable_or_none(instance: Any, attribute: attrs.Attribute[Any], value: obj
         raise ValueError(f"{attribute.name} must be callable or None, got {value!r}")
 
 
-def _number(value: object) -> float:
-    # bool is an int subclass; True seconds is always a mistake.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number of seconds, got {value!r}")
-    return float(value)
-
-
-def _int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
+# Types are checked by validators, not converters: only a validator knows the
+# field's name, and the message must name it. So the seconds converter turns
+# ints into floats and hands anything else on unchanged, for the validator to refuse.
+def _as_float(value: float) -> float:
+    # (bool is an int subclass, and True seconds is always a mistake: not converted.)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
     return value
 
 
-def _seconds(**kwargs: Any) -> Any:
-    return attrs.field(converter=_number, **kwargs)
+def _is_seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, float):
+        raise TypeError(f"{attribute.name} must be a number of seconds, got {value!r}")
 
 
-def _count(**kwargs: Any) -> Any:
-    return attrs.field(converter=_int, **kwargs)
+def _is_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{attribute.name} must be an integer, got {value!r}")
+
+
+def _seconds(*, default: float, validator: Any) -> Any:
+    return attrs.field(default=default, converter=_as_float, validator=[_is_seconds, validator])
+
+
+def _count(*, default: int, validator: Any) -> Any:
+    return attrs.field(default=default, validator=[_is_int, validator])
 
 
 @attrs.frozen(kw_only=True)
@@ -131,7 +140,9 @@ class TaskRunnerConfig:
     """A message pending (not refreshed) longer than this is claimed by another consumer."""
 
     reclaim_interval: float | None = attrs.field(
-        default=None, converter=attrs.converters.optional(_number)
+        default=None,
+        converter=attrs.converters.optional(_as_float),
+        validator=attrs.validators.optional(_is_seconds),
     )
     """How often each fetcher looks for stale messages; default ``reclaim_delay / 2``."""
 

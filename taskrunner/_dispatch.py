@@ -21,6 +21,7 @@ import trio
 from taskrunner import _keys
 from taskrunner._codec import dumps, encode_message, encode_payload
 from taskrunner._config import TaskRunnerConfig
+from taskrunner._guards import require_trio
 from taskrunner._scheduler import Scheduler
 from taskrunner._task import Task, TaskMessage, unique_for_wire
 from taskrunner.backends import Backend
@@ -40,7 +41,7 @@ class Dispatching:
     _scheduler: Scheduler
 
     def _message(self, task: Task, payload: Any) -> TaskMessage:
-        wire_payload = encode_payload(payload, task.payload_type, task.name)
+        wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         return TaskMessage(
             task_name=task.name,
             payload=wire_payload,
@@ -68,6 +69,7 @@ class Dispatching:
             InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
             TaskAlreadyDispatched: ``name`` is unique and its lock is held.
             BackendError: the backend could not be reached.
+            WrongAsyncLibrary: awaited outside trio (under asyncio, say).
 
         Cancellation: the message may or may not have been queued. A unique
         task's lock is given back only when the add certainly did not happen
@@ -75,6 +77,7 @@ class Dispatching:
         so no duplicate gets in, and expires after ``unique_for`` (or is released
         by the worker, if the message was queued after all).
         """
+        require_trio("TaskRunner.dispatch")
         task = self._get_task(name)
         message = self._message(task, payload)
         data = encode_message(message)
@@ -129,6 +132,7 @@ class Dispatching:
             ValueError: the task is unique (dispatch those one by one, so each
                 duplicate can be refused on its own).
         """
+        require_trio("TaskRunner.dispatch_many")
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
@@ -151,6 +155,7 @@ class Dispatching:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``delay`` is negative or not finite.
         """
+        require_trio("TaskRunner.dispatch_delayed")
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if isinstance(seconds, bool) or not isinstance(seconds, int | float):
             raise ValueError(f"delay must be seconds or a timedelta, got {delay!r}")
@@ -169,6 +174,7 @@ class Dispatching:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``when`` is a naive datetime or not finite.
         """
+        require_trio("TaskRunner.schedule_for")
         if isinstance(when, datetime):
             if when.tzinfo is None or when.utcoffset() is None:
                 raise ValueError(f"when must be a timezone-aware datetime, got {when!r}")
@@ -182,7 +188,7 @@ class Dispatching:
 
     async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
         task = self._get_task(name)
-        wire_payload = encode_payload(payload, task.payload_type, task.name)
+        wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         encode_message(TaskMessage(task_name=name, payload=wire_payload))  # refuse it now
         delayed_id = str(uuid.uuid4())
         doc: dict[str, Any] = {

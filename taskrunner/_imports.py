@@ -5,8 +5,13 @@ application: a dotted module path, a colon, and a dotted attribute path inside
 the module. Every way that can go wrong is one :class:`ImportTargetError` whose
 message is a single line naming the problem, so the CLI can print it without a
 traceback. An exception raised *by the user's module* while it is imported is
-reported the same way (its type and message), with the original as
-``__cause__`` for anyone who wants the traceback (``--log-level debug``).
+reported the same way: its type, its message, and where it was raised, as the
+file and line of the user's code (the innermost frame outside the standard
+library, site-packages, taskrunner and importlib, so an error raised inside a
+library points at the user's line that called it), or a ``SyntaxError``'s own
+file and line.
+The original is ``__cause__`` for anyone who wants the traceback
+(``--log-level debug``).
 
 The current directory is put on ``sys.path`` first (as ``python -m`` does, and
 the ``taskrunner`` console script does not), so ``taskrunner worker
@@ -18,6 +23,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import sysconfig
+import traceback
 
 from taskrunner._runner import TaskRunner
 from taskrunner.errors import TaskRunnerError
@@ -33,6 +40,48 @@ def _ensure_cwd_on_path() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where code that is not the user's lives: the standard library, site-packages,
+    and taskrunner itself (installed editable, it is in neither)."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths}
+    dirs.add(os.path.dirname(__file__))
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+def _shown(filename: str) -> str:
+    """``filename`` relative to the current directory when it is below it."""
+    path = os.path.realpath(filename)
+    cwd = os.path.join(os.path.realpath(os.getcwd()), "")
+    return path.removeprefix(cwd) if path.startswith(cwd) else path
+
+
+def where_raised(exc: BaseException) -> str | None:
+    """``"app/tasks.py, line 7"``: where in the user's code ``exc`` was raised, if known."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f"{_shown(exc.filename)}, line {exc.lineno}"
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<")  # <frozen importlib._bootstrap>
+    ]
+    libraries = _library_dirs()
+    own = [f for f in frames if not os.path.realpath(f.filename).startswith(libraries)]
+    chosen = own or frames
+    if not chosen:
+        return None
+    return f"{_shown(chosen[-1].filename)}, line {chosen[-1].lineno}"
+
+
+def _import_failed(module_name: str, exc: BaseException) -> ImportTargetError:
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    where = where_raised(exc)
+    at = f" at {where}" if where else ""
+    return ImportTargetError(
+        f"importing module {module_name!r} failed{at}: {type(exc).__name__}: {message}"
+    )
 
 
 def resolve(target: str) -> object:
@@ -62,13 +111,9 @@ def resolve(target: str) -> object:
                 f"cannot import module {module_name!r}: no module named {exc.name!r} "
                 f"(searched from {os.getcwd()})"
             ) from exc
-        raise ImportTargetError(
-            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise _import_failed(module_name, exc) from exc
     except Exception as exc:
-        raise ImportTargetError(
-            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise _import_failed(module_name, exc) from exc
     value: object = module
     walked = module_name
     for attr in attr_path.split("."):

@@ -4,10 +4,11 @@ the ``task`` decorator, with the checks that keep a task safe to run."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import attrs
 
+from taskrunner._codec import ExtraKeys
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._stats import SCHEDULE_TIMING_NAME
 from taskrunner._task import Action, Task, UniqueKey
@@ -62,6 +63,10 @@ class Registering:
         self._tasks[task.name] = task
         return task
 
+    @overload
+    def task(self, action: A, /) -> A: ...
+
+    @overload
     def task(
         self,
         name: str | None = None,
@@ -71,14 +76,40 @@ class Registering:
         unique: bool = False,
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
-    ) -> Callable[[A], A]:
+        extra_keys: ExtraKeys = "forbid",
+    ) -> Callable[[A], A]: ...
+
+    def task(
+        self,
+        name: str | A | None = None,
+        *,
+        max_retry: int = 1,
+        reservation_timeout: float | None = None,
+        unique: bool = False,
+        unique_key: UniqueKey | None = None,
+        unique_for: float = 0.0,
+        extra_keys: ExtraKeys = "forbid",
+    ) -> A | Callable[[A], A]:
         """Decorator form of :meth:`register`; the name defaults to the function's.
+
+        Used bare (``@runner.task``) it registers the function with the defaults;
+        called (``@runner.task(...)``) it takes the options of :class:`Task`.
 
         Example::
 
-            @runner.task(name="send_email", max_retry=3)
+            @runner.task
             async def send_email(payload: dict) -> None: ...
+
+            @runner.task(name="resize", max_retry=3)
+            async def resize_image(payload: dict) -> None: ...
+
+        Raises:
+            ValueError: as :meth:`register`, or an option is invalid (as for
+                :class:`Task`).
         """
+
+        if callable(name):  # used bare: @runner.task
+            return self.task()(name)
 
         def decorate(action: A) -> A:
             self.register(
@@ -90,6 +121,7 @@ class Registering:
                     unique=unique,
                     unique_key=unique_key,
                     unique_for=unique_for,
+                    extra_keys=extra_keys,
                 )
             )
             return action

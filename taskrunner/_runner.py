@@ -48,6 +48,7 @@ from taskrunner import (
 from taskrunner._acker import Acker
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._dispatch import Dispatching
+from taskrunner._guards import check_runner_arguments, require_trio
 from taskrunner._heartbeat import ReplicationCounter
 from taskrunner._inflight import InFlight
 from taskrunner._leadership import Leadership
@@ -103,9 +104,17 @@ class TaskRunner(Registering, Dispatching):
         backend: Where messages and shared state live (``MemoryBackend``,
             ``RedisBackend``, or your own implementing
             :class:`taskrunner.backends.Backend`).
+
+    Raises:
+        TypeError: ``config`` is not a :class:`TaskRunnerConfig`, or ``backend``
+            is not a backend (e.g. a URL: pass ``RedisBackend.from_url(url)``).
+
+    Its ``async`` methods run on trio; awaited under asyncio they raise
+    :class:`~taskrunner.errors.WrongAsyncLibrary`.
     """
 
     def __init__(self, config: TaskRunnerConfig, backend: Backend) -> None:
+        check_runner_arguments(config, backend)
         self.config = config
         self.backend = backend
         self.instance_id = uuid.uuid4().hex
@@ -146,6 +155,7 @@ class TaskRunner(Registering, Dispatching):
 
     async def wait_leadership_changed(self) -> bool:
         """Wait until this instance is promoted or demoted; returns :attr:`is_leader`."""
+        require_trio("TaskRunner.wait_leadership_changed")
         await self._leadership.wait_changed()
         return self.is_leader
 
@@ -159,6 +169,7 @@ class TaskRunner(Registering, Dispatching):
         Raises:
             BackendError: the first count could not be read.
         """
+        require_trio("TaskRunner.get_number_of_replications")
         return await self._replicas.get(serving=self._serving, refresh=refresh)
 
     async def get_timing_statistics(self) -> Stats:
@@ -170,6 +181,7 @@ class TaskRunner(Registering, Dispatching):
         Raises:
             BackendError: the backend could not be reached.
         """
+        require_trio("TaskRunner.get_timing_statistics")
         replication = await self.get_number_of_replications()
         return await _aggregator.timing_statistics(
             self.backend,
@@ -274,12 +286,14 @@ class TaskRunner(Registering, Dispatching):
 
         Raises:
             AlreadyServing: ``serve`` is already running on this runner.
+            WrongAsyncLibrary: awaited outside trio (under asyncio, say).
 
         Cancellation: cancelling ``serve`` is a graceful shutdown: fetching
         stops at once, running tasks get ``shutdown_grace`` to finish, finished
         ones are acked, and only then does ``serve`` return (re-raising the
         cancellation).
         """
+        require_trio("TaskRunner.serve")
         if self._serving:
             raise AlreadyServing(f"{self!r} is already serving")
         self._serving = True

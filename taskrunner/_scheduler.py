@@ -95,7 +95,8 @@ def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
     unique_key = doc.get("unique_key")
     if not isinstance(unique_key, str):  # written by the original library: compute it
         try:
-            unique_key = task.lock_key_for(decode_payload(payload, task.payload_type, name))
+            typed = decode_payload(payload, task.payload_type, name, task.extra_keys)
+            unique_key = task.lock_key_for(typed)
         except InvalidTaskPayload as exc:
             return _undeliverable(raw, str(exc))
     token = uuid.uuid4().hex

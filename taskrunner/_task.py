@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._codec import payload_type_of
+from taskrunner._codec import ExtraKeys, payload_type_of
 from taskrunner.errors import InvalidTaskPayload
 
 Action = Callable[[Any], Awaitable[Any]]
@@ -41,6 +41,11 @@ def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: flo
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"Task.{attribute.name} must be a number of seconds > 0, got {value!r}")
+
+
+def _extra_keys(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in ("forbid", "ignore"):
+        raise ValueError(f"Task.{attribute.name} must be 'forbid' or 'ignore', got {value!r}")
 
 
 def _is_async_callable(fn: object) -> bool:
@@ -70,7 +75,9 @@ class Task:
     payload parameter makes the payload typed (structured with cattrs)."""
 
     max_retry: int = attrs.field(default=1, validator=_non_negative_int)
-    """How many times the task may run in all (first run included); 0 means 1."""
+    """How many times the task may run in all (first run included); 0 means 1. Every
+    delivery counts, so a run cut off by a crash uses one up too (see "Attempts" in
+    the concepts page of the docs)."""
 
     reservation_timeout: float | None = attrs.field(default=None, validator=_positive_seconds)
     """While the action runs longer than this, its message is refreshed every
@@ -87,6 +94,12 @@ class Task:
     unique_for: float = 0.0
     """Lock lifetime in seconds (required > 0 when ``unique``); bounds how long a
     crashed worker can keep a lock."""
+
+    extra_keys: ExtraKeys = attrs.field(default="forbid", validator=_extra_keys)
+    """What keys of a typed payload that its class does not have do, at any depth:
+    ``"forbid"`` (the default) refuses the payload, naming them, at dispatch and in
+    the worker (the failure path); ``"ignore"`` drops them, e.g. while producers
+    that send a new field roll out before the workers that know it."""
 
     payload_type: type[Any] | None = attrs.field(init=False)
     """The attrs class or dataclass the action's payload is structured into, if any."""

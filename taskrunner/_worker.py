@@ -117,7 +117,7 @@ class Worker:
             await self._fail(_delivery(entry, consumer, message), error)
             return
         try:
-            payload = decode_payload(message.payload, task.payload_type, task.name)
+            payload = decode_payload(message.payload, task.payload_type, task.name, task.extra_keys)
         except InvalidTaskPayload as exc:
             await self._fail(_delivery(entry, consumer, message), exc)
             return

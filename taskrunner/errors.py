@@ -9,6 +9,7 @@ boundary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -36,14 +37,25 @@ class InvalidTaskPayload(TaskRunnerError, ValueError):
     payload is not JSON-serialisable (or does not fit the action's typed
     payload), and handed to the failure path when a worker reads a stream
     entry it cannot decode (no ``payload`` field, invalid JSON, a JSON shape
-    that is not a task message, an oversized payload).
+    that is not a task message, an oversized payload) or whose payload does not
+    fit the typed payload.
+
+    Attributes:
+        reason: What is wrong, without the task name.
+        task_name: The task, when known.
+        problems: For a payload that does not fit a typed payload, one
+            ``path: reason`` line per bad field (``items[2].size: missing
+            required field``, ``colour: unknown field``); empty otherwise.
     """
 
-    def __init__(self, reason: str, *, task_name: str | None = None) -> None:
+    def __init__(
+        self, reason: str, *, task_name: str | None = None, problems: Sequence[str] = ()
+    ) -> None:
         where = f" for task {task_name!r}" if task_name else ""
         super().__init__(f"invalid task payload{where}: {reason}")
         self.reason = reason
         self.task_name = task_name
+        self.problems = tuple(problems)
 
 
 class TaskAlreadyDispatched(TaskRunnerError):
@@ -128,3 +140,29 @@ class AlreadyServing(TaskRunnerError, RuntimeError):
     One runner serves once at a time; to run more fetchers or workers, raise
     ``num_fetchers`` / ``num_workers`` or create another runner.
     """
+
+
+class WrongAsyncLibrary(TaskRunnerError, RuntimeError):
+    """A :class:`~taskrunner.TaskRunner` coroutine was awaited outside trio.
+
+    taskrunner runs on trio: raised at the start of the runner's ``async``
+    methods (``dispatch``, ``serve``, ...) when they are awaited under asyncio
+    (``asyncio.run(runner.dispatch(...))``) or another library. From asyncio
+    code, dispatch with ``taskrunner.producer.AsyncProducer``; from sync code,
+    with ``taskrunner.producer.Producer``.
+
+    Attributes:
+        method: The method that was awaited (``"TaskRunner.dispatch"``).
+        library: The async library that awaited it (``"asyncio"``), or ``None``
+            when none was detected.
+    """
+
+    def __init__(self, method: str, library: str | None) -> None:
+        under = f"under {library}" if library else "outside trio"
+        super().__init__(
+            f"{method}() was awaited {under}, but taskrunner runs on trio: await it inside "
+            f"trio.run(), or use taskrunner.producer.AsyncProducer from asyncio code "
+            f"(taskrunner.producer.Producer from sync code)"
+        )
+        self.method = method
+        self.library = library

@@ -269,12 +269,17 @@ def test_stats_json_matches_what_ran(
 def test_stats_workers_option_and_published_capacity(
     redis_server: ServerProcess, redis_url: str, env: dict[str, str], queue: str
 ) -> None:
+    # A group that served once (its first read created the consumer group) and has
+    # no instance now. (A group not on the server at all is refused: test_first_errors.)
+    sync_command(
+        redis_server.port, "XGROUP", "CREATE", f"taskrunner:{queue}", GROUP, "0", "MKSTREAM"
+    )
     args = ("stats", "--url", redis_url, "--group", GROUP, "--queue", queue, "--json")
     doc = json.loads(ok(cli(env, *args, "--workers", "4")))
     assert (doc["workers"], doc["workers_source"]) == (4, "option")
     assert doc["leader"] is None
     assert doc["tasks"] == {}
-    assert doc["queue"]["groups"] == []
+    assert doc["queue"]["groups"] == [{"name": GROUP, "pending": 0, "lag": 0, "consumers": []}]
     sync_command(redis_server.port, "SET", f"taskrunner:{GROUP}:worker_tuning_capacity", 7)
     doc = json.loads(ok(cli(env, *args, "--workers", "4")))
     assert (doc["tuning_capacity"], doc["workers"], doc["workers_source"]) == (7, 7, "published")
@@ -351,7 +356,12 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
     out = ok(cli(env, "flush", *redis, "--yes"))
     assert out.startswith("deleted 4 key(s)")
     assert f"taskrunner:{queue}" in out
-    assert json.loads(ok(cli(env, "keys", *redis, "--json")))["keys"] == []
+    # Not one key of the group is left, so the server no longer has the group.
+    gone = cli(env, "keys", *redis, "--json")
+    assert (gone.returncode, gone.stdout) == (1, ""), gone
+    assert (
+        gone.stderr == f"taskrunner keys: error: no group {GROUP!r} on this server; groups: none\n"
+    )
     left = {k.decode() for k in sync_command(redis_server.port, "KEYS", "*")}
     assert left == {f"{queue}:done"}  # only the app's own list
 
@@ -511,9 +521,11 @@ def test_resolve_reports_what_went_wrong(tmp_path: Path, monkeypatch: pytest.Mon
     assert "'pkg_ok.mod:Holder' has no attribute 'nope'" in error("pkg_ok.mod:Holder.nope")
     assert "no module named 'pkg_ok.other'" in error("pkg_ok.other:x")
     assert error("needs_dep:x") == (
-        "importing module 'needs_dep' failed: ModuleNotFoundError: "
+        "importing module 'needs_dep' failed at needs_dep.py, line 1: ModuleNotFoundError: "
         "No module named 'surely_not_installed_dep'"
     )
-    assert error("raises:x") == "importing module 'raises' failed: RuntimeError: config missing"
+    assert error("raises:x") == (
+        "importing module 'raises' failed at raises.py, line 1: RuntimeError: config missing"
+    )
     assert "not a valid 'module:attribute'" in error("pkg ok:x")
     assert "is a int, not a TaskRunner" in error("pkg_ok.mod:Holder.value")

@@ -37,10 +37,14 @@ EXPECTED: dict[str, list[str]] = {
         "done: 5 completed, 5 acked",
     ],
     "typed_payload.py": [
-        "refused at dispatch: InvalidTaskPayload",
+        "refused at dispatch: invalid task payload for task 'send_invoice': does not fit "
+        "Invoice: lines: missing required field",
+        "refused at dispatch: (\"lines[0].quantity: expected int, got 'two'\",)",
+        "refused at dispatch: ('archived_by: unknown field',)",
         "invoice for Ada: 2 line(s), 3 item(s)",
         "invoice for Alan: 1 line(s), 5 item(s)",
-        "done: 2 completed",
+        "archived the invoice for Barbara",
+        "done: 3 completed",
     ],
     "failure_handling.py": [
         "  on_error: charge attempt 1 raised ConnectionError('card processor unreachable')",

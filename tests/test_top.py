@@ -201,7 +201,15 @@ def top_args(url: str, **changes: object) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
+async def idle_group(redis_url: str) -> None:
+    """A group that served once (its first read created the consumer group) and has no
+    instance now. (A group not on the server at all is refused: test_first_errors.)"""
+    async with RedisBackend.from_url(redis_url) as backend:
+        await backend.client.execute("XGROUP", "CREATE", backend.stream_key, GROUP, "0", "MKSTREAM")
+
+
 async def test_once_prints_one_frame(redis_url: str) -> None:
+    await idle_group(redis_url)
     console = Console(record=True, width=100, color_system=None)
     assert await run_top(top_args(redis_url, workers=7), console) == 0
     text = console.export_text()
@@ -220,6 +228,7 @@ def test_cli_once_and_errors(redis_url: str) -> None:
             check=False,
         )
 
+    trio.run(idle_group, redis_url)
     ok = run("--url", redis_url, "--group", GROUP, "--once")
     assert ok.returncode == 0, ok.stderr
     assert f"group {GROUP} on taskrunner:tasks" in ok.stdout
