@@ -51,8 +51,12 @@ class InvalidTaskPayload(TaskRunnerError, ValueError):
     def __init__(
         self, reason: str, *, task_name: str | None = None, problems: Sequence[str] = ()
     ) -> None:
-        where = f" for task {task_name!r}" if task_name else ""
-        super().__init__(f"invalid task payload{where}: {reason}")
+        if problems and task_name:  # a typed payload: "payload for 'resize' does not fit ..."
+            message = f"payload for {task_name!r} {reason}"
+        else:
+            where = f" for task {task_name!r}" if task_name else ""
+            message = f"invalid task payload{where}: {reason}"
+        super().__init__(message)
         self.reason = reason
         self.task_name = task_name
         self.problems = tuple(problems)

@@ -37,7 +37,7 @@ EXPECTED: dict[str, list[str]] = {
         "done: 5 completed, 5 acked",
     ],
     "typed_payload.py": [
-        "refused at dispatch: invalid task payload for task 'send_invoice': does not fit "
+        "refused at dispatch: payload for 'send_invoice' does not fit "
         "Invoice: lines: missing required field",
         "refused at dispatch: (\"lines[0].quantity: expected int, got 'two'\",)",
         "refused at dispatch: ('archived_by: unknown field',)",

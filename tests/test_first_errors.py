@@ -224,7 +224,7 @@ async def test_dispatch_refuses_a_payload_that_does_not_fit_naming_each_bad_fiel
         await runner.dispatch("resize", payload)
     assert sorted(info.value.problems) == sorted(problems)
     assert str(info.value).startswith(
-        "invalid task payload for task 'resize': does not fit Resize: "
+        "payload for 'resize' does not fit Resize: "
     )
     assert "\n" not in str(info.value)
     for problem in problems:
@@ -244,13 +244,13 @@ async def test_the_issue_example_and_a_dataclass() -> None:
     with pytest.raises(InvalidTaskPayload) as info:
         await runner.dispatch("resize", {})
     assert str(info.value) == (
-        "invalid task payload for task 'resize': does not fit Resize: width: missing required field"
+        "payload for 'resize' does not fit Resize: width: missing required field"
     )
     assert isinstance(info.value.__cause__, cattrs.ClassValidationError)  # for the traceback
     with pytest.raises(InvalidTaskPayload) as info:
         await runner.dispatch_delayed("mail", {"to": "a@example.com", "cc": "b"}, 5)
     assert str(info.value) == (
-        "invalid task payload for task 'mail': does not fit Mail: cc: unknown field "
+        "payload for 'mail' does not fit Mail: cc: unknown field "
         "(a task registered with extra_keys='ignore' drops unknown fields)"
     )
 
@@ -279,9 +279,9 @@ async def test_the_worker_sends_a_payload_that_does_not_fit_to_the_failure_path_
     assert ran == [Resize(width=2)]
     errors = sorted(letter.error for letter in await backend.dead_letters())
     assert errors == [
-        "InvalidTaskPayload: invalid task payload for task 'resize': does not fit Resize: "
+        "InvalidTaskPayload: payload for 'resize' does not fit Resize: "
         "colour: unknown field (a task registered with extra_keys='ignore' drops unknown fields)",
-        "InvalidTaskPayload: invalid task payload for task 'resize': does not fit Resize: "
+        "InvalidTaskPayload: payload for 'resize' does not fit Resize: "
         "width: missing required field",
     ]
 
