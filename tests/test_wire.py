@@ -10,6 +10,7 @@ given a fixed uuid, token and time.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -469,3 +470,27 @@ async def test_a_float_sum_left_by_0_1_0_is_read(redis_url: str) -> None:
     )
     assert dict(stats.per_task_timing) == {"echo": pytest.approx(102.63127050711773)}
     assert stats.avg_schedule_timing == 10.5, "0.1.0's short scheduler names are read"
+
+
+# The docs show these bytes ------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.parametrize(
+    ("page", "documents"),
+    [
+        ("go-interop.md", [GO_UNIQUE_MESSAGE, OUR_UNIQUE_MESSAGE, GO_MEMBER, OUR_UNIQUE_MEMBER]),
+        ("redis-key-layout.md", [OUR_UNIQUE_MEMBER]),
+    ],
+)
+def test_the_docs_show_the_documents(page: str, documents: list[bytes]) -> None:
+    text = (DOCS / page).read_text()
+    missing = [doc for doc in documents if doc.decode() not in text]
+    assert not missing, f"{page} does not show {missing}"
+
+
+@pytest.mark.parametrize("page", ["go-interop.md", "redis-key-layout.md", "timing-metrics.md"])
+def test_the_docs_show_the_metrics_hash_after_a_flush(page: str) -> None:
+    block = "\n".join(f"{name.decode():<50}{value.decode()}" for name, value in FLUSHED.items())
+    assert block in (DOCS / page).read_text()
