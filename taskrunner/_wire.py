@@ -84,8 +84,9 @@ running the message as if the field were absent is a correct (if plainer)
 outcome. Therefore a new field never changes the meaning or the type of an
 existing one (a type Go cannot decode sends the message down Go's failure
 path, where a ``FailedTaskHandler`` may ack it: lost), never carries the
-payload in another form, and is never needed to find or release a lock. A
-feature that cannot meet that rule uses its own task names or its own stream.
+payload in another form, and is never needed to find or release a lock or to
+bound the attempts (a Go worker counts deliveries). A feature that cannot meet
+that rule uses its own task names or its own stream.
 
 Optional fields in use (a Go worker ignores all of them):
 
@@ -302,8 +303,9 @@ def unique_key_for(task: Task, payload: Any) -> str:
     """The message ``unique_key`` of a unique ``task`` for ``payload``, as Go writes it.
 
     ``<task>:<key>`` with ``key`` what the task's key function returns for
-    ``payload`` (as the action receives it), the task name when it returns
-    ``""`` or ``None``; just ``<task>`` when the task has no key function.
+    ``payload`` (what ``dispatch`` was given; a Go member's payload structured
+    as the action receives it), the task name when it returns ``""`` or
+    ``None``; just ``<task>`` when the task has no key function.
 
     Raises:
         InvalidTaskPayload: the key function raised or returned a non-string.
