@@ -32,6 +32,7 @@ __all__ = [
     "should_reset_metrics",
 ]
 
+
 def should_reset_metrics(*, now: float, last_reset: float, interval: float) -> bool:
     """Whether the metrics-reset interval has passed.
 

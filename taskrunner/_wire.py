@@ -536,9 +536,7 @@ def reset_fields(task_names: Iterable[str], group: str) -> list[str]:
 def task_names_in(metrics: Mapping[str, float], group: str) -> list[str]:
     """Task names with a ``<task>_sum`` or ``<task>_count`` field in a metrics hash,
     sorted, the scheduler's (either name) excluded."""
-    names = {
-        field.rpartition("_")[0] for field in metrics if field.endswith(("_sum", "_count"))
-    }
+    names = {field.rpartition("_")[0] for field in metrics if field.endswith(("_sum", "_count"))}
     names.discard(SCHEDULE_TIMING_NAME)
     names.discard(schedule_timing_name(group))
     return sorted(names)
