@@ -10,10 +10,10 @@ from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner
 from taskrunner._stats import Stats as Stats
-from taskrunner._task import DelayedTask as DelayedTask
 from taskrunner._task import Delivery as Delivery
 from taskrunner._task import Task as Task
-from taskrunner._task import TaskMessage as TaskMessage
+from taskrunner._wire import DelayedTask as DelayedTask
+from taskrunner._wire import TaskMessage as TaskMessage
 from taskrunner.errors import AlreadyServing as AlreadyServing
 from taskrunner.errors import BackendError as BackendError
 from taskrunner.errors import InvalidTaskPayload as InvalidTaskPayload

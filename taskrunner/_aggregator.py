@@ -37,9 +37,10 @@ from typing import Protocol
 import attrs
 import trio
 
+from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._hooks import call_hook_safely
-from taskrunner._stats import Stats, compute_stats, reset_fields, should_reset_metrics
+from taskrunner._stats import Stats, compute_stats, should_reset_metrics
 from taskrunner._tuning import (
     TuningDecision,
     aggregator_interval,
@@ -126,6 +127,7 @@ async def timing_statistics(
     queue_len = await backend.length()
     return compute_stats(
         metrics=metrics,
+        group=group,
         task_names=task_names,
         queue_len=queue_len,
         workers=workers,
@@ -251,7 +253,7 @@ async def tick(host: AggregatorHost, state: AggregatorState) -> None:
     ):
         if leader:
             try:
-                await host.backend.reset_metrics(group, reset_fields(host.task_names))
+                await host.backend.reset_metrics(group, _wire.reset_fields(host.task_names, group))
                 log.info("timing metrics of group %s reset", group)
             except BackendError as exc:
                 # The clock stays put, so the next tick tries again.

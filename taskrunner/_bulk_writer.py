@@ -5,10 +5,14 @@ Theory of operation: workers add each run time to a
 addition). Once per ``interval`` this service drains the recorder and, if it
 holds anything, writes the whole batch with one
 :meth:`~taskrunner.backends.SharedState.increment_metrics` call: one
-``<task>_sum`` (ms, float) and one ``<task>_count`` increment per task name,
-however many runs were recorded. If the write fails the batch goes back into
-the recorder (merged with what was recorded meanwhile), so an outage delays
-timings but loses none, and memory stays bounded by the number of task names.
+:class:`~taskrunner._wire.TimingIncrement` per task name (total microseconds
+and runs, for the Go-compatible ``<task>_sum`` / ``_sum_us`` / ``_count``
+fields), however many runs were recorded; the scheduler's passes go to Go's
+``taskrunner:<group>:delayed_tasks_schedule_*`` fields. The field names are
+built once per name (:class:`FieldNames`). If the write fails the batch goes
+back into the recorder (merged with what was recorded meanwhile), so an outage
+delays timings but loses none, and memory stays bounded by the number of task
+names.
 
 A write is never interrupted by cancellation: each one runs shielded, bounded
 by :data:`FLUSH_TIMEOUT`. That keeps a batch out of the ambiguous state of a
@@ -32,13 +36,13 @@ import logging
 
 import trio
 
+from taskrunner import _wire
 from taskrunner._backoff import backoff_delay
-from taskrunner._stats import count_field, sum_field
-from taskrunner._timings import TimingRecorder, to_hash_increments
+from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
-__all__ = ["FINAL_FLUSH_TIMEOUT", "FLUSH_TIMEOUT", "flush", "run"]
+__all__ = ["FINAL_FLUSH_TIMEOUT", "FLUSH_TIMEOUT", "FieldNames", "flush", "run"]
 
 log = logging.getLogger("taskrunner.metrics")
 
@@ -52,13 +56,33 @@ _WARN_EVERY = 60
 """During an outage, warn on the first failed flush and then on every 60th."""
 
 
-async def flush(backend: Backend, group: str, recorder: TimingRecorder) -> int:
+class FieldNames:
+    """The metrics fields of each timing name of one group, built once per name.
+
+    A flush runs every second for the same few names: looking their field names
+    up beats formatting three strings per name each time.
+    """
+
+    def __init__(self, group: str) -> None:
+        self._known = {_wire.SCHEDULE_TIMING_NAME: _wire.schedule_fields(group)}
+
+    def __call__(self, name: str) -> _wire.TimingFields:
+        fields = self._known.get(name)
+        if fields is None:
+            fields = self._known[name] = _wire.task_fields(name)
+        return fields
+
+
+async def flush(
+    backend: Backend, group: str, recorder: TimingRecorder, names: FieldNames | None = None
+) -> int:
     """Drain ``recorder`` and add the batch to the metrics hash in one call.
 
     Args:
         backend: Where the metrics hash lives.
         group: The consumer group (names the hash).
         recorder: The timings to move.
+        names: The group's field names (:func:`run` keeps one; built if not given).
 
     Returns:
         How many samples were written (0 when there was nothing to write).
@@ -70,25 +94,23 @@ async def flush(backend: Backend, group: str, recorder: TimingRecorder) -> int:
     store applied it is unknown at that point; :func:`run` avoids the
     question by never cancelling a write except on its own timeout.)
     """
-    drained = recorder.drain()
-    increments = to_hash_increments(drained)
-    if not increments:
-        # Only entries that could never be written (no samples, a non-finite
-        # sum) can be dropped here; restoring them would poison every batch.
+    names = names or FieldNames(group)
+    batch: dict[str, _wire.TimingIncrement] = {}
+    for name, (sum_ms, count) in recorder.drain().items():
+        increment = _wire.timing_increment(names(name), sum_ms, count)
+        # None: no samples or a non-finite sum, which can never be written;
+        # restoring it would poison every later batch, so it is dropped.
+        if increment is not None:
+            batch[name] = increment
+    if not batch:
         return 0
-    # What is restored on failure is exactly what was sent (to_hash_increments
-    # clamps a negative sum to 0 and drops what can never be written).
-    batch = {
-        name: (increments[sum_field(name)], int(increments[count_field(name)]))
-        for name in drained
-        if sum_field(name) in increments
-    }
     try:
-        await backend.increment_metrics(group, increments)
+        await backend.increment_metrics(group, list(batch.values()))
     except BaseException:
-        recorder.restore(batch)
+        # Exactly what was sent goes back (a negative sum was sent as 0).
+        recorder.restore({name: (i.micros / 1000, i.count) for name, i in batch.items()})
         raise
-    return sum(count for _, count in batch.values())
+    return sum(increment.count for increment in batch.values())
 
 
 async def run(
@@ -117,13 +139,14 @@ async def run(
     is then re-raised.
     """
     task_status.started()
+    names = FieldNames(group)
     failures = 0
     try:
         while True:
             await trio.sleep(interval)
             with trio.move_on_after(FLUSH_TIMEOUT, shield=True) as scope:
                 try:
-                    await flush(backend, group, recorder)
+                    await flush(backend, group, recorder, names)
                 except BackendError as exc:
                     failures += 1
                     if failures % _WARN_EVERY == 1:
@@ -147,16 +170,18 @@ async def run(
                     recorder.pending(),
                 )
     finally:
-        await _final_flush(backend, group, recorder)
+        await _final_flush(backend, group, recorder, names)
 
 
-async def _final_flush(backend: Backend, group: str, recorder: TimingRecorder) -> None:
+async def _final_flush(
+    backend: Backend, group: str, recorder: TimingRecorder, names: FieldNames
+) -> None:
     written = 0
     attempt = 0
     with trio.move_on_after(FINAL_FLUSH_TIMEOUT, shield=True):
         while recorder.pending():
             try:
-                written += await flush(backend, group, recorder)
+                written += await flush(backend, group, recorder, names)
             except BackendError as exc:
                 attempt += 1
                 if attempt == 1:

@@ -15,7 +15,7 @@ lease, and the queue metrics (``XLEN``, the claim-delay ring, ``XINFO``).
 knows; from outside we take the leader's published tuning capacity when one
 is live, else ``--workers`` (default 32, the ``num_workers`` default), and
 say which (``workers_source``). The task names are those found in the
-metrics hash (``<task>_count`` fields), since no registry is loaded.
+metrics hash (``<task>_sum``/``_count`` fields), since no registry is loaded.
 
 The ``--json`` document is the stable interface (see docs/operations.md);
 the human-readable layout may change.
@@ -31,10 +31,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from taskrunner import _keys
+from taskrunner import _keys, _wire
 from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
 from taskrunner._cli_groups import UnknownGroup, require_group
-from taskrunner._stats import SCHEDULE_TIMING_NAME, compute_stats
+from taskrunner._stats import Stats, compute_stats
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.errors import BackendError
 
@@ -133,13 +133,6 @@ def ttl_seconds(pttl: int) -> float | None:
 # stats ------------------------------------------------------------------------------
 
 
-def task_names_in(metrics: dict[str, float]) -> list[str]:
-    """Task names with a ``<task>_count`` field in the metrics hash (scheduler excluded)."""
-    names = {f.removesuffix("_count") for f in metrics if f.endswith("_count")}
-    names.discard(SCHEDULE_TIMING_NAME)
-    return sorted(names)
-
-
 async def instances(backend: RedisBackend) -> list[dict[str, Any]]:
     """Live heartbeat keys: ``[{"host", "instance_id", "ttl"}]`` sorted by host."""
     prefix = _keys.replication("")
@@ -158,10 +151,19 @@ async def instances(backend: RedisBackend) -> list[dict[str, Any]]:
     return out
 
 
+def _task_document(metrics: dict[str, float], name: str, stats: Stats) -> dict[str, Any]:
+    total_ms, runs = _wire.task_timing(metrics, name)
+    return {
+        "runs": int(runs),
+        "total_ms": total_ms,
+        "avg_ms": stats.per_task_timing.get(name, 0.0),
+    }
+
+
 async def collect(backend: RedisBackend, group: str, workers_option: int | None) -> dict[str, Any]:
     """The ``stats --json`` document (see docs/operations.md for every key)."""
     metrics = await backend.read_metrics(group)
-    names = task_names_in(metrics)
+    names = _wire.task_names_in(metrics, group)
     published = await backend.read_tuning(group)
     live = await instances(backend)
     owner = await backend.lease_owner(group)
@@ -177,6 +179,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     replication = max(1, len(live))
     stats = compute_stats(
         metrics=metrics,
+        group=group,
         task_names=names,
         queue_len=queue.queue_size,
         workers=workers,
@@ -198,18 +201,11 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
         "tuning_capacity": published,
         "workers": workers,
         "workers_source": source,
-        "tasks": {
-            name: {
-                "runs": int(metrics.get(f"{name}_count", 0)),
-                "total_ms": metrics.get(f"{name}_sum", 0.0),
-                "avg_ms": stats.per_task_timing.get(name, 0.0),
-            }
-            for name in names
-        },
+        "tasks": {name: _task_document(metrics, name, stats) for name in names},
         "timing": {
             "avg_timing_ms": stats.avg_timing,
             "avg_schedule_timing_ms": stats.avg_schedule_timing,
-            "schedule_passes": int(metrics.get(f"{SCHEDULE_TIMING_NAME}_count", 0)),
+            "schedule_passes": int(_wire.schedule_timing(metrics, group)[1]),
             "predicted_wait_time_ms": stats.predicted_wait_time,
             "tps": stats.tps,
         },

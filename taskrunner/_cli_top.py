@@ -4,7 +4,7 @@ Theory of operation: every ``--interval`` seconds :func:`read_snapshot` reads
 what ``taskrunner stats`` reads (the metrics hash, the published tuning
 capacity, the heartbeat keys, the leader lease, the queue metrics) into a
 :class:`~taskrunner._views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
-from the hash (task names from its ``<task>_sum`` fields; the pool size is
+from the hash (task names from its ``<task>_sum``/``_count`` fields; the pool size is
 the published tuning capacity, else ``--workers``), and adds a sample to a
 :class:`~taskrunner._views.History` ring, from which the view draws throughput
 (the change of the hash's run counts, over at least two seconds) and queue length over
@@ -28,12 +28,12 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from taskrunner import _keys
+from taskrunner import _keys, _wire
 from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int, positive_seconds
 from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._cli_stats import redis_arguments
 from taskrunner._stats import compute_stats
-from taskrunner._views import FleetSnapshot, History, task_names_in, top_line, top_view
+from taskrunner._views import FleetSnapshot, History, top_line, top_view
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.errors import BackendError
 
@@ -88,7 +88,8 @@ async def read_snapshot(
     pool = published if published is not None else (workers or DEFAULT_WORKERS)
     stats = compute_stats(
         metrics=metrics,
-        task_names=task_names_in(metrics),
+        group=group,
+        task_names=_wire.task_names_in(metrics, group),
         queue_len=queue.queue_size,
         workers=pool,
         replication=max(1, len(instances)),

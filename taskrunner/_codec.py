@@ -1,4 +1,4 @@
-"""JSON in and out: the wire format and typed payloads.
+"""Typed payloads: an action's annotation, and the payload in and out of its JSON form.
 
 One private cattrs converter does every typed (de)serialisation; a copy of it
 that refuses unknown keys serves the tasks that forbid them (the default, see
@@ -6,21 +6,18 @@ that refuses unknown keys serves the tasks that forbid them (the default, see
 (exception groups whose members carry notes naming the attribute or index) are
 flattened into ``path: reason`` lines such as ``items[2].size: missing required
 field``, so the refusal names the bad field without a traceback. The wire
-message is decoded by hand rather than through cattrs: it runs once per task
-on the hot path, must accept the original library's documents (``null`` for
-empty strings, extra fields), and must turn every malformed input into an
-:class:`InvalidTaskPayload` naming what is wrong.
+documents that carry payloads (the stream message, the delayed member) are in
+:mod:`taskrunner._wire`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 import cattrs
@@ -34,12 +31,6 @@ from cattrs.errors import (
 
 from taskrunner.errors import InvalidTaskPayload
 
-if TYPE_CHECKING:
-    from taskrunner._task import TaskMessage
-
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-"""Largest encoded message accepted at dispatch or decoded by a worker."""
-
 ExtraKeys = Literal["forbid", "ignore"]
 """What a typed payload's unknown keys do: refuse the payload, or be dropped."""
 
@@ -49,8 +40,6 @@ _forbidding = converter.copy(forbid_extra_keys=True)
 MAX_PROBLEMS = 5
 """Most ``path: reason`` lines one refusal lists."""
 _MAX_VALUE_REPR = 60
-
-_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
 
 
 def payload_type_of(action: Callable[..., Any]) -> type[Any] | None:
@@ -238,84 +227,3 @@ def _short_repr(value: Any) -> str:
         text = text[: _MAX_VALUE_REPR - 3] + "..."
     return text
 
-
-def encode_message(message: TaskMessage) -> bytes:
-    """The wire JSON of ``message``.
-
-    Raises:
-        InvalidTaskPayload: the payload is not JSON-serialisable, or too large.
-    """
-    doc = {
-        "task_name": message.task_name,
-        "payload": message.payload,
-        "unique": message.unique,
-        "unique_for": message.unique_for,
-        "unique_key": message.unique_key,
-        "unique_lock_value": message.unique_lock_value,
-        "reservation_timeout": message.reservation_timeout,
-    }
-    try:
-        data = _dumps(doc).encode()
-    except (TypeError, ValueError) as exc:
-        raise InvalidTaskPayload(
-            f"not JSON-serialisable: {exc}", task_name=message.task_name
-        ) from exc
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise InvalidTaskPayload(
-            f"encoded message is {len(data)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit",
-            task_name=message.task_name,
-        )
-    return data
-
-
-def _field(doc: dict[str, Any], name: str, kind: type, default: Any) -> Any:
-    value = doc.get(name)
-    if value is None:
-        return default
-    if kind is int and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InvalidTaskPayload(f"field {name!r} should be {kind.__name__}, got {value!r}")
-    return value
-
-
-def decode_message(raw: bytes | None) -> TaskMessage:
-    """Parse a stream entry's ``payload`` field.
-
-    Raises:
-        InvalidTaskPayload: no field, over :data:`MAX_MESSAGE_BYTES`, invalid JSON,
-            or a document that is not a task message.
-    """
-    from taskrunner._task import TaskMessage
-
-    if raw is None:
-        raise InvalidTaskPayload("stream entry has no 'payload' field")
-    if len(raw) > MAX_MESSAGE_BYTES:
-        raise InvalidTaskPayload(
-            f"entry is {len(raw)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit"
-        )
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidTaskPayload(f"not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise InvalidTaskPayload(f"expected a JSON object, got {type(doc).__name__}")
-    task_name = doc.get("task_name")
-    if not isinstance(task_name, str) or not task_name:
-        raise InvalidTaskPayload(
-            f"field 'task_name' should be a non-empty string, got {task_name!r}"
-        )
-    return TaskMessage(
-        task_name=task_name,
-        payload=doc.get("payload"),
-        unique=_field(doc, "unique", bool, False),
-        unique_for=_field(doc, "unique_for", int, 0),
-        unique_key=_field(doc, "unique_key", str, ""),
-        unique_lock_value=_field(doc, "unique_lock_value", str, ""),
-        reservation_timeout=_field(doc, "reservation_timeout", int, 0),
-    )
-
-
-def dumps(value: Any) -> bytes:
-    """Compact JSON bytes (no NaN), for documents other than the task message."""
-    return _dumps(value).encode()

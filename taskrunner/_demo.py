@@ -32,7 +32,6 @@ Everything runs on real time: this is a demo of the real thing, not a test.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import random
 import signal
@@ -47,14 +46,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from taskrunner import _views, admin
+from taskrunner import _views, _wire, admin
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._runner import RunnerStatistics, TaskRunner
 from taskrunner._stats import Stats
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
-from taskrunner.errors import BackendError, TaskAlreadyDispatched
+from taskrunner.errors import BackendError, InvalidTaskPayload, TaskAlreadyDispatched
 
 log = logging.getLogger("taskrunner.demo")
 
@@ -588,8 +587,8 @@ async def _summary(
 
 def _task_of(payload: bytes | None) -> str:
     try:
-        return str(json.loads(payload or b"")["task_name"])
-    except (ValueError, KeyError, TypeError):
+        return _wire.decode_message(payload).task_name
+    except InvalidTaskPayload:
         return "?"
 
 

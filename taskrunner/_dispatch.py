@@ -18,12 +18,12 @@ from typing import Any
 
 import trio
 
-from taskrunner import _keys
-from taskrunner._codec import dumps, encode_message, encode_payload
+from taskrunner import _wire
+from taskrunner._codec import encode_payload
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._guards import require_trio
 from taskrunner._scheduler import Scheduler
-from taskrunner._task import Task, TaskMessage, unique_for_wire
+from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
@@ -40,16 +40,15 @@ class Dispatching:
     _tasks: Mapping[str, Task]
     _scheduler: Scheduler
 
-    def _message(self, task: Task, payload: Any) -> TaskMessage:
+    def _message(self, task: Task, payload: Any) -> _wire.TaskMessage:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
-        return TaskMessage(
-            task_name=task.name,
-            payload=wire_payload,
-            unique=task.unique,
-            unique_for=unique_for_wire(task.unique_for) if task.unique else 0,
-            unique_key=task.lock_key_for(payload) if task.unique else "",
-            unique_lock_value=uuid.uuid4().hex if task.unique else "",
-            reservation_timeout=int(task.reservation * 1e9),
+        if not task.unique:
+            return _wire.new_message(task, wire_payload)
+        return _wire.new_message(
+            task,
+            wire_payload,
+            unique_key=_wire.unique_key_for(task, payload),
+            token=uuid.uuid4().hex,
         )
 
     def _get_task(self, name: str) -> Task:
@@ -80,11 +79,11 @@ class Dispatching:
         require_trio("TaskRunner.dispatch")
         task = self._get_task(name)
         message = self._message(task, payload)
-        data = encode_message(message)
+        data = _wire.encode_message(message)
         if not task.unique:
             (message_id,) = await self.backend.add([data])
             return message_id
-        key = _keys.unique_lock(task.name, message.unique_key or None)
+        key = _wire.unique_lock(task.name, message.unique_key)
         token = message.unique_lock_value
         if not await self.backend.acquire_lock(key, token, task.unique_for):
             raise TaskAlreadyDispatched(task.name, key)
@@ -136,7 +135,7 @@ class Dispatching:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        data = [encode_message(self._message(task, payload)) for payload in payloads]
+        data = [_wire.encode_message(self._message(task, payload)) for payload in payloads]
         return await self.backend.add(data) if data else []
 
     async def dispatch_delayed(
@@ -189,19 +188,17 @@ class Dispatching:
     async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
         task = self._get_task(name)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
-        encode_message(TaskMessage(task_name=name, payload=wire_payload))  # refuse it now
-        delayed_id = str(uuid.uuid4())
-        doc: dict[str, Any] = {
-            "id": delayed_id,
-            "task": name,
-            "time": run_at,
-            "payload": wire_payload,
-        }
-        if task.unique:
-            # Computed now, on the payload as given (the scheduler only has its JSON).
-            # An extra field: readers that do not know it ignore it.
-            doc["unique_key"] = task.lock_key_for(payload)
-        member = dumps(doc)
-        await self.backend.add_delayed(self.config.consumer_group, member, run_at)
+        _wire.encode_message(_wire.new_message(task, wire_payload))  # refuse it now
+        delayed = _wire.new_delayed(
+            name,
+            wire_payload,
+            run_at,
+            id=str(uuid.uuid4()),
+            # Computed now, on the payload as given: the scheduler only has its JSON.
+            unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+        )
+        await self.backend.add_delayed(
+            self.config.consumer_group, _wire.encode_delayed(delayed), run_at
+        )
         self._scheduler.nudge(run_at)
-        return delayed_id
+        return delayed.id

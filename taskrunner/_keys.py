@@ -1,7 +1,9 @@
 """Every key name, built in one place (see docs/redis-key-layout.md).
 
 Pure functions, no I/O. The in-memory backend uses the same names for its
-shared state, so both backends can be inspected the same way.
+shared state, so both backends can be inspected the same way. Unique-lock keys
+(``taskrunner:unique:`` + the message's ``unique_key``) and the metrics fields
+follow the Go library's documents, so they are built in :mod:`taskrunner._wire`.
 """
 
 from __future__ import annotations
@@ -58,11 +60,3 @@ def replication(host: str) -> str:
 
 REPLICATION_PATTERN = f"{PREFIX}:replication:*"
 """``SCAN MATCH`` pattern for every heartbeat key."""
-
-
-def unique_lock(task_name: str, unique_key: str | None) -> str:
-    """A unique-job lock: ``taskrunner:unique:<task>:<key>``, or ``taskrunner:unique:<task>``
-    when the task has no unique key."""
-    if unique_key:
-        return f"{PREFIX}:unique:{task_name}:{unique_key}"
-    return f"{PREFIX}:unique:{task_name}"

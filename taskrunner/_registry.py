@@ -8,9 +8,9 @@ from typing import TypeVar, overload
 
 import attrs
 
+from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._stats import SCHEDULE_TIMING_NAME
 from taskrunner._task import Action, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)
@@ -45,11 +45,13 @@ class Registering:
 
         Raises:
             ValueError: a task with that name is registered already (or the name
-                is reserved: ``delayed_tasks_schedule``), or its
+                is reserved: ``delayed_tasks_schedule``, or Go's
+                ``taskrunner:<group>:delayed_tasks_schedule``), or its
                 ``reservation_timeout`` is not below the runner's ``reclaim_delay``
                 (the message could be reclaimed while it runs).
         """
-        if task.name == SCHEDULE_TIMING_NAME:
+        group = self.config.consumer_group
+        if task.name in (_wire.SCHEDULE_TIMING_NAME, _wire.schedule_timing_name(group)):
             raise ValueError(
                 f"Task.name {task.name!r} is reserved for the scheduler's timing metrics"
             )

@@ -24,16 +24,15 @@ the worker that reads it sends it down the failure path (dead letter or
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
 
 import trio
 
-from taskrunner import _keys
-from taskrunner._codec import decode_payload, encode_message
-from taskrunner._task import Task, TaskMessage, unique_for_wire
+from taskrunner import _wire
+from taskrunner._codec import decode_payload
+from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend, DelayedMove
 from taskrunner.errors import BackendError, InvalidTaskPayload
@@ -70,57 +69,54 @@ def _undeliverable(raw: bytes, why: str) -> DelayedMove:
     return DelayedMove(member=raw, message=raw)
 
 
-def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
-    """The stream message a delayed member becomes (pure but for fresh tokens).
+def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = None) -> DelayedMove:
+    """The stream message a delayed member becomes (pure but for a fresh lock token).
+
+    Only the member's task, payload and (ours) precomputed ``unique_key`` are
+    used; its ``time`` is Go's and the run-at time is the score.
+
+    Args:
+        raw: The member as stored.
+        tasks: The registered tasks.
+        token: The lock token of a unique task; a random one by default.
 
     Never raises: a member that cannot be turned into a message is moved as it
     is, for the worker's failure path to report.
     """
     try:
-        doc = json.loads(raw)
-        name = doc["task"]
-        payload = doc.get("payload")
-        if not isinstance(name, str):
-            raise TypeError("'task' is not a string")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        delayed = _wire.decode_delayed(raw)
+    except InvalidTaskPayload as exc:
         return _undeliverable(raw, f"not a delayed task: {exc}")
-    task = tasks.get(name)
-    if task is None or not task.unique:
-        message = TaskMessage(
-            task_name=name,
-            payload=payload,
-            reservation_timeout=int(task.reservation * 1e9) if task else 0,
-        )
+    task = tasks.get(delayed.task)
+    if task is None:
+        # Go's zero values: the worker that knows the task (another deployment,
+        # a Go fleet) runs it with its own settings, or dead-letters it.
+        message = _wire.TaskMessage(task_name=delayed.task, payload=delayed.payload)
         return DelayedMove(member=raw, message=_encode(message, raw))
-    unique_key = doc.get("unique_key")
-    if not isinstance(unique_key, str):  # written by the original library: compute it
+    if not task.unique:
+        message = _wire.new_message(task, delayed.payload)
+        return DelayedMove(member=raw, message=_encode(message, raw))
+    unique_key = delayed.unique_key
+    if unique_key is None:  # written by the Go library: compute it
         try:
-            typed = decode_payload(payload, task.payload_type, name, task.extra_keys)
-            unique_key = task.lock_key_for(typed)
+            payload = decode_payload(delayed.payload, task.payload_type, task.name, task.extra_keys)
+            unique_key = _wire.unique_key_for(task, payload)
         except InvalidTaskPayload as exc:
             return _undeliverable(raw, str(exc))
-    token = uuid.uuid4().hex
-    message = TaskMessage(
-        task_name=name,
-        payload=payload,
-        unique=True,
-        unique_for=unique_for_wire(task.unique_for),
-        unique_key=unique_key,
-        unique_lock_value=token,
-        reservation_timeout=int(task.reservation * 1e9),
-    )
+    token = uuid.uuid4().hex if token is None else token
+    message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token)
     return DelayedMove(
         member=raw,
         message=_encode(message, raw),
-        lock_key=_keys.unique_lock(name, unique_key or None),
+        lock_key=_wire.unique_lock(task.name, unique_key),
         lock_token=token,
         lock_ttl=task.unique_for,
     )
 
 
-def _encode(message: TaskMessage, raw: bytes) -> bytes:
+def _encode(message: _wire.TaskMessage, raw: bytes) -> bytes:
     try:
-        return encode_message(message)
+        return _wire.encode_message(message)
     except InvalidTaskPayload:
         return raw
 

@@ -1,15 +1,16 @@
-"""Timing statistics: the metrics-hash field names and the :class:`Stats` formulas.
+"""Timing statistics: the :class:`Stats` formulas and the metrics-reset decision.
 
 Theory of operation: every instance adds its task timings to one Redis hash
-per consumer group, ``taskrunner:<group>:metrics``, as two counters per task
-(``<task>_sum``, cumulative milliseconds, and ``<task>_count``, samples) plus
-the scheduler's ``delayed_tasks_schedule_sum`` / ``_count``. Reading the hash
-back and turning it into a :class:`Stats` snapshot is pure arithmetic, so it
+per consumer group, ``taskrunner:<group>:metrics``: per task, cumulative
+milliseconds and runs, plus the same for the scheduler's passes. The field
+names and how to read them (Go's integer milliseconds, our extra
+microseconds, 0.1.0's leftovers) are the wire's, in :mod:`taskrunner._wire`.
+Turning the hash into a :class:`Stats` snapshot is pure arithmetic, so it
 lives here, sans-io: the runner does the ``HGETALL`` and ``XLEN``, knows its
 pool capacity and replication count, and calls :func:`compute_stats`. The
 leader's periodic reset is likewise a pure decision
-(:func:`should_reset_metrics`) plus a pure list of fields to zero
-(:func:`reset_fields`).
+(:func:`should_reset_metrics`); the fields it zeroes are
+:func:`taskrunner._wire.reset_fields`.
 
 Nothing in this module awaits, blocks, or touches the network.
 """
@@ -22,64 +23,14 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from taskrunner import _wire
+
 __all__ = [
-    "SCHEDULE_COUNT_FIELD",
-    "SCHEDULE_SUM_FIELD",
-    "SCHEDULE_TIMING_NAME",
     "Stats",
     "compute_stats",
-    "count_field",
     "parse_metrics_hash",
-    "reset_fields",
     "should_reset_metrics",
-    "sum_field",
 ]
-
-SCHEDULE_TIMING_NAME = "delayed_tasks_schedule"
-"""The reserved timing name under which delayed-task scheduler passes are kept.
-
-It goes through :func:`sum_field` / :func:`count_field` like a task name, so
-the scheduler's fields are spelled exactly as the Go library spells them. A
-task registered under this name would share its counters with the scheduler;
-the runner should refuse to register it.
-"""
-
-SCHEDULE_SUM_FIELD = SCHEDULE_TIMING_NAME + "_sum"
-"""Cumulative milliseconds spent in delayed-task scheduler passes."""
-
-SCHEDULE_COUNT_FIELD = SCHEDULE_TIMING_NAME + "_count"
-"""Number of delayed-task scheduler passes recorded."""
-
-
-def sum_field(task_name: str) -> str:
-    """The metrics-hash field holding a task's cumulative run time in milliseconds."""
-    return task_name + "_sum"
-
-
-def count_field(task_name: str) -> str:
-    """The metrics-hash field holding how many runs of a task have been timed."""
-    return task_name + "_count"
-
-
-def reset_fields(task_names: Iterable[str]) -> list[str]:
-    """Every metrics-hash field the leader sets to 0 on a metrics reset.
-
-    Args:
-        task_names: The registered task names.
-
-    Returns:
-        Each task's sum and count field, in the order given (duplicates
-        dropped), followed by the two scheduler fields. Fields of tasks that
-        are not registered here (say, another deployment's) are left alone,
-        as the Go library does.
-    """
-    fields: dict[str, None] = {}
-    for name in task_names:
-        fields[sum_field(name)] = None
-        fields[count_field(name)] = None
-    fields[SCHEDULE_SUM_FIELD] = None
-    fields[SCHEDULE_COUNT_FIELD] = None
-    return list(fields)
 
 
 def should_reset_metrics(*, now: float, last_reset: float, interval: float) -> bool:
@@ -184,11 +135,10 @@ class Stats:
     """
 
 
-def _counter(metrics: Mapping[str, float], field: str) -> float:
+def _counter(value: float) -> float:
     # A missing field is 0. So are nonsense values (negative, NaN, inf): the
     # hash is only ever incremented by non-negative amounts, so those can only
     # come from outside, and one bad field must not poison every estimate.
-    value = metrics.get(field, 0.0)
     if not math.isfinite(value) or value < 0:
         return 0.0
     return value
@@ -197,6 +147,7 @@ def _counter(metrics: Mapping[str, float], field: str) -> float:
 def compute_stats(
     *,
     metrics: Mapping[str, float],
+    group: str,
     task_names: Iterable[str],
     queue_len: int,
     workers: int,
@@ -206,8 +157,10 @@ def compute_stats(
 
     Args:
         metrics: The metrics hash as read (see :func:`parse_metrics_hash`),
-            ``<task>_sum`` in ms and ``<task>_count``. Missing fields count
+            read through :func:`taskrunner._wire.task_timing` and
+            :func:`~taskrunner._wire.schedule_timing`. Missing fields count
             as 0; fields of unregistered tasks are ignored.
+        group: The consumer group (it names the scheduler's fields).
         task_names: The registered task names; only these enter the averages.
         queue_len: Messages waiting in the stream (``XLEN``); negative is 0.
         workers: Current worker-pool capacity (``num_workers`` before start).
@@ -223,19 +176,16 @@ def compute_stats(
     total_ms = 0.0
     total_count = 0.0
     for name in dict.fromkeys(task_names):
-        count = _counter(metrics, count_field(name))
+        task_ms, count = map(_counter, _wire.task_timing(metrics, name))
         if count <= 0:
             continue
-        task_ms = _counter(metrics, sum_field(name))
         per_task[name] = task_ms / count
         total_ms += task_ms
         total_count += count
     avg = total_ms / total_count if total_count > 0 else 0.0
 
-    schedule_count = _counter(metrics, SCHEDULE_COUNT_FIELD)
-    avg_schedule = (
-        _counter(metrics, SCHEDULE_SUM_FIELD) / schedule_count if schedule_count > 0 else 0.0
-    )
+    schedule_ms, schedule_count = map(_counter, _wire.schedule_timing(metrics, group))
+    avg_schedule = schedule_ms / schedule_count if schedule_count > 0 else 0.0
 
     queue_len = max(0, queue_len)
     rf = max(1, replication)

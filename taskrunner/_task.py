@@ -1,10 +1,8 @@
-"""Tasks and the messages that carry them.
+"""Tasks, and messages as a worker receives them.
 
-:class:`Task` is what an application registers; :class:`TaskMessage` is what
-travels through the queue (its JSON is the original library's wire format, so
-a Go fleet and a Python fleet can share a stream); :class:`DelayedTask` is a
-member of the delayed set; :class:`Delivery` is one message as a worker
-received it.
+:class:`Task` is what an application registers; :class:`Delivery` is one
+message as a worker received it. What travels through Redis (the message, the
+delayed member) is built and read in :mod:`taskrunner._wire`.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from typing import Any
 import attrs
 
 from taskrunner._codec import ExtraKeys, payload_type_of
+from taskrunner._wire import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
 
 Action = Callable[[Any], Awaitable[Any]]
@@ -88,8 +87,9 @@ class Task:
     """At most one message of this task (per unique key) queued or running at once."""
 
     unique_key: UniqueKey | None = None
-    """``unique_key(payload) -> str | None`` picks the lock key; without it, one
-    lock per task name."""
+    """``unique_key(payload) -> str | None`` picks the lock, ``taskrunner:unique:<task>:<key>``;
+    ``""`` or ``None`` means the task name as key (as the Go library does). Without
+    it, one lock per task name: ``taskrunner:unique:<task>``."""
 
     unique_for: float = 0.0
     """Lock lifetime in seconds (required > 0 when ``unique``); bounds how long a
@@ -135,7 +135,8 @@ class Task:
         return self.reservation_timeout
 
     def lock_key_for(self, payload: Any) -> str:
-        """The ``unique_key`` of ``payload`` ("" without a ``unique_key`` function).
+        """What the ``unique_key`` function returns for ``payload``: "" for ``None``,
+        or without a function. The message's key is ``_wire.unique_key_for``.
 
         Raises:
             InvalidTaskPayload: ``unique_key`` raised, or returned neither a
@@ -159,47 +160,6 @@ class Task:
     def attempts(self) -> int:
         """Total runs allowed: ``max_retry``, with 0 meaning 1."""
         return max(1, self.max_retry)
-
-
-@attrs.frozen(kw_only=True)
-class TaskMessage:
-    """The JSON document in a stream entry's ``payload`` field.
-
-    Field names and units are the original library's wire format:
-    ``reservation_timeout`` in nanoseconds, ``unique_for`` in seconds. The
-    message id is the stream id and is not serialised.
-    """
-
-    task_name: str
-    payload: Any = None
-    unique: bool = False
-    unique_for: int = 0
-    unique_key: str = ""
-    unique_lock_value: str = ""
-    reservation_timeout: int = 0
-
-    @property
-    def reservation_timeout_seconds(self) -> float:
-        return self.reservation_timeout / 1e9
-
-
-def unique_for_wire(seconds: float) -> int:
-    """Seconds as the wire's whole seconds, rounded up so a lock never lives shorter."""
-    return math.ceil(seconds)
-
-
-@attrs.frozen(kw_only=True)
-class DelayedTask:
-    """A member of the delayed set: run ``task`` with ``payload`` at ``time``.
-
-    ``time`` is the run-at time in the backend's clock: unix seconds on Redis
-    (the wire format), trio's clock on the in-memory backend.
-    """
-
-    id: str
-    task: str
-    time: float
-    payload: Any = None
 
 
 @attrs.frozen(kw_only=True)

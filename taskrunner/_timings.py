@@ -5,8 +5,8 @@ call. It must cost next to nothing and never wait, so it neither touches Redis
 nor queues a message: it adds the sample in place to a per-task ``[sum_ms,
 count]`` pair, which makes it one dict lookup and two additions. Once a second
 the bulk writer calls :meth:`TimingRecorder.drain`, which swaps the pairs out
-for a fresh dict, turns them into hash increments with
-:func:`to_hash_increments` and pipelines them into the metrics hash; if that
+for a fresh dict, turns them into metrics-hash increments
+(:func:`taskrunner._wire.timing_increment`) and writes them in one call; if that
 flush fails it gives the batch back with :meth:`TimingRecorder.restore`, so a
 Redis outage delays timings but loses none (memory stays bounded by the number
 of task names, however long the outage). On shutdown the writer drains and
@@ -20,12 +20,11 @@ another task interleaving. A recorder must not be shared with other threads
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-from taskrunner._stats import SCHEDULE_TIMING_NAME, count_field, sum_field
+from taskrunner._wire import SCHEDULE_TIMING_NAME
 
-__all__ = ["TimingRecorder", "to_hash_increments"]
+__all__ = ["TimingRecorder"]
 
 
 class TimingRecorder:
@@ -59,8 +58,8 @@ class TimingRecorder:
         """Add one delayed-task scheduler pass that took ``seconds``.
 
         Kept under the reserved name
-        :data:`~taskrunner._stats.SCHEDULE_TIMING_NAME`, so it is flushed to
-        ``delayed_tasks_schedule_sum`` / ``_count``.
+        :data:`~taskrunner._wire.SCHEDULE_TIMING_NAME`, which the bulk writer
+        flushes to Go's ``taskrunner:<group>:delayed_tasks_schedule_*`` fields.
         """
         self.record(SCHEDULE_TIMING_NAME, seconds)
 
@@ -74,7 +73,7 @@ class TimingRecorder:
         Returns:
             ``{name: (sum_ms, count)}`` for every name with at least one
             sample since the last drain (the scheduler's under
-            :data:`~taskrunner._stats.SCHEDULE_TIMING_NAME`). The caller owns
+            :data:`~taskrunner._wire.SCHEDULE_TIMING_NAME`). The caller owns
             the batch: flush it, or :meth:`restore` it if the flush fails.
         """
         totals, self._totals = self._totals, {}
@@ -93,28 +92,3 @@ class TimingRecorder:
             else:
                 totals[0] += sum_ms
                 totals[1] += count
-
-
-def to_hash_increments(drained: Mapping[str, tuple[float, int]]) -> dict[str, float]:
-    """The metrics-hash increments for a drained batch.
-
-    Args:
-        drained: What :meth:`TimingRecorder.drain` returned.
-
-    Returns:
-        ``{"<name>_sum": sum_ms, "<name>_count": count}`` for each entry.
-        ``_sum`` values are floats, for ``HINCRBYFLOAT`` (sub-millisecond
-        precision); ``_count`` values are Python ``int``\\ s, for ``HINCRBY``
-        (which refuses ``"3.0"``). Entries that could only poison the hash are
-        left out: no samples, or a sum that is not finite (Redis refuses an
-        increment that would make the field NaN or infinite, which would fail
-        every later flush of the batch too). A negative sum (a clock that
-        went backwards) is counted as 0 ms.
-    """
-    increments: dict[str, float] = {}
-    for name, (sum_ms, count) in drained.items():
-        if count <= 0 or not math.isfinite(sum_ms):
-            continue
-        increments[sum_field(name)] = max(0.0, float(sum_ms))
-        increments[count_field(name)] = int(count)
-    return increments

@@ -23,8 +23,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from taskrunner import _wire
 from taskrunner._runner import RunnerStatistics
-from taskrunner._stats import SCHEDULE_TIMING_NAME, Stats
+from taskrunner._stats import Stats
 from taskrunner.admin import KeyInfo
 from taskrunner.backends import QueueMetrics
 
@@ -41,7 +42,6 @@ __all__ = [
     "runners_table",
     "sparkline",
     "stats_table",
-    "task_names_in",
     "top_line",
     "top_view",
 ]
@@ -252,13 +252,6 @@ def demo_view(frame: DemoFrame) -> RenderableType:
 
 
 # top -------------------------------------------------------------------------------
-def task_names_in(metrics: Mapping[str, float]) -> list[str]:
-    """Task names found in a metrics hash (``<task>_sum`` fields; the scheduler's excluded)."""
-    names = {field.removesuffix("_sum") for field in metrics if field.endswith("_sum")}
-    names.discard(SCHEDULE_TIMING_NAME)
-    return sorted(names)
-
-
 @attrs.frozen(kw_only=True)
 class FleetSnapshot:
     """A group's state as read from Redis by ``taskrunner top`` (one refresh)."""
@@ -284,7 +277,8 @@ class FleetSnapshot:
     def runs(self) -> dict[str, int]:
         """Timed runs per task (``<task>_count``)."""
         return {
-            name: int(self.metrics.get(f"{name}_count", 0)) for name in task_names_in(self.metrics)
+            name: int(_wire.task_timing(self.metrics, name)[1])
+            for name in _wire.task_names_in(self.metrics, self.group)
         }
 
     @property

@@ -22,15 +22,15 @@ from collections.abc import Callable, Mapping
 
 import trio
 
-from taskrunner import _keys
 from taskrunner._acker import Acker
-from taskrunner._codec import decode_message, decode_payload
+from taskrunner._codec import decode_payload
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._inflight import InFlight
 from taskrunner._pool import WorkerPool
-from taskrunner._task import Delivery, Task, TaskMessage
+from taskrunner._task import Delivery, Task
 from taskrunner._timings import TimingRecorder
+from taskrunner._wire import TaskMessage, decode_message, unique_lock
 from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import (
     BackendError,
@@ -55,9 +55,7 @@ class WorkerCounters:
 
 def _lock_of(message: TaskMessage) -> tuple[str, str] | None:
     if message.unique and message.unique_lock_value:
-        return _keys.unique_lock(message.task_name, message.unique_key or None), (
-            message.unique_lock_value
-        )
+        return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner import _keys
+from taskrunner import _keys, _wire
 from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
 
@@ -58,7 +58,7 @@ def documented_keys(backend: Backend, group: str) -> dict[str, str]:
 
 PATTERNS = {
     f"{_keys.PREFIX}:replication:*": "instance heartbeat",
-    f"{_keys.PREFIX}:unique:*": "unique-job lock",
+    f"{_wire.UNIQUE_LOCK_PREFIX}*": "unique-job lock",
 }
 
 

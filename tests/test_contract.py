@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -10,7 +10,7 @@ import pytest
 import trio.testing
 
 from taskrunner import _keys
-from taskrunner.backends import DeadLetter, DelayedMove, QueueEntry
+from taskrunner.backends import DeadLetter, DelayedMove, QueueEntry, TimingIncrement
 from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
@@ -366,14 +366,27 @@ def _move_ignores_lock(b: MemoryBackend) -> None:
     _wrap(b, "move_delayed", make)
 
 
-def _integer_increments(b: MemoryBackend) -> None:
-    def make(orig: Any) -> Any:
-        async def increment_metrics(group: str, increments: Mapping[str, float]) -> None:
-            await orig(group, {k: round(v) for k, v in increments.items()})
+def _float_sums(b: MemoryBackend) -> None:
+    # taskrunner 0.1.0's HINCRBYFLOAT: fractional milliseconds that Go cannot read.
+    async def increment_metrics(group: str, increments: Sequence[TimingIncrement]) -> None:
+        stored = b._metrics.setdefault(group, {})
+        for i in increments:
+            stored[i.fields.sum] = stored.get(i.fields.sum, 0) + i.micros / 1000
+            stored[i.fields.count] = stored.get(i.fields.count, 0) + i.count
 
-        return increment_metrics
+    b.increment_metrics = increment_metrics  # type: ignore[method-assign]
 
-    _wrap(b, "increment_metrics", make)
+
+def _no_rebase(b: MemoryBackend) -> None:
+    # Trusts _sum_us even after someone else moved _sum (a Go leader's reset).
+    async def increment_metrics(group: str, increments: Sequence[TimingIncrement]) -> None:
+        stored = b._metrics.setdefault(group, {})
+        for i in increments:
+            stored[i.fields.sum_us] = stored.get(i.fields.sum_us, 0) + i.micros
+            stored[i.fields.sum] = int(stored[i.fields.sum_us]) // 1000
+            stored[i.fields.count] = stored.get(i.fields.count, 0) + i.count
+
+    b.increment_metrics = increment_metrics  # type: ignore[method-assign]
 
 
 def _remove_any_heartbeat(b: MemoryBackend) -> None:
@@ -428,7 +441,8 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "due_ignores_limit": ("check_delayed_set", _due_ignores_limit),
     "move_twice": ("check_move_delayed", _move_twice),
     "move_ignores_lock": ("check_move_delayed_unique_lock", _move_ignores_lock),
-    "integer_increments": ("check_metrics_hash", _integer_increments),
+    "float_sums": ("check_metrics_hash", _float_sums),
+    "no_rebase": ("check_metrics_hash", _no_rebase),
     "remove_any_heartbeat": ("check_heartbeats", _remove_any_heartbeat),
     "release_any_lock": ("check_locks", _release_any_lock),
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),

@@ -20,6 +20,7 @@ KEY_PAGES = [
     "backends/index.html",
     "testing-your-tasks/index.html",
     "redis-key-layout/index.html",
+    "go-interop/index.html",
     "timing-metrics/index.html",
     "tuning/index.html",
     "operations/index.html",

@@ -83,6 +83,19 @@ EXPECTED: dict[str, list[str]] = {
         "taskrunner:unique:invoice:A-17     string size 32  ttl 60 s   unique-job lock",
         "flushed 3 key(s); left: []",
     ],
+    "go_interop.py": [
+        "our message: unique_key 'echo:C-3', lock taskrunner:unique:echo:C-3 held: True",
+        "our delayed member: time 4102444800, score 4102444800.25",
+        "ran echo A-17",
+        "ran echo B-2",
+        "ran echo C-3",
+        "locks left: []",
+        "metrics fields: echo_count, echo_sum, echo_sum_us, "
+        "taskrunner:interop:delayed_tasks_schedule_count, "
+        "taskrunner:interop:delayed_tasks_schedule_sum, "
+        "taskrunner:interop:delayed_tasks_schedule_sum_us",
+        "every value an integer: True",
+    ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',
         'taskrunner_queue_size{group="emails"} 0.0',

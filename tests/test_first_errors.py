@@ -27,7 +27,7 @@ from taskrunner import (
     WrongAsyncLibrary,
 )
 from taskrunner._cli_groups import UnknownGroup, find_groups, require_group
-from taskrunner._codec import encode_message
+from taskrunner._wire import encode_message
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from taskrunner._aggregator import (
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._stats import Stats
 from taskrunner._timings import TimingRecorder
+from taskrunner._wire import TimingIncrement, task_fields
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
 
@@ -37,21 +38,22 @@ class FlakyBackend(MemoryBackend):
         self.fail_increments = 0
         """Fail this many increment_metrics calls (then succeed); -1 fails forever."""
         self.increment_delay = 0.0
-        self.increment_calls: list[dict[str, float]] = []
+        self.increment_calls: list[dict[str, tuple[int, int]]] = []
+        """Per call: ``{sum field: (micros, count)}``."""
         self.fail_reads = False
         self.fail_reset = False
         self.fail_publish = False
         self.reset_calls: list[tuple[float, list[str]]] = []
         self.published: list[tuple[float, int, float]] = []
 
-    async def increment_metrics(self, group: str, increments: Mapping[str, float]) -> None:
+    async def increment_metrics(self, group: str, increments: Sequence[TimingIncrement]) -> None:
         if self.fail_increments:
             self.fail_increments -= 1 if self.fail_increments > 0 else 0
             await trio.lowlevel.checkpoint()
             raise BackendError("connection lost")
         if self.increment_delay:
             await trio.sleep(self.increment_delay)
-        self.increment_calls.append(dict(increments))
+        self.increment_calls.append({i.fields.sum: (i.micros, i.count) for i in increments})
         await super().increment_metrics(group, increments)
 
     async def read_metrics(self, group: str) -> dict[str, float]:
@@ -77,6 +79,15 @@ class FlakyBackend(MemoryBackend):
         await super().publish_tuning(group, capacity, ttl)
 
 
+async def add_runs(backend: MemoryBackend, **runs: tuple[float, int]) -> None:
+    """Add ``name=(total ms, count)`` to the metrics hash, as a flush would."""
+    increments = [
+        TimingIncrement(fields=task_fields(name), micros=round(ms * 1000), count=count)
+        for name, (ms, count) in runs.items()
+    ]
+    await backend.increment_metrics(GROUP, increments)
+
+
 # Bulk writer -----------------------------------------------------------------
 
 
@@ -93,19 +104,16 @@ async def test_flushes_once_per_interval_pre_aggregated(
         await trio.sleep(0.5)
         assert await backend.read_metrics(GROUP) == {}
         await trio.sleep(0.6)  # t = 1.1: one flush
-        assert backend.increment_calls == [
-            {"a_sum": pytest.approx(300.0), "a_count": 3, "b_sum": pytest.approx(0.4), "b_count": 1}
-        ]
-        assert isinstance(backend.increment_calls[0]["a_count"], int)
+        assert backend.increment_calls == [{"a_sum": (300_000, 3), "b_sum": (400, 1)}]
         await trio.sleep(3)  # nothing recorded: no calls
         assert len(backend.increment_calls) == 1
         recorder.record("a", 0.2)
         await trio.sleep(1)
         nursery.cancel_scope.cancel()
-    metrics = await backend.read_metrics(GROUP)
-    assert metrics["a_sum"] == pytest.approx(500.0)
-    assert metrics["a_count"] == 4
-    assert metrics["b_sum"] == pytest.approx(0.4)
+    assert await backend.read_metrics(GROUP) == {
+        "a_sum": 500, "a_sum_us": 500_000, "a_count": 4,
+        "b_sum": 0, "b_sum_us": 400, "b_count": 1,
+    }  # fmt: skip
     assert len(backend.increment_calls) == 2
 
 
@@ -128,7 +136,7 @@ async def test_failed_flush_restores_the_batch(
         assert recorder.pending() == 0
         nursery.cancel_scope.cancel()
     metrics = await backend.read_metrics(GROUP)
-    assert metrics == {"a_sum": pytest.approx(30.0), "a_count": 2}
+    assert metrics == {"a_sum": 30, "a_sum_us": 30_000, "a_count": 2}
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, "an outage warns once, not once a second"
     assert "connection lost" in warnings[0].getMessage()
@@ -146,7 +154,7 @@ async def test_final_flush_on_cancel(autojump_clock: trio.testing.MockClock) -> 
             await trio.sleep(0.3)
             scope.cancel()
     assert scope.cancelled_caught
-    assert await backend.read_metrics(GROUP) == {"a_sum": pytest.approx(5.0), "a_count": 5}
+    assert await backend.read_metrics(GROUP) == {"a_sum": 5, "a_sum_us": 5000, "a_count": 5}
     assert recorder.pending() == 0
 
 
@@ -160,7 +168,7 @@ async def test_final_flush_retries_a_transient_failure(
         recorder.record("a", 0.5)
         backend.fail_increments = 2
         nursery.cancel_scope.cancel()
-    assert await backend.read_metrics(GROUP) == {"a_sum": 500.0, "a_count": 1}
+    assert await backend.read_metrics(GROUP) == {"a_sum": 500, "a_sum_us": 500_000, "a_count": 1}
 
 
 async def test_final_flush_is_bounded_and_reports_what_it_lost(
@@ -198,8 +206,8 @@ async def test_a_write_in_flight_is_not_cut_by_cancellation(
         await trio.sleep(1.2)  # the write started at t = 1.0 and is in flight
         assert backend.increment_calls == []
         nursery.cancel_scope.cancel()
-    assert backend.increment_calls == [{"a_sum": pytest.approx(100.0), "a_count": 1}]
-    assert await backend.read_metrics(GROUP) == {"a_sum": pytest.approx(100.0), "a_count": 1}
+    assert backend.increment_calls == [{"a_sum": (100_000, 1)}]
+    assert await backend.read_metrics(GROUP) == {"a_sum": 100, "a_sum_us": 100_000, "a_count": 1}
 
 
 async def test_a_stalled_write_is_abandoned_and_its_batch_kept(
@@ -218,7 +226,7 @@ async def test_a_stalled_write_is_abandoned_and_its_batch_kept(
         await trio.sleep(1)
         assert recorder.pending() == 0
         nursery.cancel_scope.cancel()
-    assert await backend.read_metrics(GROUP) == {"a_sum": pytest.approx(100.0), "a_count": 1}
+    assert await backend.read_metrics(GROUP) == {"a_sum": 100, "a_sum_us": 100_000, "a_count": 1}
 
 
 async def test_flush_drops_unwritable_entries_instead_of_restoring_them() -> None:
@@ -370,7 +378,7 @@ class FakeHost:
 
 async def test_timing_statistics_reads_hash_and_stream() -> None:
     backend = MemoryBackend()
-    await backend.increment_metrics(GROUP, {"a_sum": 300.0, "a_count": 3, "other_sum": 9.0})
+    await add_runs(backend, a=(300.0, 3), other=(9.0, 1))
     await backend.add([b"x"] * 6)
     result = await timing_statistics(backend, GROUP, ["a", "b"], workers=2, replication=3)
     assert result.avg_timing == 100.0
@@ -386,7 +394,7 @@ async def test_leader_tunes_publishes_and_logs(
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=2.0))  # tick every 1 s
     # avg 10 ms, 160 queued, 10 workers: pwt 160 ms (> 1.5 * 100 -> target 100): 16
-    await backend.increment_metrics(GROUP, {"work_sum": 100.0, "work_count": 10})
+    await add_runs(backend, work=(100.0, 10))
     await backend.add([b"x"] * 160)
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
@@ -405,7 +413,7 @@ async def test_leader_tunes_publishes_and_logs(
 async def test_cooldown_holds_back_the_next_change(autojump_clock: trio.testing.MockClock) -> None:
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=2.0, tuning_cooldown=10.0))
-    await backend.increment_metrics(GROUP, {"work_sum": 100.0, "work_count": 10})
+    await add_runs(backend, work=(100.0, 10))
     await backend.add([b"x"] * 1000)  # pwt 1000 ms at 10 workers: 100 -> max 20
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
@@ -470,7 +478,7 @@ async def test_long_queue_hook_fires_with_stats_and_a_raising_hook_is_not_fatal(
     backend = FlakyBackend()
     cfg = config(long_queue_threshold=0.5, long_queue_hook=hook, min_workers=0, max_workers=0)
     host = FakeHost(backend, cfg)
-    await backend.increment_metrics(GROUP, {"work_sum": 100.0, "work_count": 1})
+    await add_runs(backend, work=(100.0, 1))
     await backend.add([b"x"] * 60)  # 100 ms * 60 / 10 = 600 ms > 500 ms
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
@@ -508,7 +516,7 @@ async def test_reset_after_the_interval_not_before_and_only_by_the_leader(
     cfg = config(long_queue_threshold=20.0, metrics_reset_interval=100.0)  # tick every 10 s
     leader = FakeHost(backend, cfg, task_names=["work", "other"])
     follower = FakeHost(backend, cfg, leader=False)
-    await backend.increment_metrics(GROUP, {"work_sum": 5.0, "work_count": 1, "foreign_sum": 7.0})
+    await add_runs(backend, work=(5.0, 1), foreign=(7.0, 1))
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, leader)
         await nursery.start(_aggregator.run, follower)
@@ -521,9 +529,14 @@ async def test_reset_after_the_interval_not_before_and_only_by_the_leader(
             pytest.approx(110.0),
             [
                 "work_sum",
+                "work_sum_us",
                 "work_count",
                 "other_sum",
+                "other_sum_us",
                 "other_count",
+                "taskrunner:g:delayed_tasks_schedule_sum",
+                "taskrunner:g:delayed_tasks_schedule_sum_us",
+                "taskrunner:g:delayed_tasks_schedule_count",
                 "delayed_tasks_schedule_sum",
                 "delayed_tasks_schedule_count",
             ],
@@ -586,7 +599,7 @@ async def test_backend_errors_are_never_fatal(
     backend.fail_reads = True
     backend.fail_reset = True
     backend.fail_publish = True
-    await backend.increment_metrics(GROUP, {"work_sum": 100.0, "work_count": 10})
+    await add_runs(backend, work=(100.0, 10))
     await backend.add([b"x"] * 1000)
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)

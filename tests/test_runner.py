@@ -26,7 +26,7 @@ from taskrunner import (
     TaskNotFound,
     TaskRunnerError,
 )
-from taskrunner._codec import encode_message
+from taskrunner._wire import encode_message
 from taskrunner.backends import QueueEntry
 from taskrunner.backends.memory import MemoryBackend
 

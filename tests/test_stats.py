@@ -1,4 +1,7 @@
-"""The Stats formulas, metrics field names and reset decision (pure, no I/O)."""
+"""The Stats formulas and the reset decision (pure, no I/O).
+
+The metrics field names, and the reset's field list, are the wire's: tests/test_wire.py.
+"""
 
 from __future__ import annotations
 
@@ -8,52 +11,7 @@ from collections.abc import Mapping
 import attrs
 import pytest
 
-from taskrunner._stats import (
-    SCHEDULE_COUNT_FIELD,
-    SCHEDULE_SUM_FIELD,
-    SCHEDULE_TIMING_NAME,
-    Stats,
-    compute_stats,
-    count_field,
-    parse_metrics_hash,
-    reset_fields,
-    should_reset_metrics,
-    sum_field,
-)
-
-
-def test_field_names_match_the_go_layout() -> None:
-    assert sum_field("email") == "email_sum"
-    assert count_field("email") == "email_count"
-    assert SCHEDULE_SUM_FIELD == "delayed_tasks_schedule_sum"
-    assert SCHEDULE_COUNT_FIELD == "delayed_tasks_schedule_count"
-    assert sum_field(SCHEDULE_TIMING_NAME) == SCHEDULE_SUM_FIELD
-    assert count_field(SCHEDULE_TIMING_NAME) == SCHEDULE_COUNT_FIELD
-
-
-@pytest.mark.parametrize(
-    ("task_names", "expected"),
-    [
-        ([], ["delayed_tasks_schedule_sum", "delayed_tasks_schedule_count"]),
-        (
-            ["a", "b"],
-            [
-                "a_sum",
-                "a_count",
-                "b_sum",
-                "b_count",
-                "delayed_tasks_schedule_sum",
-                "delayed_tasks_schedule_count",
-            ],
-        ),
-        (
-            ("a", "a"),
-            ["a_sum", "a_count", "delayed_tasks_schedule_sum", "delayed_tasks_schedule_count"],
-        ),
-    ],
-)
-def test_reset_fields(task_names: list[str], expected: list[str]) -> None:
-    assert reset_fields(task_names) == expected
+from taskrunner._stats import Stats, compute_stats, parse_metrics_hash, should_reset_metrics
 
 
 @pytest.mark.parametrize(
@@ -92,6 +50,7 @@ def _stats(
 ) -> Stats:
     return compute_stats(
         metrics=metrics,
+        group="g",
         task_names=task_names,
         queue_len=queue_len,
         workers=workers,
@@ -184,13 +143,49 @@ STATS_TABLE = [
         id="workers 0 counts as one slot",
     ),
     pytest.param(
-        {"t_sum": 0.9, "t_count": 3},
+        {"t_sum": 0, "t_sum_us": 900, "t_count": 3},
         ["t"],
         1000,
         1,
         1,
         ({"t": 0.3}, 300.0, 0.3, 1000 / 0.3),
         id="sub-millisecond tasks do not average 0",
+    ),
+    pytest.param(
+        {"t_sum": 0.9, "t_count": 3},
+        ["t"],
+        1000,
+        1,
+        1,
+        ({"t": 0.3}, 300.0, 0.3, 1000 / 0.3),
+        id="a float sum left by 0.1.0",
+    ),
+    pytest.param(
+        {"t_sum": 1500, "t_sum_us": 1_500_400, "t_count": 3},
+        ["t"],
+        0,
+        1,
+        1,
+        ({"t": 500.1333333}, 0.0, 500.1333333, 1000 / 500.1333333),
+        id="_sum_us agreeing with _sum refines it",
+    ),
+    pytest.param(
+        {"t_sum": 1507, "t_sum_us": 1_500_400, "t_count": 4},
+        ["t"],
+        0,
+        1,
+        1,
+        ({"t": 376.75}, 0.0, 376.75, 1000 / 376.75),
+        id="a Go worker added 7 ms since: _sum counts them",
+    ),
+    pytest.param(
+        {"t_sum": 3, "t_sum_us": 1_500_400, "t_count": 1},
+        ["t"],
+        0,
+        1,
+        1,
+        ({"t": 3.0}, 0.0, 3.0, 1000 / 3.0),
+        id="a Go leader reset _sum and _count: the old _sum_us is ignored",
     ),
     pytest.param(
         {"t_sum": 100.0},
@@ -244,17 +239,31 @@ def test_compute_stats(
     assert stats.avg_schedule_timing == 0.0
 
 
+GO_SCHEDULE = "taskrunner:g:delayed_tasks_schedule"
+
+
 @pytest.mark.parametrize(
-    ("schedule_sum", "schedule_count", "expected"),
-    [(None, None, 0.0), (0.0, 0, 0.0), (50.0, 4, 12.5), (0.6, 3, 0.2)],
+    ("schedule", "expected"),
+    [
+        ({}, 0.0),
+        ({f"{GO_SCHEDULE}_sum": 0, f"{GO_SCHEDULE}_count": 0}, 0.0),
+        ({f"{GO_SCHEDULE}_sum": 50, f"{GO_SCHEDULE}_count": 4}, 12.5),
+        ({f"{GO_SCHEDULE}_sum": 0, f"{GO_SCHEDULE}_sum_us": 600, f"{GO_SCHEDULE}_count": 3}, 0.2),
+        ({"delayed_tasks_schedule_sum": 0.6, "delayed_tasks_schedule_count": 3}, 0.2),
+        (
+            {
+                f"{GO_SCHEDULE}_sum": 30,
+                f"{GO_SCHEDULE}_count": 2,
+                "delayed_tasks_schedule_sum": 10.5,
+                "delayed_tasks_schedule_count": 1,
+            },
+            13.5,
+        ),
+    ],
+    ids=["none", "zero", "Go's names", "with _sum_us", "0.1.0's names", "both sets add up"],
 )
-def test_avg_schedule_timing(
-    schedule_sum: float | None, schedule_count: int | None, expected: float
-) -> None:
-    metrics: dict[str, float] = {"t_sum": 10.0, "t_count": 1}
-    if schedule_sum is not None and schedule_count is not None:
-        metrics[SCHEDULE_SUM_FIELD] = schedule_sum
-        metrics[SCHEDULE_COUNT_FIELD] = schedule_count
+def test_avg_schedule_timing(schedule: dict[str, float], expected: float) -> None:
+    metrics: dict[str, float] = {"t_sum": 10.0, "t_count": 1, **schedule}
     stats = _stats(metrics, ["t"])
     assert stats.avg_schedule_timing == pytest.approx(expected)
     # the scheduler's own time never leaks into the task average

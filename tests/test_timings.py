@@ -1,4 +1,4 @@
-"""The timing recorder and its hash increments (pure, no I/O)."""
+"""The timing recorder and the metrics-hash increments it turns into."""
 
 from __future__ import annotations
 
@@ -6,8 +6,17 @@ import math
 
 import pytest
 
-from taskrunner._stats import compute_stats, parse_metrics_hash
-from taskrunner._timings import TimingRecorder, to_hash_increments
+from taskrunner._bulk_writer import FieldNames, flush
+from taskrunner._stats import compute_stats
+from taskrunner._timings import TimingRecorder
+from taskrunner._wire import (
+    SCHEDULE_TIMING_NAME,
+    TimingFields,
+    TimingIncrement,
+    task_fields,
+    timing_increment,
+)
+from taskrunner.backends.memory import MemoryBackend
 
 Batch = dict[str, tuple[float, int]]
 
@@ -69,58 +78,62 @@ def test_restore_into_an_empty_recorder_and_again() -> None:
     assert_batch(recorder.drain(), {"a": (8.0, 4)})
 
 
-def test_record_schedule_uses_the_scheduler_fields() -> None:
+def test_record_schedule_goes_to_go_s_scheduler_fields() -> None:
     recorder = TimingRecorder()
     recorder.record_schedule(0.0125)
     recorder.record_schedule(0.0075)
-    assert to_hash_increments(recorder.drain()) == {
-        "delayed_tasks_schedule_sum": pytest.approx(20.0),
-        "delayed_tasks_schedule_count": 2,
-    }
+    drained = recorder.drain()
+    assert_batch(drained, {SCHEDULE_TIMING_NAME: (20.0, 2)})
+    names = FieldNames("g")
+    assert names(SCHEDULE_TIMING_NAME) == TimingFields(
+        "taskrunner:g:delayed_tasks_schedule_sum",
+        "taskrunner:g:delayed_tasks_schedule_sum_us",
+        "taskrunner:g:delayed_tasks_schedule_count",
+    )
+    assert names("a") == TimingFields("a_sum", "a_sum_us", "a_count")
+    assert names("a") is names("a"), "built once per name"
+
+
+A = task_fields("a")
 
 
 @pytest.mark.parametrize(
-    ("drained", "expected"),
+    ("sum_ms", "count", "expected"),
     [
-        ({}, {}),
-        ({"a": (1.5, 3)}, {"a_sum": 1.5, "a_count": 3}),
-        (
-            {"a": (0.3, 1), "b": (1000.0, 10)},
-            {"a_sum": 0.3, "a_count": 1, "b_sum": 1000.0, "b_count": 10},
-        ),
-        ({"a": (0.0, 0)}, {}),  # no samples: nothing to send
-        ({"a": (math.nan, 2), "b": (1.0, 1)}, {"b_sum": 1.0, "b_count": 1}),
-        ({"a": (math.inf, 2)}, {}),
-        ({"a": (-4.0, 2)}, {"a_sum": 0.0, "a_count": 2}),  # clock went backwards
+        (1.5, 3, TimingIncrement(fields=A, micros=1500, count=3)),
+        (0.3, 1, TimingIncrement(fields=A, micros=300, count=1)),
+        (1000.0004, 10, TimingIncrement(fields=A, micros=1_000_000, count=10)),
+        (0.0, 0, None),  # no samples: nothing to send
+        (math.nan, 2, None),
+        (math.inf, 2, None),
+        (-4.0, 2, TimingIncrement(fields=A, micros=0, count=2)),  # clock went backwards
     ],
 )
-def test_to_hash_increments(
-    drained: dict[str, tuple[float, int]], expected: dict[str, float]
-) -> None:
-    increments = to_hash_increments(drained)
-    assert increments == expected
-    for field, value in increments.items():
-        # counts go to HINCRBY, which refuses "3.0"; sums go to HINCRBYFLOAT
-        assert isinstance(value, int) is field.endswith("_count")
+def test_timing_increment(sum_ms: float, count: int, expected: TimingIncrement | None) -> None:
+    assert timing_increment(A, sum_ms, count) == expected
 
 
-def test_sub_millisecond_tasks_do_not_average_zero() -> None:
+async def test_sub_millisecond_tasks_do_not_average_zero() -> None:
     recorder = TimingRecorder()
     for _ in range(1000):
         recorder.record("fast", 0.0003)
-    increments = to_hash_increments(recorder.drain())
-    assert increments["fast_sum"] == pytest.approx(300.0)
-    assert increments["fast_count"] == 1000
-
-    # Round trip through the hash as Redis would store it (strings).
-    hash_as_read = {field.encode(): str(value).encode() for field, value in increments.items()}
+    backend = MemoryBackend()
+    assert await flush(backend, "g", recorder) == 1000
+    metrics = await backend.read_metrics("g")
+    assert metrics == {"fast_sum": 300, "fast_sum_us": 300_000, "fast_count": 1000}
     stats = compute_stats(
-        metrics=parse_metrics_hash(hash_as_read),
-        task_names=["fast"],
-        queue_len=0,
-        workers=1,
-        replication=1,
+        metrics=metrics, group="g", task_names=["fast"], queue_len=0, workers=1, replication=1
     )
     assert stats.avg_timing == pytest.approx(0.3)
     assert stats.per_task_timing["fast"] == pytest.approx(0.3)
     assert stats.tps == pytest.approx(1000 / 0.3)
+
+    for _ in range(3):
+        recorder.record("rare", 0.0003)
+    await flush(backend, "g", recorder)
+    metrics = await backend.read_metrics("g")
+    assert (metrics["rare_sum"], metrics["rare_sum_us"]) == (0, 900), "_sum is whole ms"
+    rare = compute_stats(
+        metrics=metrics, group="g", task_names=["rare"], queue_len=0, workers=1, replication=1
+    )
+    assert rare.per_task_timing["rare"] == pytest.approx(0.3)

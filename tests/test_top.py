@@ -20,10 +20,10 @@ from taskrunner._views import (
     History,
     render_text,
     sparkline,
-    task_names_in,
     top_line,
     top_view,
 )
+from taskrunner._wire import task_names_in
 from taskrunner.backends import ConsumerInfo, GroupInfo, QueueMetrics
 from taskrunner.backends.redis import RedisBackend
 
@@ -183,8 +183,17 @@ def test_sparkline_and_task_names() -> None:
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
     assert sparkline([1, 2, 3, 4], width=2) == "▆█"
     assert sparkline([float("nan"), 5]) == "▁█"
-    metrics = {"a_sum": 1.0, "a_count": 1.0, "b_sum": 2.0, "delayed_tasks_schedule_sum": 1.0}
-    assert task_names_in(metrics) == ["a", "b"]
+    metrics = {
+        "a_sum": 1.0,
+        "a_sum_us": 1000.0,
+        "a_count": 1.0,
+        "b_sum": 2.0,
+        "c_count": 1.0,
+        "delayed_tasks_schedule_sum": 1.0,
+        "taskrunner:g:delayed_tasks_schedule_sum": 1.0,
+        "taskrunner:g:delayed_tasks_schedule_count": 1.0,
+    }
+    assert task_names_in(metrics, "g") == ["a", "b", "c"]
 
 
 def top_args(url: str, **changes: object) -> argparse.Namespace:

@@ -4,6 +4,8 @@
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
 """
 
+from taskrunner._wire import TimingFields as TimingFields
+from taskrunner._wire import TimingIncrement as TimingIncrement
 from taskrunner.backends._protocols import Backend as Backend
 from taskrunner.backends._protocols import ConsumerInfo as ConsumerInfo
 from taskrunner.backends._protocols import DeadLetter as DeadLetter

@@ -2,7 +2,9 @@
 
 String keys with expiry model Redis strings with ``PX`` (leases, locks,
 heartbeats, the tuning value); the delayed set is a dict of member -> score
-per group; the metrics hash a dict of floats. Expired keys vanish lazily when
+per group; the metrics hash a dict of integers, incremented by the wire's rule
+(:func:`taskrunner._wire.add_timing`, which the Redis backend runs in Lua).
+Expired keys vanish lazily when
 looked at, exactly as observed through Redis. Key names are the documented
 ones (``taskrunner._keys``), so a test can inspect them the same way on both
 backends.
@@ -10,11 +12,12 @@ backends.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
-from taskrunner import _keys
+from taskrunner import _keys, _wire
+from taskrunner._wire import TimingIncrement
 from taskrunner.backends._protocols import DelayedMove
 
 
@@ -119,11 +122,15 @@ class MemoryState:
         return moved
 
     # Metrics hash ---------------------------------------------------------
-    async def increment_metrics(self, group: str, increments: Mapping[str, float]) -> None:
+    async def increment_metrics(self, group: str, increments: Sequence[TimingIncrement]) -> None:
         await trio.lowlevel.checkpoint()
-        fields = self._metrics.setdefault(group, {})
-        for name, value in increments.items():
-            fields[name] = fields.get(name, 0.0) + value
+        stored = self._metrics.setdefault(group, {})
+        for increment in increments:  # no checkpoint inside: atomic, like the Lua script
+            names = increment.fields
+            stored[names.sum], stored[names.sum_us] = _wire.add_timing(
+                stored.get(names.sum), stored.get(names.sum_us), increment.micros
+            )
+            stored[names.count] = stored.get(names.count, 0) + increment.count
 
     async def read_metrics(self, group: str) -> dict[str, float]:
         await trio.lowlevel.checkpoint()
@@ -133,7 +140,7 @@ class MemoryState:
         await trio.lowlevel.checkpoint()
         stored = self._metrics.setdefault(group, {})
         for name in fields:
-            stored[name] = 0.0
+            stored[name] = 0
 
     # Heartbeats -----------------------------------------------------------
     async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:

@@ -20,10 +20,12 @@ Conventions for every method:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
+
+from taskrunner._wire import TimingIncrement
 
 
 @attrs.frozen(kw_only=True)
@@ -263,12 +265,24 @@ class SharedState(Protocol):
         ...
 
     # Timing metrics hash ------------------------------------------------
-    async def increment_metrics(self, group: str, increments: Mapping[str, float]) -> None:
-        """Add to fields of the group's metrics hash (one round trip)."""
+    async def increment_metrics(self, group: str, increments: Sequence[TimingIncrement]) -> None:
+        """Add timings to the group's metrics hash, in one round trip.
+
+        For each increment, atomically, with ``ms``, ``us`` and ``n`` its
+        fields' values (a missing field is 0): cut ``ms`` to a whole number
+        (a float left by taskrunner 0.1.0); if ``us // 1000 != ms`` (someone
+        else changed ``ms``: a Go worker, a Go leader's reset), set ``us`` to
+        ``ms * 1000``; then add ``micros`` to ``us``, set ``ms`` to
+        ``us // 1000`` and add ``count`` to ``n``. Every field holds an
+        integer afterwards. :func:`taskrunner._wire.add_timing` is the rule.
+
+        Cancellation: some or all of the increments may have been applied; a
+        repeat counts them again.
+        """
         ...
 
     async def read_metrics(self, group: str) -> dict[str, float]:
-        """Every field of the group's metrics hash."""
+        """Every numeric field of the group's metrics hash (others are skipped)."""
         ...
 
     async def reset_metrics(self, group: str, fields: Sequence[str]) -> None:

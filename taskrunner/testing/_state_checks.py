@@ -7,6 +7,7 @@ import math
 
 import trio
 
+from taskrunner._wire import TimingIncrement, task_fields
 from taskrunner.backends._protocols import Backend, DelayedMove
 from taskrunner.testing._harness import (
     _LATE,
@@ -183,26 +184,43 @@ async def check_move_delayed_unique_lock(backend: Backend) -> None:
 
 @_contract_check
 async def check_metrics_hash(backend: Backend) -> None:
-    """Increments add up with float precision; ``reset_metrics`` zeroes only the
-    given fields; hashes are per group."""
+    """Timings add up as integers the Go library reads: whole milliseconds in
+    ``_sum``, the same total in microseconds in ``_sum_us``, runs in ``_count``;
+    ``_sum_us`` is re-based on ``_sum`` when someone else moved it (a Go
+    leader's reset); ``reset_metrics`` zeroes only the given fields; hashes
+    are per group."""
     group, other = _name("group"), _name("group")
+    t, u, fast = task_fields("t"), task_fields("u"), task_fields("fast")
     assert await backend.read_metrics(group) == {}, "a new group's metrics hash is empty"
-    await backend.increment_metrics(group, {"t_sum": 0.25, "t_count": 1})
-    await backend.increment_metrics(group, {"t_sum": 0.5, "t_count": 1, "u_sum": 0.125})
-    for _ in range(10):
-        await backend.increment_metrics(group, {"fast_sum": 0.001})
-    got = await backend.read_metrics(group)
-    assert {k: got.get(k) for k in ("t_sum", "t_count", "u_sum")} == {
-        "t_sum": 0.75,
-        "t_count": 2.0,
-        "u_sum": 0.125,
-    }, f"increments must add up exactly: {got!r}"
-    assert math.isclose(got.get("fast_sum", 0.0), 0.01, rel_tol=1e-9), (
-        f"sub-millisecond increments must keep their precision: {got!r}"
+    await backend.increment_metrics(group, [TimingIncrement(fields=t, micros=250, count=1)])
+    await backend.increment_metrics(
+        group,
+        [
+            TimingIncrement(fields=t, micros=1500, count=2),
+            TimingIncrement(fields=u, micros=125, count=1),
+        ],
     )
-    await backend.reset_metrics(group, ["t_sum", "u_sum"])
+    for _ in range(10):
+        await backend.increment_metrics(group, [TimingIncrement(fields=fast, micros=1, count=1)])
+    await backend.increment_metrics(group, [])
     got = await backend.read_metrics(group)
-    assert (got.get("t_sum"), got.get("u_sum"), got.get("t_count")) == (0.0, 0.0, 2.0), (
+    expected = {
+        "t_sum": 1, "t_sum_us": 1750, "t_count": 3,
+        "u_sum": 0, "u_sum_us": 125, "u_count": 1,
+        "fast_sum": 0, "fast_sum_us": 10, "fast_count": 10,
+    }  # fmt: skip
+    assert got == expected, f"_sum must be whole ms of the exact _sum_us: {got!r}"
+    assert all(float(v).is_integer() for v in got.values()), f"Go reads integers: {got!r}"
+
+    await backend.reset_metrics(group, ["t_sum", "t_count"])  # what a Go leader's reset does
+    await backend.increment_metrics(group, [TimingIncrement(fields=t, micros=400, count=1)])
+    got = await backend.read_metrics(group)
+    assert (got.get("t_sum"), got.get("t_sum_us"), got.get("t_count")) == (0, 400, 1), (
+        f"_sum_us must be re-based on a _sum someone else reset, not keep its old total: {got!r}"
+    )
+    await backend.reset_metrics(group, ["u_sum", "u_sum_us"])
+    got = await backend.read_metrics(group)
+    assert (got.get("u_sum"), got.get("u_sum_us"), got.get("u_count")) == (0, 0, 1), (
         f"reset must zero only the given fields: {got!r}"
     )
     assert await backend.read_metrics(other) == {}, "metrics hashes are per group"

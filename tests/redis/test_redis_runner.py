@@ -127,11 +127,12 @@ async def test_bad_entries_are_dead_lettered_and_the_fetcher_keeps_going(
     assert await backend.length() == 0
 
 
-# Written by the original Go library (behaviour.md's field list): reservation_timeout
-# in nanoseconds, unique_for in seconds.
+# As the Go library writes it (its struct's field order; the task's unique_for even
+# when it is not unique): reservation_timeout in nanoseconds, unique_for in seconds.
+# tests/test_wire.py holds the rest of the wire as golden bytes.
 GO_MESSAGE = (
-    '{"task_name":"send_email","payload":{"to":"a@example.com"},"unique":false,'
-    '"unique_for":0,"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000}'
+    '{"unique":false,"unique_for":60,"unique_key":"","unique_lock_value":"",'
+    '"reservation_timeout":30000000000,"task_name":"send_email","payload":{"to":"a@example.com"}}'
 )
 
 

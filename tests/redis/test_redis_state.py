@@ -4,14 +4,14 @@ The shared-state contract checks run against the :class:`RedisState` half of
 :class:`RedisBackend` (the two ``move_delayed`` checks also read the stream,
 through its queue half). The direct tests pin what the contract cannot see: the
 key names and TTLs on the server, the scripts surviving ``SCRIPT FLUSH``, the
-float/integer precision of the metrics hash, and which calls reach Redis.
+integer bytes of the metrics hash next to what a Go writer (or 0.1.0) leaves
+there, and which calls reach Redis.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import math
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -19,15 +19,18 @@ from typing import Any, Self
 import pytest
 import trio
 
-from taskrunner.backends import DelayedMove
+from taskrunner._wire import task_fields, task_timing
+from taskrunner.backends import DelayedMove, TimingIncrement
 from taskrunner.backends.redis._backend import RedisBackend
 from taskrunner.backends.redis._connection import CommandArg, Reply
 from taskrunner.backends.redis._errors import WrongTypeError
 from taskrunner.backends.redis._protocol import DedicatedRedisConnection, RedisClient
-from taskrunner.backends.redis._state import RedisState, _ms
+from taskrunner.backends.redis._state import ADD_TIMINGS, RedisState, _ms
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
 
 STREAM = "taskrunner:tasks"
+METRICS = "taskrunner:g:metrics"
+T = task_fields("t")
 
 STATE_CHECKS = {
     "check_now_advances",
@@ -138,7 +141,7 @@ async def test_key_names_are_the_documented_ones(client: RedisClient) -> None:
     await state.add_delayed("g", b"m1", 1.0)
     await state.add_delayed("g", b"m2", 2.0)
     await expect("taskrunner:g:delayed_tasks")
-    await state.increment_metrics("g", {"t_sum": 1.5, "t_count": 1})
+    await state.increment_metrics("g", [TimingIncrement(fields=T, micros=1500, count=1)])
     await expect("taskrunner:g:metrics")
     await state.heartbeat("host-1", "i1", 5.0)
     await expect("taskrunner:replication:host-1")
@@ -301,24 +304,76 @@ async def test_scripts_survive_script_flush(client: RedisClient) -> None:
 # Metrics ------------------------------------------------------------------------
 
 
-async def test_metrics_mix_of_counts_and_float_sums(client: RedisClient) -> None:
+async def _metrics_bytes(client: RedisClient) -> dict[bytes, bytes]:
+    return _fields(await client.execute("HGETALL", METRICS))
+
+
+def _add(micros: int, count: int = 1) -> list[TimingIncrement]:
+    return [TimingIncrement(fields=T, micros=micros, count=count)]
+
+
+async def test_a_flush_is_one_script_call_leaving_integers(client: RedisClient) -> None:
     recorder = _Recorder(client)
     state = RedisState(recorder, stream_key=STREAM)
-    await state.increment_metrics("g", {"t_sum": 0.1, "t_count": 1})
-    await state.increment_metrics("g", {"t_sum": 0.2, "t_count": 2})
-    assert [kind for kind, _ in recorder.calls] == ["pipeline", "pipeline"]
-    assert [c[0] for c in recorder.calls[0][1]] == ["HINCRBYFLOAT", "HINCRBY"]
-    got = await state.read_metrics("g")
-    assert math.isclose(got["t_sum"], 0.3, abs_tol=1e-9)
-    assert got["t_count"] == 3.0
-    assert await client.execute("HGET", "taskrunner:g:metrics", "t_count") == b"3"
+    await state.increment_metrics(
+        "g", [*_add(100), TimingIncrement(fields=task_fields("u"), micros=2500, count=2)]
+    )
+    assert recorder.command_names() == ["EVALSHA", "EVAL"], "the server had no scripts yet"
+    recorder.calls.clear()
+    await state.increment_metrics("g", _add(1200, 2))
+    args: list[CommandArg] = ["t_sum", "t_sum_us", "t_count", 1200, 2]
+    assert recorder.calls == [("execute", [ADD_TIMINGS.evalsha_command([METRICS], args)])]
+    assert await _metrics_bytes(client) == {
+        b"t_sum": b"1", b"t_sum_us": b"1300", b"t_count": b"3",
+        b"u_sum": b"2", b"u_sum_us": b"2500", b"u_count": b"2",
+    }  # fmt: skip
 
-    await state.reset_metrics("g", ["t_sum", "t_count"])
-    assert await state.read_metrics("g") == {"t_sum": 0.0, "t_count": 0.0}
-    await state.increment_metrics("g", {"t_count": 5, "t_sum": 1e-4})  # after a reset too
-    got = await state.read_metrics("g")
-    assert got["t_count"] == 5.0
-    assert math.isclose(got["t_sum"], 1e-4, rel_tol=1e-12)
+    await state.reset_metrics("g", ["t_sum", "t_sum_us", "t_count"])
+    await state.increment_metrics("g", _add(7))  # after a reset too
+    assert (await _metrics_bytes(client))[b"t_sum_us"] == b"7"
+
+
+async def test_whole_milliseconds_added_by_a_go_worker_are_kept(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    await state.increment_metrics("g", _add(1500))
+    # A Go worker's flush: HINCRBY of whole milliseconds, on _sum and _count only.
+    await client.pipeline([("HINCRBY", METRICS, "t_sum", 7), ("HINCRBY", METRICS, "t_count", 1)])
+    assert task_timing(await state.read_metrics("g"), "t") == (8.0, 2.0), "_sum wins over _sum_us"
+    await state.increment_metrics("g", _add(400))
+    got = await _metrics_bytes(client)
+    assert (got[b"t_sum"], got[b"t_sum_us"], got[b"t_count"]) == (b"8", b"8400", b"3")
+    assert task_timing(await state.read_metrics("g"), "t") == (8.4, 3.0)
+
+
+async def test_a_float_sum_left_by_0_1_0_is_read_then_cut_to_whole_ms(
+    client: RedisClient,
+) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    await client.execute("HSET", METRICS, "t_sum", "205.26254101423546999", "t_count", "3")
+    assert task_timing(await state.read_metrics("g"), "t") == (205.26254101423547, 3.0)
+    with pytest.raises(Exception, match="not an integer"):
+        await client.execute("HINCRBY", METRICS, "t_sum", 1)  # what broke Go's flush
+    await state.increment_metrics("g", _add(500))
+    got = await _metrics_bytes(client)
+    assert (got[b"t_sum"], got[b"t_sum_us"], got[b"t_count"]) == (b"205", b"205500", b"4")
+    assert await client.execute("HINCRBY", METRICS, "t_sum", 1) == 206, "Go can add again"
+
+
+async def test_a_sum_that_is_no_number_is_zeroed(client: RedisClient) -> None:
+    state = RedisState(client, stream_key=STREAM)
+    await client.execute("HSET", METRICS, "t_sum", "abc", "t_sum_us", "x")
+    await state.increment_metrics("g", _add(2500))
+    got = await _metrics_bytes(client)
+    assert (got[b"t_sum"], got[b"t_sum_us"], got[b"t_count"]) == (b"2", b"2500", b"1")
+
+
+async def test_large_totals_stay_integers(client: RedisClient) -> None:
+    # Lua prints such doubles as 1e+15: the script must format them itself.
+    state = RedisState(client, stream_key=STREAM)
+    await client.execute("HSET", METRICS, "t_sum", 10**12)
+    await state.increment_metrics("g", _add(1))
+    got = await _metrics_bytes(client)
+    assert (got[b"t_sum"], got[b"t_sum_us"]) == (b"1000000000000", b"1000000000000001")
 
 
 async def test_read_metrics_skips_non_numeric_fields(client: RedisClient) -> None:
@@ -337,7 +392,7 @@ async def test_empty_batches_do_not_reach_redis(client: RedisClient) -> None:
     recorder = _Recorder(client)
     state = RedisState(recorder, stream_key=STREAM)
     assert await state.move_delayed("g", []) == 0
-    await state.increment_metrics("g", {})
+    await state.increment_metrics("g", [])
     await state.reset_metrics("g", [])
     assert recorder.calls == []
     await state.reset_metrics("g", ["a", "b"])

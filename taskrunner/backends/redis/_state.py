@@ -14,8 +14,11 @@ fleet sharing a server see the same state:
 - the delayed set is a ZSET scored by run-at unix seconds. Moving a batch of
   due members to the stream is one script call, so a leader that dies
   mid-pass moves all of the batch or none of it;
-- the timing metrics are a hash: counts with ``HINCRBY``, millisecond sums
-  with ``HINCRBYFLOAT`` (fast tasks must not round to 0), pipelined.
+- the timing metrics are a hash of integers, as the Go library reads them:
+  whole milliseconds and runs per task, plus our microseconds beside the
+  milliseconds (fast tasks must not round to 0). One script call adds a
+  whole flush, re-basing the microseconds wherever a Go writer moved the
+  milliseconds since (``lua/add_timings.lua``, :func:`taskrunner._wire.add_timing`).
 
 Clocks: :meth:`RedisState.now` is this machine's unix time, and delayed tasks
 are scored and found due by the clocks of whichever instances add and move
@@ -39,10 +42,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib import resources
 
 from taskrunner import _keys
+from taskrunner._wire import TimingIncrement
 from taskrunner.backends._protocols import DelayedMove
 
 from ._connection import CommandArg
@@ -66,6 +70,8 @@ RELEASE = _load_script("release.lua")
 """``DEL KEYS[1]`` only if its value is ``ARGV[1]``; 1 if deleted, else 0."""
 MOVE_DELAYED = _load_script("move_delayed.lua")
 """Move a batch of delayed members to the stream; returns how many moved."""
+ADD_TIMINGS = _load_script("add_timings.lua")
+"""Add a flush's timings to the metrics hash, keeping every field an integer."""
 
 _SCAN_COUNT = 1000
 
@@ -200,28 +206,28 @@ class RedisState:
 
     # Metrics hash ---------------------------------------------------------
 
-    async def increment_metrics(self, group: str, increments: Mapping[str, float]) -> None:
-        """Add to fields of the group's metrics hash, in one pipelined round trip.
+    async def increment_metrics(self, group: str, increments: Sequence[TimingIncrement]) -> None:
+        """Add timings to the group's metrics hash: one script call, atomic.
 
-        ``int`` values use ``HINCRBY`` (counts stay exact integers, as the
-        original stores them), other values ``HINCRBYFLOAT`` (sums keep
-        sub-millisecond precision). A field must keep to one kind: ``HINCRBY``
-        on a field holding ``"0.5"`` is an error reply. An empty mapping does
-        not reach the server.
+        Each ``<name>_sum`` stays whole milliseconds that Go reads and adds to
+        with ``HINCRBY``; ``<name>_sum_us`` is re-based on it where Go moved it
+        (see :meth:`taskrunner.backends.SharedState.increment_metrics`). An
+        empty batch does not reach the server.
 
-        Cancellation: some or all of the increments may have been applied; a
-        repeat counts them again.
+        Raises:
+            ResponseError: The script failed on the server (e.g. a ``_count``
+                field that is not an integer).
+
+        Cancellation: the batch may have been applied (all of it); a repeat
+        counts it again.
         """
         if not increments:
             return
-        key = _keys.metrics(group)
-        commands: list[tuple[CommandArg, ...]] = []
-        for name, value in increments.items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                commands.append(("HINCRBY", key, name, value))
-            else:
-                commands.append(("HINCRBYFLOAT", key, name, _float_arg(value)))
-        await self._client.pipeline(commands)
+        args: list[CommandArg] = []
+        for increment in increments:
+            fields = increment.fields
+            args += [fields.sum, fields.sum_us, fields.count, increment.micros, increment.count]
+        await ADD_TIMINGS(self._client, [_keys.metrics(group)], args)
 
     async def read_metrics(self, group: str) -> dict[str, float]:
         """Every numeric field of the group's metrics hash (others are skipped)."""
