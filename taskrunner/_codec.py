@@ -226,4 +226,3 @@ def _short_repr(value: Any) -> str:
     if len(text) > _MAX_VALUE_REPR:
         text = text[: _MAX_VALUE_REPR - 3] + "..."
     return text
-

@@ -223,9 +223,7 @@ async def test_dispatch_refuses_a_payload_that_does_not_fit_naming_each_bad_fiel
     with pytest.raises(InvalidTaskPayload) as info:
         await runner.dispatch("resize", payload)
     assert sorted(info.value.problems) == sorted(problems)
-    assert str(info.value).startswith(
-        "payload for 'resize' does not fit Resize: "
-    )
+    assert str(info.value).startswith("payload for 'resize' does not fit Resize: ")
     assert "\n" not in str(info.value)
     for problem in problems:
         assert problem in str(info.value)
