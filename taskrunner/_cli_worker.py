@@ -126,7 +126,7 @@ async def check_backend(runner: TaskRunner) -> None:
         if client is not None and callable(getattr(client, "execute", None)):
             await client.execute("PING")
         else:
-            await backend.length()
+            await backend.length(runner.config.consumer_group)
     if scope.cancelled_caught:
         raise BackendError(f"no answer within {CONNECT_TIMEOUT:g}s")
 
@@ -210,7 +210,7 @@ async def serve_worker(
                     runner.instance_id,
                     cfg.consumer_group,
                     cfg.host,
-                    getattr(runner.backend, "stream_key", repr(runner.backend)),
+                    runner.backend.stream_keys(cfg.consumer_group).stream,
                 )
                 nursery.start_soon(_log_leadership, runner)
                 if metrics_port is not None:

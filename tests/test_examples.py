@@ -172,7 +172,7 @@ def test_redis_examples_run(redis_url: str) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "rendered weekly",
-        "stream taskrunner:reports: 0 entries left",
+        "stream taskrunner:reports:reports: 0 entries left",
     ]
 
     result = subprocess.run(

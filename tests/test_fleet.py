@@ -196,7 +196,7 @@ async def test_unique_lock_kept_across_a_retry_and_released_on_final_failure(
         await trio.sleep(0.1)
         assert attempts == 2
         await runner.dispatch("once")  # released by the final failure
-    assert len(await backend.dead_letters()) == 1
+    assert len(await backend.dead_letters("g")) == 1
 
 
 async def test_unique_lock_expires_if_its_worker_dies(
@@ -411,7 +411,7 @@ async def test_unique_key_sees_the_typed_payload_for_delayed_tasks_too(
     async with serving(runner):
         await wait_until(lambda: seen == [Account("ann")])
         await wait_until(lambda: runner.statistics().acked == 1)
-    assert await backend.dead_letters() == []
+    assert await backend.dead_letters("g") == []
 
 
 async def test_a_unique_key_that_is_not_a_string_is_refused_at_dispatch(
@@ -431,7 +431,7 @@ async def test_a_unique_key_that_is_not_a_string_is_refused_at_dispatch(
     with pytest.raises(InvalidTaskPayload, match="unique_key raised KeyError"):
         await runner.dispatch_delayed("job", {}, 1)
     assert backend.keys() == []
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
     assert await backend.next_delayed_at("g") is None
 
 
@@ -459,7 +459,7 @@ async def test_a_delayed_member_whose_key_cannot_be_computed_is_dead_lettered(
         await wait_until(lambda: runner.statistics().dead_lettered == 1)
         await runner.dispatch("fine")  # the leader's scheduler did not crash
         await wait_until(lambda: runner.statistics().completed == 1)
-    (dead,) = await backend.dead_letters()
+    (dead,) = await backend.dead_letters("g")
     assert dead.payload == member
 
 

@@ -222,7 +222,7 @@ def test_cli_once_and_errors(redis_url: str) -> None:
 
     ok = run("--url", redis_url, "--group", GROUP, "--once")
     assert ok.returncode == 0, ok.stderr
-    assert f"group {GROUP} on taskrunner:tasks" in ok.stdout
+    assert f"group {GROUP} on taskrunner:{GROUP}:tasks" in ok.stdout  # the group's own stream
     assert "\x1b[" not in ok.stdout  # not a terminal: plain text
 
     bad = run("--url", "http://nope", "--group", GROUP, "--once")

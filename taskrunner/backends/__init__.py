@@ -4,6 +4,7 @@
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
 """
 
+from taskrunner._keys import StreamKeys as StreamKeys
 from taskrunner.backends._protocols import Backend as Backend
 from taskrunner.backends._protocols import ConsumerInfo as ConsumerInfo
 from taskrunner.backends._protocols import DeadLetter as DeadLetter

@@ -21,7 +21,7 @@ from taskrunner.backends._protocols import DelayedMove
 class MemoryState:
     """A :class:`~taskrunner.backends.SharedState` held in process memory."""
 
-    def __init__(self, add_entry: Callable[[bytes], str]) -> None:
+    def __init__(self, add_entry: Callable[[str, bytes], str]) -> None:
         self._add_entry = add_entry
         self._strings: dict[str, tuple[str, float]] = {}  # key -> (value, expires_at)
         self._delayed: dict[str, dict[bytes, float]] = {}
@@ -114,7 +114,7 @@ class MemoryState:
             ):
                 continue
             del members[move.member]
-            self._add_entry(move.message)
+            self._add_entry(group, move.message)
             moved += 1
         return moved
 

@@ -111,19 +111,20 @@ async def check_move_delayed(backend: Backend) -> None:
     """``move_delayed`` removes each member still in the set and adds its message
     to the stream, in order, as an entry a group reads; members already gone
     are skipped, so nothing moves twice."""
-    group, stream_group, consumer = _name("group"), await _fresh_group(backend), _name("c")
+    group, consumer = await _fresh_group(backend), _name("c")
+    stream_group = group  # the moves land in the group's own stream
     base = backend.now()
     m1, m2, m3 = b'{"id":"m1"}', b'{"id":"m2"}', b'{"id":"m3"}'
     for i, member in enumerate((m1, m2, m3)):
         await backend.add_delayed(group, member, base - 1 + i * 0.1)
-    length = await backend.length()
+    length = await backend.length(group)
     moves = [
         DelayedMove(member=m2, message=b"p2"),
         DelayedMove(member=b'{"id":"absent"}', message=b"absent"),
         DelayedMove(member=m1, message=b"p1"),
     ]
     assert await backend.move_delayed(group, moves) == 2, "two of three members were present"
-    assert await backend.length() == length + 2, "two moves must add two stream entries"
+    assert await backend.length(group) == length + 2, "two moves must add two stream entries"
     assert await backend.due_delayed(group, base + 100, 10) == [m3], "moved members must go"
     got = await backend.read(stream_group, consumer, 10, 0)
     assert [e.payload for e in got] == [b"p2", b"p1"], (
@@ -143,7 +144,8 @@ async def check_move_delayed(backend: Backend) -> None:
 async def check_move_delayed_unique_lock(backend: Backend) -> None:
     """A move whose lock is held is skipped (the member stays); otherwise the
     move takes the lock with its token and ttl."""
-    group, stream_group, consumer = _name("group"), await _fresh_group(backend), _name("c")
+    group, consumer = await _fresh_group(backend), _name("c")
+    stream_group = group  # the moves land in the group's own stream
     lock, free_lock = f"taskrunner:unique:{_name('task')}", f"taskrunner:unique:{_name('task')}"
     base = backend.now()
     locked, free = b'{"id":"locked"}', b'{"id":"free"}'

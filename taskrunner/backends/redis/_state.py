@@ -39,32 +39,27 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
-from importlib import resources
+from collections.abc import Callable, Mapping, Sequence
 
 from taskrunner import _keys
 from taskrunner.backends._protocols import DelayedMove
 
 from ._connection import CommandArg
 from ._protocol import RedisClient
-from ._scripts import Script
+from ._scripts import load_script
 
 __all__ = ["RedisState"]
 
 logger = logging.getLogger(__name__)
 
 
-def _load_script(name: str) -> Script:
-    return Script((resources.files("taskrunner.backends.redis") / "lua" / name).read_bytes())
-
-
-ACQUIRE = _load_script("acquire.lua")
+ACQUIRE = load_script("acquire.lua")
 """``SET KEYS[1] ARGV[1] NX PX ARGV[2]``; 1 if taken, else 0."""
-RENEW = _load_script("renew.lua")
+RENEW = load_script("renew.lua")
 """``PEXPIRE KEYS[1] ARGV[2]`` only if its value is ``ARGV[1]``; 1 if renewed, else 0."""
-RELEASE = _load_script("release.lua")
+RELEASE = load_script("release.lua")
 """``DEL KEYS[1]`` only if its value is ``ARGV[1]``; 1 if deleted, else 0."""
-MOVE_DELAYED = _load_script("move_delayed.lua")
+MOVE_DELAYED = load_script("move_delayed.lua")
 """Move a batch of delayed members to the stream; returns how many moved."""
 
 _SCAN_COUNT = 1000
@@ -91,13 +86,13 @@ class RedisState:
 
     Args:
         client: The connection to the server; not closed by this class.
-        stream_key: The stream that :meth:`move_delayed` adds entries to
-            (``<prefix>:<queue>``).
+        stream_of: The stream a group reads, which :meth:`move_delayed` adds
+            that group's entries to (the queue half's resolver).
     """
 
-    def __init__(self, client: RedisClient, *, stream_key: str) -> None:
+    def __init__(self, client: RedisClient, *, stream_of: Callable[[str], str]) -> None:
         self._client = client
-        self._stream_key = stream_key
+        self._stream_of = stream_of
 
     def now(self) -> float:
         """This machine's unix time in seconds (see the module docstring on clocks)."""
@@ -186,7 +181,7 @@ class RedisState:
         """
         if not moves:
             return 0
-        keys: list[CommandArg] = [_keys.delayed_tasks(group), self._stream_key]
+        keys: list[CommandArg] = [_keys.delayed_tasks(group), self._stream_of(group)]
         args: list[CommandArg] = []
         for move in moves:
             if move.lock_key is None:
