@@ -12,6 +12,7 @@ Theory of operation. ``serve`` owns every subsystem through nurseries::
         │   ├── cleanup          leader only: consumers idle for 10 minutes
         │   ├── bulk writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
+        │   ├── sharing          other groups on the stream (checked at start too)
         │   ├── acker            batched acks (and unique-lock releases)
         │   └── refresher        keeps long runs from being reclaimed
         └── workers nursery      one task per message, bounded by the pool
@@ -44,6 +45,7 @@ from taskrunner import (
     _heartbeat,
     _leadership,
     _refresher,
+    _sharing,
 )
 from taskrunner._acker import Acker
 from taskrunner._config import TaskRunnerConfig
@@ -222,6 +224,7 @@ class TaskRunner(Registering, Dispatching):
         self._scheduler = self._new_scheduler()
         self._acker = Acker(self.backend, config.consumer_group)
         self._worker._acker = self._acker
+        self._worker.sharing = _sharing.StreamSharing(self.backend, config.consumer_group)
         if "num_workers" in changes:
             self._pool.resize(config.num_workers)
 
@@ -274,6 +277,8 @@ class TaskRunner(Registering, Dispatching):
 
         Raises:
             AlreadyServing: ``serve`` is already running on this runner.
+            SharedStreamError: the stream is also read by other consumer groups
+                and the backend deletes entries on ack (nothing was started).
 
         Cancellation: cancelling ``serve`` is a graceful shutdown: fetching
         stops at once, running tasks get ``shutdown_grace`` to finish, finished
@@ -295,6 +300,7 @@ class TaskRunner(Registering, Dispatching):
         )
         ready = trio.Event()
         try:
+            await self._worker.sharing.check_start()
             async with trio.open_nursery() as top:
                 # start_soon, not start: a serve cancelled while starting must still
                 # reach the finally below (the stop event), or the shielded child
@@ -339,6 +345,9 @@ class TaskRunner(Registering, Dispatching):
                     _bulk_writer.run, self.backend, cfg.consumer_group, self._timings
                 )
                 await services.start(_aggregator.run, self)
+                await services.start(
+                    _sharing.run, self._worker.sharing, self.backend, cfg.consumer_group
+                )
                 await services.start(self._acker.run)
                 await services.start(
                     _refresher.run,
