@@ -61,7 +61,7 @@ from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
 from taskrunner._worker import Worker
 from taskrunner.backends import Backend
-from taskrunner.errors import AlreadyServing
+from taskrunner.errors import AlreadyServing, DuplicateHost
 
 log = logging.getLogger("taskrunner")
 
@@ -269,6 +269,13 @@ class TaskRunner(Registering, Dispatching):
         self._stop.set()
 
     _grace_override: float | None = None
+    _host_taken: DuplicateHost | None = None
+
+    def _lost_host(self, error: DuplicateHost) -> None:
+        # Another instance holds this host's heartbeat key: stop gracefully, and
+        # serve raises the error once drained (see _heartbeat).
+        self._host_taken = error
+        self.shutdown()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch and run tasks until cancelled or :meth:`shutdown`.
@@ -279,6 +286,11 @@ class TaskRunner(Registering, Dispatching):
             AlreadyServing: ``serve`` is already running on this runner.
             SharedStreamError: the stream is also read by other consumer groups
                 and the backend deletes entries on ack (nothing was started).
+            DuplicateHost: another live instance serves with this ``host``: at
+                start (nothing was started; a crashed predecessor's heartbeat
+                is waited out, up to its 15 s lifetime), or while serving, when
+                another instance took the heartbeat key over (serve stopped
+                gracefully first).
 
         Cancellation: cancelling ``serve`` is a graceful shutdown: fetching
         stops at once, running tasks get ``shutdown_grace`` to finish, finished
@@ -301,6 +313,7 @@ class TaskRunner(Registering, Dispatching):
         ready = trio.Event()
         try:
             await self._worker.sharing.check_start()
+            await _heartbeat.claim(self.backend, cfg.host, self.instance_id)
             async with trio.open_nursery() as top:
                 # start_soon, not start: a serve cancelled while starting must still
                 # reach the finally below (the stop event), or the shielded child
@@ -312,7 +325,10 @@ class TaskRunner(Registering, Dispatching):
                     await self._stop.wait()
                 finally:
                     self._stop.set()
+            if self._host_taken is not None:
+                raise self._host_taken
         finally:
+            self._host_taken = None
             self._serving = False
             self._stop = trio.Event()  # a later serve starts afresh
             self._grace_override = None
@@ -324,7 +340,9 @@ class TaskRunner(Registering, Dispatching):
         cfg = self.config
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as services:
-                await services.start(_heartbeat.run, self.backend, cfg.host, self.instance_id)
+                await services.start(
+                    _heartbeat.run, self.backend, cfg.host, self.instance_id, self._lost_host
+                )
                 await services.start(
                     partial(
                         _leadership.run,

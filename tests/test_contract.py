@@ -400,6 +400,29 @@ def _integer_increments(b: MemoryBackend) -> None:
     _wrap(b, "increment_metrics", make)
 
 
+def _heartbeat_overwrites(b: MemoryBackend) -> None:
+    """The old heartbeat: a plain ``SET``, whoever holds the key."""
+
+    async def heartbeat(host: str, instance_id: str, ttl: float) -> str | None:
+        b._strings[_keys.replication(host)] = (instance_id, trio.current_time() + ttl)
+        return None
+
+    b.heartbeat = heartbeat  # type: ignore[method-assign]
+
+
+def _holder_left_is_ttl(b: MemoryBackend) -> None:
+    """Seconds left that never run down (the ttl it was set with, say)."""
+
+    def make(orig: Any) -> Any:
+        async def heartbeat_holder(host: str) -> Any:
+            seen = await orig(host)
+            return None if seen is None else (seen[0], 1.0)
+
+        return heartbeat_holder
+
+    _wrap(b, "heartbeat_holder", make)
+
+
 def _remove_any_heartbeat(b: MemoryBackend) -> None:
     async def remove_heartbeat(host: str, instance_id: str) -> None:
         b._strings.pop(_keys.replication(host), None)
@@ -483,6 +506,8 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "move_ignores_lock": ("check_move_delayed_unique_lock", _move_ignores_lock),
     "integer_increments": ("check_metrics_hash", _integer_increments),
     "remove_any_heartbeat": ("check_heartbeats", _remove_any_heartbeat),
+    "heartbeat_overwrites": ("check_heartbeats", _heartbeat_overwrites),
+    "holder_left_is_ttl": ("check_heartbeat_holder", _holder_left_is_ttl),
     "release_any_lock": ("check_locks", _release_any_lock),
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
     "flush_clears_every_string": ("check_flush", _flush_clears_every_string),

@@ -136,9 +136,22 @@ class MemoryState:
             stored[name] = 0.0
 
     # Heartbeats -----------------------------------------------------------
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
         await trio.lowlevel.checkpoint()
-        self._strings[_keys.replication(host)] = (instance_id, trio.current_time() + ttl)
+        key = _keys.replication(host)
+        holder = self._get(key)
+        if holder is not None and holder != instance_id:
+            return holder
+        self._strings[key] = (instance_id, trio.current_time() + ttl)
+        return None
+
+    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+        await trio.lowlevel.checkpoint()
+        key = _keys.replication(host)
+        holder = self._get(key)
+        if holder is None:
+            return None
+        return holder, self._strings[key][1] - trio.current_time()
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:
         await trio.lowlevel.checkpoint()

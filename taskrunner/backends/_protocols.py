@@ -315,8 +315,23 @@ class SharedState(Protocol):
         ...
 
     # Replication heartbeats ---------------------------------------------
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
-        """Set this instance's heartbeat key with a lifetime of ``ttl``."""
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+        """Set the host's heartbeat key to ``instance_id`` with a lifetime of
+        ``ttl``, unless it holds another instance's id: atomically, so two
+        instances of one host never both believe they hold it.
+
+        Returns:
+            ``None`` when the key was set (or renewed); else the id it holds,
+            and the key is left alone.
+
+        Cancellation: the key may have been set; a repeat renews it.
+        """
+        ...
+
+    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+        """The instance id in the host's heartbeat key and its seconds left, or
+        ``None`` when there is no live key. A holder that renews its key shows
+        as seconds left going up again."""
         ...
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:

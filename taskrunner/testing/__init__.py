@@ -81,6 +81,7 @@ from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing regis
 )
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
+    check_heartbeat_holder,
     check_heartbeats,
     check_lease_expiry,
     check_lease_ownership,

@@ -59,6 +59,9 @@ RENEW = load_script("renew.lua")
 """``PEXPIRE KEYS[1] ARGV[2]`` only if its value is ``ARGV[1]``; 1 if renewed, else 0."""
 RELEASE = load_script("release.lua")
 """``DEL KEYS[1]`` only if its value is ``ARGV[1]``; 1 if deleted, else 0."""
+HEARTBEAT = load_script("heartbeat.lua")
+"""``SET KEYS[1] ARGV[1] PX ARGV[2]`` unless it holds another value; nil if set,
+else the value it holds."""
 MOVE_DELAYED = load_script("move_delayed.lua")
 """Move a batch of delayed members to the stream; returns how many moved."""
 
@@ -245,9 +248,20 @@ class RedisState:
 
     # Heartbeats -----------------------------------------------------------
 
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
-        """Set ``taskrunner:replication:<host>`` to ``instance_id`` for ``ttl``."""
-        await self._client.execute("SET", _keys.replication(host), instance_id, "PX", _ms(ttl))
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+        """Set ``taskrunner:replication:<host>`` to ``instance_id`` for ``ttl``,
+        unless it holds another id (one script call); returns that other id."""
+        reply = await HEARTBEAT(self._client, [_keys.replication(host)], [instance_id, _ms(ttl)])
+        return None if reply is None else bytes(reply).decode(errors="replace")
+
+    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+        """``GET`` and ``PTTL`` of the heartbeat key, pipelined (one round trip)."""
+        key = _keys.replication(host)
+        value, pttl = await self._client.pipeline([("GET", key), ("PTTL", key)])
+        if value is None or pttl == -2:  # none, or expired between the two
+            return None
+        left = math.inf if pttl == -1 else pttl / 1000  # -1: set by hand, no expiry
+        return bytes(value).decode(errors="replace"), left
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:
         """Delete this instance's heartbeat key, only if it still holds ``instance_id``."""
