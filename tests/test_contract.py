@@ -560,26 +560,34 @@ def test_every_check_has_a_mutant() -> None:
     assert covered == set(_CHECKS_BY_NAME)
 
 
-def _stall_publish(backend: MemoryBackend, times: int) -> None:
-    """Make the short-ttl ``publish_tuning`` return 0.15 s late, ``times`` times."""
-    left = [times]
+def _stall_publish(backend: MemoryBackend, times: int) -> dict[str, int]:
+    """Make the short-ttl ``publish_tuning`` return 0.15 s late, ``times`` times.
+
+    Returns counters, filled in as the check runs: ``short`` publishes seen and
+    ``stalls`` made."""
+    counts = {"short": 0, "stalls": 0}
 
     def make(orig: Any) -> Any:
         async def publish_tuning(group: str, capacity: int, ttl: float) -> None:
             await orig(group, capacity, ttl)
-            if ttl < 1 and left[0] > 0:
-                left[0] -= 1
-                await trio.sleep(0.15)
+            if ttl < 1:
+                counts["short"] += 1
+                if counts["stalls"] < times:
+                    counts["stalls"] += 1
+                    await trio.sleep(0.15)
 
         return publish_tuning
 
     _wrap(backend, "publish_tuning", make)
+    return counts
 
 
 async def test_stalled_check_is_retried(autojump_clock: trio.testing.MockClock) -> None:
     async with MemoryBackend() as backend:
-        _stall_publish(backend, times=1)
+        counts = _stall_publish(backend, times=1)
         await _CHECKS_BY_NAME["check_tuning"](backend)
+    # The first attempt stalled (and missed its window); a second one ran and passed.
+    assert counts == {"short": 2, "stalls": 1}
 
 
 async def test_always_stalled_check_fails(autojump_clock: trio.testing.MockClock) -> None:

@@ -19,6 +19,7 @@ from taskrunner._leadership import lease_intervals
 from taskrunner._scheduler import sleep_time
 from taskrunner.backends import ConsumerInfo, GroupInfo
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.errors import BackendError
 
 TTL = 5.0
 RETRY_MAX = TTL / 2 * 1.1  # a follower's retry interval, with jitter
@@ -485,3 +486,41 @@ async def test_a_short_delay_dispatched_on_a_follower_fires_on_time(
         await trio.sleep(10)
     assert ran[0] - sent == pytest.approx(0.2, abs=0.05)
     assert len(ran) == 1, "moved twice"
+
+
+class _FailingDue(Partition):
+    """A link on which the next ``failures`` ``due_delayed`` calls fail."""
+
+    failures = 0
+
+    async def due_delayed(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        if self.failures:
+            self.failures -= 1
+            raise BackendError("due_delayed failed")
+        return await self._backend.due_delayed(*args, **kwargs)
+
+
+async def test_a_failed_local_pass_is_retried_not_left_to_the_leaders_poll(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    leader = make_runner(backend)  # delayed_poll_interval 5 s
+    link = _FailingDue(backend)
+    follower = make_runner(link)
+    ran: list[float] = []
+    for runner in (leader, follower):
+
+        @runner.task(name="ping")
+        async def ping(payload: None) -> None:
+            ran.append(trio.current_time())
+
+    async with serving(leader):
+        await wait_until(lambda: leader.is_leader)
+        async with serving(follower):
+            await trio.sleep(1.3)  # the leader's scheduler is asleep until its next poll
+            sent = trio.current_time()
+            await follower.dispatch_delayed("ping", None, 0.2)
+            link.failures = 2  # the follower's local passes fail twice
+            await wait_until(lambda: bool(ran))
+    assert link.failures == 0, "the local pass never ran"
+    assert ran[0] - sent < 0.2 + 0.5, "fired at the leader's poll, not by a retried local pass"
