@@ -79,6 +79,16 @@ EXPECTED: dict[str, list[str]] = {
         "taskrunner:unique:invoice:A-17     string size 32  ttl 60 s   unique-job lock",
         "flushed 3 key(s); left: []",
     ],
+    "several_applications.py": [
+        "  shop reads taskrunner:shop:tasks",
+        "  mail reads taskrunner:mail:tasks",
+        "  shop charged 1250 cents",
+        "  shop dead letters: 0",
+        "  waiting in the mail's stream: 1",
+        "  mail sent to ann@example.com",
+        "  refused: ('mail',) read orders:tasks, and delete_on_ack is on",
+        "  mail sent to bob@example.com",
+    ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',
         'taskrunner_queue_size{group="emails"} 0.0',
