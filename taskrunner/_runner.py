@@ -2,10 +2,15 @@
 
 Theory of operation. ``serve`` owns every subsystem through nurseries::
 
-    serve                        waits for the stop event (cancel or shutdown())
+    serve                        checks first, then waits for the stop event
+    │                            (cancel or shutdown()); the checks, before anything
+    │                            starts: no other group on a stream deleted on ack
+    │                            (_sharing), no other live instance of this host
+    │                            (_heartbeat.claim)
     └── shielded scope           outside cancellation cannot reach below here
         ├── services nursery     stops last, each service ending with a bounded flush
-        │   ├── heartbeat        replication key, deleted at the end
+        │   ├── heartbeat        replication key, deleted at the end; another
+        │   │                    instance in it stops serve (DuplicateHost)
         │   ├── lease keeper     acquire / renew / resign; one cancel scope per term
         │   ├── scheduler        leader only: due delayed tasks -> stream
         │   ├── local scheduler  delayed tasks dispatched here, when another leads
