@@ -34,10 +34,10 @@ not have happened, so the same check is exact under trio's ``MockClock``
 time (the whole suite takes a few seconds there). Every group, consumer, key
 and host name is random, so checks do not collide in shared state. A group's
 stream is shared with every other group when the backend has an explicit
-prefix: a check starts from a
-group whose cursor is already at the end of the stream (see ``_fresh_group``)
-and measures lengths as differences, so leftovers from earlier checks are
-harmless, but nobody else may write to that stream while a check runs.
+prefix, so a check starts from a group whose cursor is already at the end of
+its stream (see ``_fresh_group``) and measures lengths as differences:
+leftovers from earlier checks are harmless, but nobody else may write to that
+stream while a check runs.
 Checks that need two groups on one stream (``check_groups_each_get_every_entry``,
 the deleted-entry checks) compare ``stream_keys``: on a backend that gives each
 group a stream of its own they check that the groups stay apart instead, so
