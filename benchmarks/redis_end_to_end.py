@@ -34,7 +34,7 @@ async def one_run(url: str, n: int, workers: int, fetchers: int, run: int) -> tu
         backend,
     )
     rates = await run_noop_tasks(runner, n)
-    assert await backend.length() == 0, "entries left in the stream"
+    assert await backend.length("bench") == 0, "entries left in the stream"
     await backend.aclose()
     return rates.enqueue, rates.process
 

@@ -37,7 +37,8 @@ async def main() -> None:
             await done.wait()
             runner.shutdown()
 
-        print(f"stream {backend.stream_key}: {await backend.length()} entries left")
+        stream = backend.stream_keys("reports").stream  # taskrunner:reports:reports
+        print(f"stream {stream}: {await backend.length('reports')} entries left")
     client.close()
 
 

@@ -102,7 +102,7 @@ async def with_dead_letters() -> None:
         with trio.fail_after(5):
             await last_attempt_failed.wait()
         runner.shutdown()  # graceful: the failure path (dead-lettering) finishes first
-    for letter in await backend.dead_letters():
+    for letter in await backend.dead_letters("payments"):
         print(f"  dead letter for message {letter.message_id}: {letter.error}")
 
 

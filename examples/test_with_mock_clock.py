@@ -71,7 +71,7 @@ async def test_last_failure_is_dead_lettered(autojump_clock: MockClock) -> None:
         await trio.sleep(1)  # virtual: lets the fetcher and the worker run
         runner.shutdown()
 
-    (letter,) = await backend.dead_letters()
+    (letter,) = await backend.dead_letters("test")
     assert "not an email address" in letter.error
     assert runner.statistics().dead_lettered == 1
 
@@ -81,7 +81,7 @@ async def test_bad_payload_is_refused_at_dispatch() -> None:
     runner.task(name="send_welcome")(send_welcome)
     with pytest.raises(InvalidTaskPayload):
         await runner.dispatch("send_welcome", {"email": object()})  # not JSON
-    assert await runner.backend.length() == 0
+    assert await runner.backend.length("test") == 0
 
 
 async def test_a_fleet_shares_one_backend(autojump_clock: MockClock) -> None:

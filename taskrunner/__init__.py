@@ -16,7 +16,9 @@ from taskrunner._wire import DelayedTask as DelayedTask
 from taskrunner._wire import TaskMessage as TaskMessage
 from taskrunner.errors import AlreadyServing as AlreadyServing
 from taskrunner.errors import BackendError as BackendError
+from taskrunner.errors import DuplicateHost as DuplicateHost
 from taskrunner.errors import InvalidTaskPayload as InvalidTaskPayload
+from taskrunner.errors import SharedStreamError as SharedStreamError
 from taskrunner.errors import TaskAlreadyDispatched as TaskAlreadyDispatched
 from taskrunner.errors import TaskExecutionError as TaskExecutionError
 from taskrunner.errors import TaskMaxRetryExceeded as TaskMaxRetryExceeded

@@ -124,7 +124,7 @@ async def timing_statistics(
         BackendError: either read failed.
     """
     metrics = await backend.read_metrics(group)
-    queue_len = await backend.length()
+    queue_len = await backend.length(group)
     return compute_stats(
         metrics=metrics,
         group=group,

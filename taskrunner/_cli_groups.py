@@ -9,7 +9,8 @@ shop``. :func:`find_groups` decides what "on the server" means, in one place:
 
 - a consumer group of that name on any stream (``SCAN ... TYPE stream``, then
   ``XINFO GROUPS`` of each): every group that ever served;
-- a key named after the group (:data:`GROUP_KEYS`: ``taskrunner:<group>:metrics``,
+- a key named after the group (:data:`GROUP_KEYS`: the default stream
+  ``taskrunner:<group>:tasks``, ``taskrunner:<group>:metrics``,
   ``:delayed_tasks``, ``:worker_tuning_capacity``): a group that has delayed tasks
   waiting but never served, or whose stream was flushed but not its metrics.
 
@@ -28,7 +29,13 @@ from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._errors import ResponseError
 from taskrunner.errors import TaskRunnerError
 
+
+def _default_stream(group: str) -> str:
+    return f"{_keys.PREFIX}:{group}:tasks"  # as _keys.stream_keys(None, group, "tasks")
+
+
 GROUP_KEYS: tuple[Callable[[str], str], ...] = (
+    _default_stream,
     _keys.metrics,
     _keys.delayed_tasks,
     _keys.worker_tuning_capacity,

@@ -46,11 +46,11 @@ NOTES = {
 
 def categories(backend: RedisBackend, group: str) -> dict[str, str]:
     """Fixed key name -> its "Key count" category."""
-    prefix, queue = backend.prefix, backend.queue
+    keys = backend.stream_keys(group)
     return {
-        _keys.stream(prefix, queue): "streams",
-        _keys.dead_letter(prefix, queue): EXTRA,
-        _keys.claim_delay_ring(prefix, queue): "metric rings",
+        keys.stream: "streams",
+        keys.dead_letter: EXTRA,
+        keys.claim_delay_ring: "metric rings",
         _keys.delayed_tasks(group): "ZSETs",
         _keys.leader(group): "leader keys",
         _keys.worker_tuning_capacity(group): "tuning keys",

@@ -59,8 +59,9 @@ def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True
     )
     parser.add_argument(
         "--prefix",
-        default="taskrunner",
-        help="stream prefix, as given to RedisBackend (default: %(default)s)",
+        default=None,
+        help="stream prefix, as given to RedisBackend "
+        "(default: taskrunner:<group>, the group's own stream)",
     )
     parser.add_argument(
         "--queue",
@@ -168,7 +169,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     live = await instances(backend)
     owner = await backend.lease_owner(group)
     lease_ttl = await backend.client.execute("PTTL", _keys.leader(group))
-    queue = await backend.get_metrics()
+    queue = await backend.get_metrics(group)
 
     if published is not None:
         workers, source = published, "published"
@@ -194,7 +195,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     ns_to_ms = 1e-6
     return {
         "group": group,
-        "stream": backend.stream_key,
+        "stream": backend.stream_keys(group).stream,
         "leader": leader,
         "instances": live,
         "replication": replication,

@@ -84,7 +84,7 @@ async def read_snapshot(
     published = await backend.read_tuning(group)
     instances = await _instances(backend)
     owner = await backend.lease_owner(group)
-    queue = await backend.get_metrics()
+    queue = await backend.get_metrics(group)
     pool = published if published is not None else (workers or DEFAULT_WORKERS)
     stats = compute_stats(
         metrics=metrics,
@@ -96,7 +96,7 @@ async def read_snapshot(
     )
     return FleetSnapshot(
         group=group,
-        stream=backend.stream_key,
+        stream=backend.stream_keys(group).stream,
         taken_at=backend.now(),
         metrics=metrics,
         stats=stats,

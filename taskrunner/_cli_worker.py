@@ -36,7 +36,7 @@ import trio
 from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
 from taskrunner._imports import ImportTargetError, load_runner
 from taskrunner._runner import TaskRunner
-from taskrunner.errors import BackendError
+from taskrunner.errors import BackendError, DuplicateHost, SharedStreamError
 
 log = logging.getLogger("taskrunner.worker")
 
@@ -126,7 +126,7 @@ async def check_backend(runner: TaskRunner) -> None:
         if client is not None and callable(getattr(client, "execute", None)):
             await client.execute("PING")
         else:
-            await backend.length()
+            await backend.length(runner.config.consumer_group)
     if scope.cancelled_caught:
         raise BackendError(f"no answer within {CONNECT_TIMEOUT:g}s")
 
@@ -189,7 +189,9 @@ async def serve_worker(
     """Serve ``runner`` until a signal (or :meth:`TaskRunner.shutdown`); the exit code.
 
     Returns 0 once ``serve`` returned, 1 (after one line on ``stderr``) when
-    the backend is unreachable or the metrics endpoint cannot start.
+    the backend is unreachable, the metrics endpoint cannot start, or ``serve``
+    refuses to run (another live instance has this host; the stream is shared
+    with other groups while deleting on ack).
     """
     err = stderr if stderr is not None else sys.stderr
     stopper = _Stopper(runner)
@@ -210,7 +212,7 @@ async def serve_worker(
                     runner.instance_id,
                     cfg.consumer_group,
                     cfg.host,
-                    getattr(runner.backend, "stream_key", repr(runner.backend)),
+                    runner.backend.stream_keys(cfg.consumer_group).stream,
                 )
                 nursery.start_soon(_log_leadership, runner)
                 if metrics_port is not None:
@@ -236,7 +238,11 @@ async def serve_worker(
                 # No await between this check and serve's first line: a signal is
                 # either seen here or delivered to a serving runner.
                 if not stopper.requested:
-                    await runner.serve()
+                    try:
+                        await runner.serve()
+                    except (DuplicateHost, SharedStreamError) as exc:
+                        nursery.cancel_scope.cancel()
+                        return _fail(err, str(exc))
                 nursery.cancel_scope.cancel()
     finally:
         with trio.move_on_after(5, shield=True):

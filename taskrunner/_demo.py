@@ -568,8 +568,8 @@ async def _summary(
     say(f"unique: {tasks.synced} ran, {state.refused} duplicates refused")
     say(f"leaders: {' -> '.join(state.leaders) or 'none'}")
     say(f"elapsed: {state.elapsed:.2f}s, throughput {rate:.0f} tasks/s")
-    say(f"queue left: {await backend.length()} entries, {info.pending} pending")
-    dead = await backend.dead_letters(count=1000)
+    say(f"queue left: {await backend.length(GROUP)} entries, {info.pending} pending")
+    dead = await backend.dead_letters(GROUP, count=1000)
     say(f"dead letters: {len(dead)}")
     for letter in dead[:5]:
         say(f"  {letter.message_id} ({_task_of(letter.payload)}): {letter.error}")

@@ -81,14 +81,14 @@ class Dispatching:
         message = self._message(task, payload)
         data = _wire.encode_message(message)
         if not task.unique:
-            (message_id,) = await self.backend.add([data])
+            (message_id,) = await self.backend.add(self.config.consumer_group, [data])
             return message_id
         key = _wire.unique_lock(task.name, message.unique_key)
         token = message.unique_lock_value
         if not await self.backend.acquire_lock(key, token, task.unique_for):
             raise TaskAlreadyDispatched(task.name, key)
         try:
-            (message_id,) = await self.backend.add([data])
+            (message_id,) = await self.backend.add(self.config.consumer_group, [data])
         except BackendError as exc:
             if not exc.maybe_applied:
                 await self._give_back(task, key, token)
@@ -136,7 +136,7 @@ class Dispatching:
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
         data = [_wire.encode_message(self._message(task, payload)) for payload in payloads]
-        return await self.backend.add(data) if data else []
+        return await self.backend.add(self.config.consumer_group, data) if data else []
 
     async def dispatch_delayed(
         self, name: str, payload: Any = None, delay: float | timedelta = 0.0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import hashlib
 
+import attrs
+
 PREFIX = "taskrunner"
 
 
@@ -27,6 +29,56 @@ def dead_letter(prefix: str, queue: str) -> str:
 def claim_delay_ring(prefix: str, queue: str) -> str:
     """The claim-delay ring: ``ring:<prefix>:metrics:<queue>``."""
     return f"ring:{prefix}:metrics:{queue}"
+
+
+@attrs.frozen
+class StreamKeys:
+    """The three keys of one queue: what a backend resolves a group to."""
+
+    stream: str
+    """The main message stream, ``<prefix>:<queue>``."""
+    dead_letter: str
+    """Its dead-letter stream, ``<prefix>:<queue>:dead``."""
+    claim_delay_ring: str
+    """Its claim-delay ring, ``ring:<prefix>:metrics:<queue>``."""
+
+
+_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity")
+_SHARED_KEY_NAMES = ("leader", "replication", "unique")
+
+
+def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
+    """The stream keys that ``group`` reads on ``queue``.
+
+    ``prefix=None`` (the backends' default) means ``taskrunner:<group>``: each
+    consumer group gets a stream of its own, so two applications with different
+    groups never read (and dead-letter) each other's tasks. An explicit prefix
+    is used as it is, so groups configured with the same one share a stream
+    (e.g. ``prefix="taskrunner", queue="tasks"`` to share one with a Go fleet).
+
+    Raises:
+        ValueError: with ``prefix=None``, a group or queue name that would make
+            the stream collide with another documented key (group ``leader``,
+            ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``
+            or ``worker_tuning_capacity``).
+    """
+    if prefix is None:
+        if group in _SHARED_KEY_NAMES:
+            raise ValueError(
+                f"consumer group {group!r} would put its stream among the "
+                f"{PREFIX}:{group}:* keys; choose another group or pass a prefix"
+            )
+        if queue in _GROUP_KEY_NAMES:
+            raise ValueError(
+                f"queue {queue!r} would collide with the key {PREFIX}:{group}:{queue}; "
+                "choose another queue name"
+            )
+        prefix = f"{PREFIX}:{group}"
+    return StreamKeys(
+        stream=stream(prefix, queue),
+        dead_letter=dead_letter(prefix, queue),
+        claim_delay_ring=claim_delay_ring(prefix, queue),
+    )
 
 
 def delayed_tasks(group: str) -> str:

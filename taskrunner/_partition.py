@@ -6,6 +6,7 @@ from typing import Any
 
 import trio
 
+from taskrunner._keys import StreamKeys
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
@@ -31,6 +32,9 @@ class PartitionedBackend:
 
     def now(self) -> float:
         return self._backend.now()
+
+    def stream_keys(self, group: str) -> StreamKeys:
+        return self._backend.stream_keys(group)
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._backend, name)

@@ -2,16 +2,22 @@
 
 Theory of operation. ``serve`` owns every subsystem through nurseries::
 
-    serve                        waits for the stop event (cancel or shutdown())
+    serve                        checks first, then waits for the stop event
+    │                            (cancel or shutdown()); the checks, before anything
+    │                            starts: no other group on a stream deleted on ack
+    │                            (_sharing), no other live instance of this host
+    │                            (_heartbeat.claim)
     └── shielded scope           outside cancellation cannot reach below here
         ├── services nursery     stops last, each service ending with a bounded flush
-        │   ├── heartbeat        replication key, deleted at the end
+        │   ├── heartbeat        replication key, deleted at the end; another
+        │   │                    instance in it stops serve (DuplicateHost)
         │   ├── lease keeper     acquire / renew / resign; one cancel scope per term
         │   ├── scheduler        leader only: due delayed tasks -> stream
         │   ├── local scheduler  delayed tasks dispatched here, when another leads
         │   ├── cleanup          leader only: consumers idle for 10 minutes
         │   ├── bulk writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
+        │   ├── sharing          other groups on the stream (checked at start too)
         │   ├── acker            batched acks (and unique-lock releases)
         │   └── refresher        keeps long runs from being reclaimed
         └── workers nursery      one task per message, bounded by the pool
@@ -44,6 +50,7 @@ from taskrunner import (
     _heartbeat,
     _leadership,
     _refresher,
+    _sharing,
 )
 from taskrunner._acker import Acker
 from taskrunner._config import TaskRunnerConfig
@@ -60,7 +67,7 @@ from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
 from taskrunner._worker import Worker
 from taskrunner.backends import Backend
-from taskrunner.errors import AlreadyServing
+from taskrunner.errors import AlreadyServing, DuplicateHost
 
 log = logging.getLogger("taskrunner")
 
@@ -234,6 +241,7 @@ class TaskRunner(Registering, Dispatching):
         self._scheduler = self._new_scheduler()
         self._acker = Acker(self.backend, config.consumer_group)
         self._worker._acker = self._acker
+        self._worker.sharing = _sharing.StreamSharing(self.backend, config.consumer_group)
         if "num_workers" in changes:
             self._pool.resize(config.num_workers)
 
@@ -278,6 +286,13 @@ class TaskRunner(Registering, Dispatching):
         self._stop.set()
 
     _grace_override: float | None = None
+    _host_taken: DuplicateHost | None = None
+
+    def _lost_host(self, error: DuplicateHost) -> None:
+        # Another instance holds this host's heartbeat key: stop gracefully, and
+        # serve raises the error once drained (see _heartbeat).
+        self._host_taken = error
+        self.shutdown()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch and run tasks until cancelled or :meth:`shutdown`.
@@ -287,6 +302,13 @@ class TaskRunner(Registering, Dispatching):
         Raises:
             AlreadyServing: ``serve`` is already running on this runner.
             WrongAsyncLibrary: awaited outside trio (under asyncio, say).
+            SharedStreamError: the stream is also read by other consumer groups
+                and the backend deletes entries on ack (nothing was started).
+            DuplicateHost: another live instance serves with this ``host``: at
+                start (nothing was started; a crashed predecessor's heartbeat
+                is waited out, up to its 15 s lifetime), or while serving, when
+                another instance took the heartbeat key over (serve stopped
+                gracefully first).
 
         Cancellation: cancelling ``serve`` is a graceful shutdown: fetching
         stops at once, running tasks get ``shutdown_grace`` to finish, finished
@@ -309,6 +331,8 @@ class TaskRunner(Registering, Dispatching):
         )
         ready = trio.Event()
         try:
+            await self._worker.sharing.check_start()
+            await _heartbeat.claim(self.backend, cfg.host, self.instance_id)
             async with trio.open_nursery() as top:
                 # start_soon, not start: a serve cancelled while starting must still
                 # reach the finally below (the stop event), or the shielded child
@@ -320,7 +344,10 @@ class TaskRunner(Registering, Dispatching):
                     await self._stop.wait()
                 finally:
                     self._stop.set()
+            if self._host_taken is not None:
+                raise self._host_taken
         finally:
+            self._host_taken = None
             self._serving = False
             self._stop = trio.Event()  # a later serve starts afresh
             self._grace_override = None
@@ -332,7 +359,9 @@ class TaskRunner(Registering, Dispatching):
         cfg = self.config
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as services:
-                await services.start(_heartbeat.run, self.backend, cfg.host, self.instance_id)
+                await services.start(
+                    _heartbeat.run, self.backend, cfg.host, self.instance_id, self._lost_host
+                )
                 await services.start(
                     partial(
                         _leadership.run,
@@ -353,6 +382,9 @@ class TaskRunner(Registering, Dispatching):
                     _bulk_writer.run, self.backend, cfg.consumer_group, self._timings
                 )
                 await services.start(_aggregator.run, self)
+                await services.start(
+                    _sharing.run, self._worker.sharing, self.backend, cfg.consumer_group
+                )
                 await services.start(self._acker.run)
                 await services.start(
                     _refresher.run,

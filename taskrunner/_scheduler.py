@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 import trio
 
 from taskrunner import _wire
+from taskrunner._backoff import backoff_delay
 from taskrunner._codec import decode_payload
 from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
@@ -43,6 +44,9 @@ BATCH = 500
 MAX_BATCHES_PER_PASS = 20
 HELD_RECHECK = 1.0
 """Seconds between looks at due unique tasks whose lock is still held."""
+LOCAL_RETRY_BASE = 0.1
+LOCAL_RETRY_CAP = 5.0
+"""Backoff bounds (seconds) for retrying a failed local pass."""
 
 
 def sleep_time(now: float, next_at: float | None, poll_interval: float, *, held: bool) -> float:
@@ -157,8 +161,10 @@ class Scheduler:
         The leader only polls every ``delayed_poll_interval``; without this a
         200 ms delay dispatched on a follower would fire up to a poll late. The
         move is atomic (a member moves once, whoever moves it), so this is safe
-        beside the leader's own passes.
+        beside the leader's own passes. A run-at time is forgotten only once a
+        pass after it succeeded: a failed pass is retried with backoff.
         """
+        failures = 0
         while True:
             self._local_wake = trio.Event()
             if not self._local:
@@ -170,13 +176,25 @@ class Scheduler:
                     await self._local_wake.wait()  # an earlier one: recompute
                 continue
             now = self._backend.now()
-            while self._local and self._local[0] <= now:
-                heapq.heappop(self._local)
             if not is_leader():
                 try:
                     await self.run_pass()
                 except BackendError as exc:
-                    log.warning("delayed-task pass for group %s failed: %s", self._group, exc)
+                    # Keep the due times: the pass is retried with backoff
+                    # rather than left to the leader's next poll.
+                    failures += 1
+                    retry_in = backoff_delay(failures, base=LOCAL_RETRY_BASE, cap=LOCAL_RETRY_CAP)
+                    log.warning(
+                        "delayed-task pass for group %s failed (%s); retrying in %.2fs",
+                        self._group,
+                        exc,
+                        retry_in,
+                    )
+                    await trio.sleep(retry_in)
+                    continue
+            failures = 0
+            while self._local and self._local[0] <= now:  # moved by that pass (or the leader)
+                heapq.heappop(self._local)
 
     async def run(self) -> None:
         """Pass, sleep, repeat, until cancelled (at the end of the term)."""

@@ -6,6 +6,8 @@ Outcomes, exactly as docs/behaviour:
 - the action raised and attempts remain: report it (``on_error``, log) and
   leave the message pending, so it comes back after ``reclaim_delay`` with a
   higher delivery count;
+- unknown task on a stream that other consumer groups also read: the entry is
+  theirs; ack it for this group only (see ``_sharing``);
 - unknown task, undecodable entry, or attempts exhausted: the failure path.
   ``failed_task_handler(delivery, error)`` returning means handled (ack);
   raising leaves the message pending for a later try. Without a handler the
@@ -28,6 +30,7 @@ from taskrunner._config import TaskRunnerConfig
 from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._inflight import InFlight
 from taskrunner._pool import WorkerPool
+from taskrunner._sharing import StreamSharing
 from taskrunner._task import Delivery, Task
 from taskrunner._timings import TimingRecorder
 from taskrunner._wire import TaskMessage, decode_message, unique_lock
@@ -90,6 +93,7 @@ class Worker:
         self._inflight = inflight
         self._timings = timings
         self.counters = WorkerCounters()
+        self.sharing = StreamSharing(backend, config.consumer_group)
         self.observers: list[Callable[[str, float, bool], object]] = []
 
     async def execute(self, entry: QueueEntry, consumer: str) -> None:
@@ -107,6 +111,8 @@ class Worker:
             return
         task = self._tasks.get(message.task_name)
         if task is None:
+            if await self._belongs_to_another_group(entry, message):
+                return
             await self._fail(_delivery(entry, consumer, message), TaskNotFound(message.task_name))
             return
         if entry.delivery_count > task.attempts:
@@ -137,6 +143,30 @@ class Worker:
                 self._notify(task.name, elapsed, succeeded)
         self.counters.completed += 1
         self._acker.ack(entry.id, _lock_of(message))
+
+    async def _belongs_to_another_group(self, entry: QueueEntry, message: TaskMessage) -> bool:
+        """Whether an unknown task is another group's (the stream is shared): if
+        so it is acked for this group only, never dead-lettered.
+
+        The other groups are looked up once (the failure path, not the hot
+        path) and then remembered; an error leaves the entry pending.
+        """
+        try:
+            others = self.sharing.seen or await self.sharing.others()
+        except BackendError as exc:
+            log.warning(
+                "message %s names unknown task %s and the stream's groups could not be "
+                "read (%s); leaving it pending",
+                entry.id,
+                message.task_name,
+                exc,
+            )
+            return True
+        if not others:
+            return False
+        self.sharing.skip_unknown(message.task_name, entry.id)
+        self._acker.ack(entry.id, None)
+        return True
 
     def _notify(self, task_name: str, elapsed: float, succeeded: bool) -> None:
         for observer in list(self.observers):

@@ -39,16 +39,16 @@ class KeyInfo:
 
 
 def documented_keys(backend: Backend, group: str) -> dict[str, str]:
-    """The fixed key names of ``group`` on ``backend``'s queue, with their purpose.
+    """The fixed key names of ``group`` on ``backend``, with their purpose.
 
     Per-instance (``taskrunner:replication:*``) and per-job
     (``taskrunner:unique:*``) keys are found by pattern instead.
     """
-    prefix, queue = _prefix_queue(backend)
+    keys = backend.stream_keys(group)
     return {
-        _keys.stream(prefix, queue): "main stream (+ consumer group state)",
-        _keys.dead_letter(prefix, queue): "dead-letter stream",
-        _keys.claim_delay_ring(prefix, queue): "claim-delay ring (newest 1000, ns)",
+        keys.stream: "main stream (+ consumer group state)",
+        keys.dead_letter: "dead-letter stream",
+        keys.claim_delay_ring: "claim-delay ring (newest 1000, ns)",
         _keys.delayed_tasks(group): "delayed tasks (score = run-at)",
         _keys.leader(group): "leader lease",
         _keys.worker_tuning_capacity(group): "published pool capacity",
@@ -57,17 +57,10 @@ def documented_keys(backend: Backend, group: str) -> dict[str, str]:
 
 
 PATTERNS = {
-    f"{_keys.PREFIX}:replication:*": "instance heartbeat",
+    _keys.REPLICATION_PATTERN: "instance heartbeat",
     f"{_wire.UNIQUE_LOCK_PREFIX}*": "unique-job lock",
 }
-
-
-def _prefix_queue(backend: Backend) -> tuple[str, str]:
-    prefix = getattr(backend, "prefix", None)
-    queue = getattr(backend, "queue", None)
-    if not isinstance(prefix, str) or not isinstance(queue, str):
-        raise TypeError(f"{backend!r} has no prefix/queue: not a taskrunner backend?")
-    return prefix, queue
+_HEARTBEAT_PREFIX = _keys.REPLICATION_PATTERN.rstrip("*")
 
 
 async def _scan(client: Any, pattern: str) -> list[str]:
@@ -130,32 +123,18 @@ def _redis_client(backend: Backend) -> Any:
     return backend.client
 
 
-async def _stream_groups(client: Any, stream: str) -> list[str]:
-    """Names of the consumer groups reading ``stream`` (none when it does not exist)."""
-    from taskrunner.backends.redis._errors import ResponseError
-
-    try:
-        reply = await client.execute("XINFO", "GROUPS", stream)
-    except ResponseError:  # no such key
-        return []
-    names = []
-    for flat in reply:
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
-        name = fields.get(b"name", fields.get("name", b""))
-        names.append(name.decode() if isinstance(name, bytes) else str(name))
-    return names
-
-
 async def flush(
     backend: Backend, group: str, *, confirm: bool = False, replication: bool = True
 ) -> list[str]:
     """Delete every key of ``group`` (the stream and its dead letters too, unless shared).
 
-    On Redis, when other consumer groups read the same stream, only
-    ``group`` is destroyed (``XGROUP DESTROY``, dropping its pending entries
-    and cursor); the stream, the dead-letter stream and the claim-delay ring
-    are kept for the other groups. Unique locks and (with ``replication``)
-    heartbeats are not per group: they are deleted either way.
+    The same on every backend: ``group`` is destroyed (``XGROUP DESTROY``,
+    dropping its pending entries and cursor); when other consumer groups read
+    the same stream (an explicit shared prefix), the stream, the dead-letter
+    stream and the claim-delay ring are kept for them. Other groups' leases,
+    delayed sets, metrics and tuning values are never touched. Unique locks
+    and (with ``replication``) heartbeats are not per group: they are deleted
+    either way.
 
     Args:
         confirm: Must be ``True``: this drops in-flight messages.
@@ -174,26 +153,24 @@ async def flush(
             "call it with confirm=True (dev and staging only)"
         )
     present = [k.name for k in await list_keys(backend, group)]
-    if isinstance(backend, MemoryBackend):
-        backend.flush_group(group)
-        return present
-    client = _redis_client(backend)
-    prefix, queue = _prefix_queue(backend)
-    stream = _keys.stream(prefix, queue)
-    shared = {stream, _keys.dead_letter(prefix, queue), _keys.claim_delay_ring(prefix, queue)}
-    others = [g for g in await _stream_groups(client, stream) if g != group]
-    from taskrunner.backends.redis._errors import ResponseError
-
-    try:
-        await client.execute("XGROUP", "DESTROY", stream, group)
-    except ResponseError:  # no stream or no group: nothing to destroy
-        pass
+    keys = backend.stream_keys(group)
+    shared = {keys.stream, keys.dead_letter, keys.claim_delay_ring}
+    others = [g for g in await backend.stream_groups(group) if g != group]
     doomed = [
         k
         for k in present
-        if (replication or not k.startswith(f"{_keys.PREFIX}:replication:"))
-        and not (others and k in shared)
+        if (replication or not k.startswith(_HEARTBEAT_PREFIX)) and not (others and k in shared)
     ]
+    if isinstance(backend, MemoryBackend):
+        backend.flush_keys(group, doomed)
+        return doomed
+    from taskrunner.backends.redis._errors import ResponseError
+
+    client = _redis_client(backend)
+    try:
+        await client.execute("XGROUP", "DESTROY", keys.stream, group)
+    except ResponseError:  # no stream or no group: nothing to destroy
+        pass
     if doomed:
         await client.execute("DEL", *doomed)
     return doomed

@@ -170,3 +170,45 @@ class WrongAsyncLibrary(TaskRunnerError, RuntimeError):
         )
         self.method = method
         self.library = library
+
+
+class SharedStreamError(TaskRunnerError):
+    """The runner would delete entries that another consumer group still needs.
+
+    Raised by :meth:`TaskRunner.serve` at start when the group's stream is also
+    read by other consumer groups (an explicit, shared ``prefix``) and the
+    backend deletes entries on ack: an entry this group acks would be deleted
+    before the others have read it. Pass ``delete_on_ack=False`` to the
+    backend, or leave ``prefix`` at its default so each group has its own
+    stream.
+    """
+
+    def __init__(self, stream: str, group: str, other_groups: tuple[str, ...]) -> None:
+        super().__init__(
+            f"stream {stream!r} is also read by consumer group(s) {', '.join(other_groups)}, "
+            f"and group {group!r} deletes entries on ack, before they read them: "
+            "pass delete_on_ack=False to the backend (or give each group its own stream)"
+        )
+        self.stream = stream
+        self.group = group
+        self.other_groups = other_groups
+
+
+class DuplicateHost(TaskRunnerError):
+    """Another live instance already serves with this ``host``.
+
+    Raised by :meth:`TaskRunner.serve` at start when the heartbeat key
+    ``taskrunner:replication:<host>`` holds another instance's id and that
+    instance keeps renewing it; and at the end of a ``serve`` that stopped
+    because another instance took its heartbeat key over while it ran. Two
+    processes with one ``host`` share consumer names and pending lists, which
+    breaks reclaim. Give each process its own ``host``.
+    """
+
+    def __init__(self, host: str, other_instance: str) -> None:
+        super().__init__(
+            f"host {host!r} is already served by live instance {other_instance}: "
+            "give each process its own host (TaskRunnerConfig.host)"
+        )
+        self.host = host
+        self.other_instance = other_instance

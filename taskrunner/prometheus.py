@@ -159,7 +159,7 @@ class RunnerCollector(Collector):
                 snapshot stays.
         """
         stats = await self.runner.get_timing_statistics()
-        queue = await self.runner.backend.get_metrics()
+        queue = await self.runner.backend.get_metrics(self.runner.config.consumer_group)
         replication = await self.runner.get_number_of_replications()
         snapshot = Snapshot(
             taken_at=time.monotonic(), stats=stats, queue=queue, replication=replication

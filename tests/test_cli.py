@@ -201,7 +201,7 @@ def test_worker_runs_cli_dispatches_and_drains_on_sigterm(
 
 
 def _pending(server: ServerProcess, queue: str) -> str:
-    summary = sync_command(server.port, "XPENDING", f"taskrunner:{queue}", GROUP)
+    summary = sync_command(server.port, "XPENDING", f"taskrunner:{GROUP}:{queue}", GROUP)
     return "running" if summary and summary[0] else ""
 
 
@@ -239,7 +239,7 @@ def test_stats_json_matches_what_ran(
         )
         human = ok(cli(env, "stats", "--url", redis_url, "--group", GROUP, "--queue", queue))
     assert doc["group"] == GROUP
-    assert doc["stream"] == f"taskrunner:{queue}"
+    assert doc["stream"] == f"taskrunner:{GROUP}:{queue}"
     assert {name: t["runs"] for name, t in doc["tasks"].items()} == {"record": 5, "point": 1}
     assert doc["leader"]["instance_id"] == instance
     assert doc["leader"]["host"] is not None
@@ -260,7 +260,7 @@ def test_stats_json_matches_what_ran(
     assert (group["name"], group["pending"], group["lag"]) == (GROUP, 0, 0)
     assert [c["name"] for c in group["consumers"]] == [f"{GROUP}_{doc['leader']['host']}_1"]
     assert q["claim_delay_ms"]["max"] >= q["claim_delay_ms"]["avg"] >= 0
-    assert f"group {GROUP} on stream taskrunner:{queue}" in human
+    assert f"group {GROUP} on stream taskrunner:{GROUP}:{queue}" in human
     assert re.search(r"record\s+5\s", human), human
     assert instance in human
     assert "(leader)" in human
@@ -272,7 +272,7 @@ def test_stats_workers_option_and_published_capacity(
     # A group that served once (its first read created the consumer group) and has
     # no instance now. (A group not on the server at all is refused: test_first_errors.)
     sync_command(
-        redis_server.port, "XGROUP", "CREATE", f"taskrunner:{queue}", GROUP, "0", "MKSTREAM"
+        redis_server.port, "XGROUP", "CREATE", f"taskrunner:{GROUP}:{queue}", GROUP, "0", "MKSTREAM"
     )
     args = ("stats", "--url", redis_url, "--group", GROUP, "--queue", queue, "--json")
     doc = json.loads(ok(cli(env, *args, "--workers", "4")))
@@ -320,10 +320,10 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         human = ok(cli(env, "keys", *redis))
         assert worker.stop() == 0
     names = {k["name"]: k for k in doc["keys"]}
-    assert names[f"taskrunner:{queue}"]["type"] == "stream"
+    assert names[f"taskrunner:{GROUP}:{queue}"]["type"] == "stream"
     assert names[f"taskrunner:{GROUP}:delayed_tasks"]["size"] == 1
     assert names[f"taskrunner:{GROUP}:metrics"]["type"] == "hash"
-    assert names[f"ring:taskrunner:metrics:{queue}"]["type"] == "list"
+    assert names[f"ring:taskrunner:{GROUP}:metrics:{queue}"]["type"] == "list"
     leader = next(k for k in doc["keys"] if k["category"] == "leader keys")
     assert 0 < leader["ttl"] <= 1.0
     (heartbeat,) = (k for k in doc["keys"] if k["category"] == "replication")
@@ -355,7 +355,7 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
 
     out = ok(cli(env, "flush", *redis, "--yes"))
     assert out.startswith("deleted 4 key(s)")
-    assert f"taskrunner:{queue}" in out
+    assert f"taskrunner:{GROUP}:{queue}" in out
     # Not one key of the group is left, so the server no longer has the group.
     gone = cli(env, "keys", *redis, "--json")
     assert (gone.returncode, gone.stdout) == (1, ""), gone

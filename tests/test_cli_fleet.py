@@ -80,7 +80,7 @@ def lease_owner(server: ServerProcess) -> str | None:
 
 def orphans(server: ServerProcess, queue: str, pid: int) -> set[int]:
     """Indices of the messages the (dead) process ``pid`` had fetched and not acked."""
-    stream = f"taskrunner:{queue}"
+    stream = f"taskrunner:{GROUP}:{queue}"
     pending = sync_command(server.port, "XPENDING", stream, GROUP, "-", "+", 1000)
     found = set()
     for entry_id, consumer, _idle, _count in pending:
@@ -142,7 +142,8 @@ def test_leader_sigkilled_mid_schedule(
         # Nothing left behind: delayed set empty, every message acked.
         wait_for(
             lambda: (
-                sync_command(redis_server.port, "XPENDING", f"taskrunner:{queue}", GROUP)[0] == 0
+                sync_command(redis_server.port, "XPENDING", f"taskrunner:{GROUP}:{queue}", GROUP)[0]
+                == 0
             ),
             "the reclaimed messages to be acked",
         )

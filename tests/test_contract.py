@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,13 +16,23 @@ from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
 
+LAYOUTS = pytest.mark.parametrize(
+    "prefix", [None, "taskrunner"], ids=["stream_per_group", "shared_stream"]
+)
+"""Both stream layouts: the default (a stream per group) and an explicit prefix
+that every group shares, under which the multi-group checks run in full."""
+
 
 @contract_parametrize()
 @pytest.mark.parametrize("delete_on_ack", [True, False], ids=["delete_on_ack", "keep_on_ack"])
+@LAYOUTS
 async def test_memory_backend(
-    check: ContractCheck, delete_on_ack: bool, autojump_clock: trio.testing.MockClock
+    check: ContractCheck,
+    delete_on_ack: bool,
+    prefix: str | None,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with MemoryBackend(delete_on_ack=delete_on_ack) as backend:
+    async with MemoryBackend(prefix=prefix, delete_on_ack=delete_on_ack) as backend:
         await check(backend)
 
 
@@ -30,9 +41,9 @@ async def test_memory_backend_on_a_used_stream(
     delete_on_ack: bool, autojump_clock: trio.testing.MockClock
 ) -> None:
     """Checks start from the end of the stream, so they also pass one after
-    another on one backend whose stream already holds entries."""
-    async with MemoryBackend(delete_on_ack=delete_on_ack) as backend:
-        await backend.add([b"left over"])
+    another on one backend whose shared stream already holds entries."""
+    async with MemoryBackend(prefix="taskrunner", delete_on_ack=delete_on_ack) as backend:
+        await backend.add("any", [b"left over"])
         for check in CONTRACT_CHECKS:
             await check(backend)
 
@@ -61,8 +72,8 @@ def _wrap(backend: MemoryBackend, name: str, make: Callable[[Any], Any]) -> None
 
 def _bad_ids(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
-        async def add(payloads: Sequence[bytes]) -> list[str]:
-            return [i.replace("-", ":") for i in await orig(payloads)]
+        async def add(group: str, payloads: Sequence[bytes]) -> list[str]:
+            return [i.replace("-", ":") for i in await orig(group, payloads)]
 
         return add
 
@@ -116,8 +127,9 @@ def _read_sleeps_full_block(b: MemoryBackend) -> None:
 def _read_starts_at_end(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def read(group: str, consumer: str, count: int, block: float) -> Any:
-            if group not in b._groups:
-                b._group(group).cursor = b._last_seq
+            stream = b._stream(group)
+            if group not in stream.groups:
+                stream.group(group).cursor = stream.last_seq
             return await orig(group, consumer, count, block)
 
         return read
@@ -129,7 +141,7 @@ def _read_redelivers_pending(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def read(group: str, consumer: str, count: int, block: float) -> Any:
             got = await orig(group, consumer, count, block)
-            g = b._groups[group]
+            g = b._stream(group).groups[group]
             return (
                 got
                 or [
@@ -148,7 +160,7 @@ def _ack_acks_every_group(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def ack(group: str, ids: Sequence[str]) -> int:
             n = await orig(group, ids)
-            for g in b._groups.values():
+            for g in b._stream(group).groups.values():
                 for i in ids:
                     g.pending.pop(i, None)
             return n
@@ -193,7 +205,7 @@ def _claim_newest_first(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def claim_stale(group: str, consumer: str, min_idle: float, count: int) -> Any:
             now = trio.current_time()
-            g = b._groups[group]
+            g = b._stream(group).groups[group]
             stale = [i for i, p in g.pending.items() if now - p.delivered_at >= min_idle]
             keep = set(sorted(stale, key=_id_key, reverse=True)[:count])
             for i in stale:
@@ -210,8 +222,8 @@ def _claim_newest_first(b: MemoryBackend) -> None:
 def _claim_keeps_deleted(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def claim_stale(group: str, consumer: str, min_idle: float, count: int) -> Any:
-            g = b._groups[group]
-            deleted = {i: p for i, p in g.pending.items() if i not in b._seq_of}
+            g = b._stream(group).groups[group]
+            deleted = {i: p for i, p in g.pending.items() if i not in b._stream(group).seq_of}
             got = await orig(group, consumer, min_idle, count)
             g.pending.update(deleted)
             return got
@@ -224,8 +236,9 @@ def _claim_keeps_deleted(b: MemoryBackend) -> None:
 def _refresh_keeps_deleted(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def refresh(group: str, consumer: str, ids: Sequence[str]) -> list[str]:
-            g = b._groups[group]
-            deleted = {i: g.pending[i] for i in ids if i in g.pending and i not in b._seq_of}
+            stream = b._stream(group)
+            g = stream.groups[group]
+            deleted = {i: g.pending[i] for i in ids if i in g.pending and i not in stream.seq_of}
             done = set(await orig(group, consumer, ids))
             g.pending.update(deleted)
             return [i for i in ids if i in done or i in deleted]
@@ -240,7 +253,7 @@ def _refresh_counts_delivery(b: MemoryBackend) -> None:
         async def refresh(group: str, consumer: str, ids: Sequence[str]) -> list[str]:
             done: list[str] = await orig(group, consumer, ids)
             for i in done:
-                b._groups[group].pending[i].count += 1
+                b._stream(group).groups[group].pending[i].count += 1
             return done
 
         return refresh
@@ -251,7 +264,7 @@ def _refresh_counts_delivery(b: MemoryBackend) -> None:
 def _refresh_keeps_idle(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def refresh(group: str, consumer: str, ids: Sequence[str]) -> list[str]:
-            g = b._groups[group]
+            g = b._stream(group).groups[group]
             old = {i: g.pending[i].delivered_at for i in ids if i in g.pending}
             done: list[str] = await orig(group, consumer, ids)
             for i, t in old.items():
@@ -296,11 +309,22 @@ def _delete_consumer_returns_zero(b: MemoryBackend) -> None:
     _wrap(b, "delete_consumer", make)
 
 
+def _delete_idle_ignores_pending(b: MemoryBackend) -> None:
+    async def delete_idle_consumer(group: str, consumer: str, min_idle: float) -> bool:
+        g = b._stream(group).groups.get(group)
+        if g is None or trio.current_time() - g.consumers.get(consumer, math.inf) < min_idle:
+            return False
+        return await b.delete_consumer(group, consumer) >= 0
+
+    b.delete_idle_consumer = delete_idle_consumer  # type: ignore[method-assign]
+
+
 def _last_is_oldest(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
-        async def get_metrics() -> Any:
-            m = await orig()
-            return attrs.evolve(m, message_claim_delay_last=b._ring[0] if b._ring else 0.0)
+        async def get_metrics(group: str) -> Any:
+            m = await orig(group)
+            ring = b._stream(group).ring
+            return attrs.evolve(m, message_claim_delay_last=ring[0] if ring else 0.0)
 
         return get_metrics
 
@@ -308,8 +332,8 @@ def _last_is_oldest(b: MemoryBackend) -> None:
 
 
 def _dead_letters_newest(b: MemoryBackend) -> None:
-    async def dead_letters(count: int = 100) -> list[DeadLetter]:
-        return list(reversed(b._dead))[:count]
+    async def dead_letters(group: str, count: int = 100) -> list[DeadLetter]:
+        return list(reversed(b._stream(group).dead))[:count]
 
     b.dead_letters = dead_letters  # type: ignore[method-assign]
 
@@ -350,7 +374,7 @@ def _move_twice(b: MemoryBackend) -> None:
     async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
         for move in moves:
             b._delayed.get(group, {}).pop(move.member, None)
-            b.add_raw({"payload": move.message})
+            b.add_raw(group, {"payload": move.message})
         return len(moves)
 
     b.move_delayed = move_delayed  # type: ignore[method-assign]
@@ -389,6 +413,29 @@ def _no_rebase(b: MemoryBackend) -> None:
     b.increment_metrics = increment_metrics  # type: ignore[method-assign]
 
 
+def _heartbeat_overwrites(b: MemoryBackend) -> None:
+    """The old heartbeat: a plain ``SET``, whoever holds the key."""
+
+    async def heartbeat(host: str, instance_id: str, ttl: float) -> str | None:
+        b._strings[_keys.replication(host)] = (instance_id, trio.current_time() + ttl)
+        return None
+
+    b.heartbeat = heartbeat  # type: ignore[method-assign]
+
+
+def _holder_left_is_ttl(b: MemoryBackend) -> None:
+    """Seconds left that never run down (the ttl it was set with, say)."""
+
+    def make(orig: Any) -> Any:
+        async def heartbeat_holder(host: str) -> Any:
+            seen = await orig(host)
+            return None if seen is None else (seen[0], 1.0)
+
+        return heartbeat_holder
+
+    _wrap(b, "heartbeat_holder", make)
+
+
 def _remove_any_heartbeat(b: MemoryBackend) -> None:
     async def remove_heartbeat(host: str, instance_id: str) -> None:
         b._strings.pop(_keys.replication(host), None)
@@ -401,6 +448,34 @@ def _release_any_lock(b: MemoryBackend) -> None:
         return b._strings.pop(key, None) is not None
 
     b.release_lock = release_lock  # type: ignore[method-assign]
+
+
+def _flush_clears_every_string(b: MemoryBackend) -> None:
+    """The old ``flush_group``: every group's leases, locks and tuning values went."""
+
+    def make(orig: Any) -> Any:
+        def flush_keys(group: str, names: Any) -> None:
+            orig(group, names)
+            b._strings.clear()
+
+        return flush_keys
+
+    _wrap(b, "flush_keys", make)
+
+
+def _flush_ignores_replication(b: MemoryBackend) -> None:
+    """The old ``flush_group``: heartbeats went even with ``replication=False``."""
+
+    def make(orig: Any) -> Any:
+        def flush_keys(group: str, names: Any) -> None:
+            orig(group, names)
+            for key in b.keys():
+                if key.startswith(_keys.replication("")):
+                    del b._strings[key]
+
+        return flush_keys
+
+    _wrap(b, "flush_keys", make)
 
 
 def _tuning_never_expires(b: MemoryBackend) -> None:
@@ -433,6 +508,7 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "no_lag": ("check_group_info_pending_and_lag", _no_lag),
     "idle_always_zero": ("check_group_info_consumer_idle", _idle_always_zero),
     "delete_consumer_zero": ("check_delete_consumer", _delete_consumer_returns_zero),
+    "delete_idle_ignores_pending": ("check_delete_idle_consumer", _delete_idle_ignores_pending),
     "last_is_oldest": ("check_get_metrics", _last_is_oldest),
     "dead_letters_newest": ("check_dead_letters", _dead_letters_newest),
     "frozen_now": ("check_now_advances", _frozen_now),
@@ -444,8 +520,12 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "float_sums": ("check_metrics_hash", _float_sums),
     "no_rebase": ("check_metrics_hash", _no_rebase),
     "remove_any_heartbeat": ("check_heartbeats", _remove_any_heartbeat),
+    "heartbeat_overwrites": ("check_heartbeats", _heartbeat_overwrites),
+    "holder_left_is_ttl": ("check_heartbeat_holder", _holder_left_is_ttl),
     "release_any_lock": ("check_locks", _release_any_lock),
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
+    "flush_clears_every_string": ("check_flush", _flush_clears_every_string),
+    "flush_ignores_replication": ("check_flush", _flush_ignores_replication),
 }
 _CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
 
@@ -453,7 +533,8 @@ _CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 async def test_check_catches_mutant(mutant: str, autojump_clock: trio.testing.MockClock) -> None:
     check_name, mutate = MUTANTS[mutant]
-    async with MemoryBackend() as backend:
+    # A shared stream: the multi-group checks run in full only there.
+    async with MemoryBackend(prefix="taskrunner") as backend:
         mutate(backend)
         with pytest.raises(AssertionError) as caught:
             await _CHECKS_BY_NAME[check_name](backend)
@@ -493,26 +574,34 @@ def test_every_check_has_a_mutant() -> None:
     assert covered == set(_CHECKS_BY_NAME)
 
 
-def _stall_publish(backend: MemoryBackend, times: int) -> None:
-    """Make the short-ttl ``publish_tuning`` return 0.15 s late, ``times`` times."""
-    left = [times]
+def _stall_publish(backend: MemoryBackend, times: int) -> dict[str, int]:
+    """Make the short-ttl ``publish_tuning`` return 0.15 s late, ``times`` times.
+
+    Returns counters, filled in as the check runs: ``short`` publishes seen and
+    ``stalls`` made."""
+    counts = {"short": 0, "stalls": 0}
 
     def make(orig: Any) -> Any:
         async def publish_tuning(group: str, capacity: int, ttl: float) -> None:
             await orig(group, capacity, ttl)
-            if ttl < 1 and left[0] > 0:
-                left[0] -= 1
-                await trio.sleep(0.15)
+            if ttl < 1:
+                counts["short"] += 1
+                if counts["stalls"] < times:
+                    counts["stalls"] += 1
+                    await trio.sleep(0.15)
 
         return publish_tuning
 
     _wrap(backend, "publish_tuning", make)
+    return counts
 
 
 async def test_stalled_check_is_retried(autojump_clock: trio.testing.MockClock) -> None:
     async with MemoryBackend() as backend:
-        _stall_publish(backend, times=1)
+        counts = _stall_publish(backend, times=1)
         await _CHECKS_BY_NAME["check_tuning"](backend)
+    # The first attempt stalled (and missed its window); a second one ran and passed.
+    assert counts == {"short": 2, "stalls": 1}
 
 
 async def test_always_stalled_check_fails(autojump_clock: trio.testing.MockClock) -> None:

@@ -96,6 +96,16 @@ EXPECTED: dict[str, list[str]] = {
         "taskrunner:interop:delayed_tasks_schedule_sum_us",
         "every value an integer: True",
     ],
+    "several_applications.py": [
+        "  shop reads taskrunner:shop:tasks",
+        "  mail reads taskrunner:mail:tasks",
+        "  shop charged 1250 cents",
+        "  shop dead letters: 0",
+        "  waiting in the mail's stream: 1",
+        "  mail sent to ann@example.com",
+        "  refused: ('mail',) read orders:tasks, and delete_on_ack is on",
+        "  mail sent to bob@example.com",
+    ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',
         'taskrunner_queue_size{group="emails"} 0.0',
@@ -189,7 +199,7 @@ def test_redis_examples_run(redis_url: str) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "rendered weekly",
-        "stream taskrunner:reports: 0 entries left",
+        "stream taskrunner:reports:reports: 0 entries left",
     ]
 
     result = subprocess.run(

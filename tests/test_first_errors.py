@@ -227,7 +227,7 @@ async def test_dispatch_refuses_a_payload_that_does_not_fit_naming_each_bad_fiel
     assert "\n" not in str(info.value)
     for problem in problems:
         assert problem in str(info.value)
-    assert await runner.backend.length() == 0
+    assert await runner.backend.length(runner.config.consumer_group) == 0
 
 
 async def test_the_issue_example_and_a_dataclass() -> None:
@@ -266,16 +266,17 @@ async def test_the_worker_sends_a_payload_that_does_not_fit_to_the_failure_path_
 
     # Written by another producer (an older version, or the Go library): not checked.
     await backend.add(
+        "g",
         [
             encode_message(TaskMessage(task_name="resize", payload={"width": 1, "colour": "red"})),
             encode_message(TaskMessage(task_name="resize", payload={"items": []})),
             encode_message(TaskMessage(task_name="resize", payload={"width": 2})),
-        ]
+        ],
     )
     async with serving(runner):
         await wait_until(lambda: runner.statistics().acked == 3)
     assert ran == [Resize(width=2)]
-    errors = sorted(letter.error for letter in await backend.dead_letters())
+    errors = sorted(letter.error for letter in await backend.dead_letters("g"))
     assert errors == [
         "InvalidTaskPayload: payload for 'resize' does not fit Resize: "
         "colour: unknown field (a task registered with extra_keys='ignore' drops unknown fields)",
@@ -301,12 +302,12 @@ async def test_a_task_may_let_unknown_keys_be_dropped(
     runner.register(Task(name="mail", action=mail, extra_keys="ignore"))
     await runner.dispatch("resize", {"width": 1, "colour": "red"})
     await backend.add(
-        [encode_message(TaskMessage(task_name="mail", payload={"to": "a", "cc": "b"}))]
+        "g", [encode_message(TaskMessage(task_name="mail", payload={"to": "a", "cc": "b"}))]
     )
     async with serving(runner):
         await wait_until(lambda: len(ran) == 2)
     assert sorted(ran, key=repr) == [Mail(to="a"), Resize(width=1)]
-    assert await backend.dead_letters() == []
+    assert await backend.dead_letters("g") == []
     with pytest.raises(InvalidTaskPayload, match="width: missing required field"):
         await runner.dispatch("resize", {"colour": "red"})  # still refused for what is missing
 
@@ -362,7 +363,7 @@ def test_a_method_awaited_under_asyncio_says_taskrunner_runs_on_trio(
     assert (info.value.method, info.value.library) == (f"TaskRunner.{method}", "asyncio")
     assert isinstance(info.value, RuntimeError)
     assert not runner.statistics().serving
-    assert trio.run(backend.length) == 0  # nothing was queued
+    assert trio.run(backend.length, runner.config.consumer_group) == 0  # nothing was queued
 
 
 def test_a_method_driven_by_no_event_loop_says_so() -> None:
@@ -394,7 +395,7 @@ async def two_applications(url: str) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(mail.serve)
             with trio.fail_after(10):  # the first read creates the consumer group
-                while not (await backend.get_metrics()).groups:  # noqa: ASYNC110 (no event)
+                while not (await backend.get_metrics("mail")).groups:  # noqa: ASYNC110 (no event)
                     await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
         await shop.dispatch_delayed("checkout", 1, 3600)

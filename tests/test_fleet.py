@@ -19,6 +19,7 @@ from taskrunner._leadership import lease_intervals
 from taskrunner._scheduler import sleep_time
 from taskrunner.backends import ConsumerInfo, GroupInfo
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.errors import BackendError
 
 TTL = 5.0
 RETRY_MAX = TTL / 2 * 1.1  # a follower's retry interval, with jitter
@@ -196,7 +197,7 @@ async def test_unique_lock_kept_across_a_retry_and_released_on_final_failure(
         await trio.sleep(0.1)
         assert attempts == 2
         await runner.dispatch("once")  # released by the final failure
-    assert len(await backend.dead_letters()) == 1
+    assert len(await backend.dead_letters("g")) == 1
 
 
 async def test_unique_lock_expires_if_its_worker_dies(
@@ -411,7 +412,7 @@ async def test_unique_key_sees_the_typed_payload_for_delayed_tasks_too(
     async with serving(runner):
         await wait_until(lambda: seen == [Account("ann")])
         await wait_until(lambda: runner.statistics().acked == 1)
-    assert await backend.dead_letters() == []
+    assert await backend.dead_letters("g") == []
 
 
 async def test_a_unique_key_that_is_not_a_string_is_refused_at_dispatch(
@@ -431,7 +432,7 @@ async def test_a_unique_key_that_is_not_a_string_is_refused_at_dispatch(
     with pytest.raises(InvalidTaskPayload, match="unique_key raised KeyError"):
         await runner.dispatch_delayed("job", {}, 1)
     assert backend.keys() == []
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
     assert await backend.next_delayed_at("g") is None
 
 
@@ -459,7 +460,7 @@ async def test_a_delayed_member_whose_key_cannot_be_computed_is_dead_lettered(
         await wait_until(lambda: runner.statistics().dead_lettered == 1)
         await runner.dispatch("fine")  # the leader's scheduler did not crash
         await wait_until(lambda: runner.statistics().completed == 1)
-    (dead,) = await backend.dead_letters()
+    (dead,) = await backend.dead_letters("g")
     assert dead.payload == member
 
 
@@ -485,3 +486,41 @@ async def test_a_short_delay_dispatched_on_a_follower_fires_on_time(
         await trio.sleep(10)
     assert ran[0] - sent == pytest.approx(0.2, abs=0.05)
     assert len(ran) == 1, "moved twice"
+
+
+class _FailingDue(Partition):
+    """A link on which the next ``failures`` ``due_delayed`` calls fail."""
+
+    failures = 0
+
+    async def due_delayed(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        if self.failures:
+            self.failures -= 1
+            raise BackendError("due_delayed failed")
+        return await self._backend.due_delayed(*args, **kwargs)
+
+
+async def test_a_failed_local_pass_is_retried_not_left_to_the_leaders_poll(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    leader = make_runner(backend)  # delayed_poll_interval 5 s
+    link = _FailingDue(backend)
+    follower = make_runner(link)
+    ran: list[float] = []
+    for runner in (leader, follower):
+
+        @runner.task(name="ping")
+        async def ping(payload: None) -> None:
+            ran.append(trio.current_time())
+
+    async with serving(leader):
+        await wait_until(lambda: leader.is_leader)
+        async with serving(follower):
+            await trio.sleep(1.3)  # the leader's scheduler is asleep until its next poll
+            sent = trio.current_time()
+            await follower.dispatch_delayed("ping", None, 0.2)
+            link.failures = 2  # the follower's local passes fail twice
+            await wait_until(lambda: bool(ran))
+    assert link.failures == 0, "the local pass never ran"
+    assert ran[0] - sent < 0.2 + 0.5, "fired at the leader's poll, not by a retried local pass"

@@ -379,7 +379,7 @@ class FakeHost:
 async def test_timing_statistics_reads_hash_and_stream() -> None:
     backend = MemoryBackend()
     await add_runs(backend, a=(300.0, 3), other=(9.0, 1))
-    await backend.add([b"x"] * 6)
+    await backend.add("g", [b"x"] * 6)
     result = await timing_statistics(backend, GROUP, ["a", "b"], workers=2, replication=3)
     assert result.avg_timing == 100.0
     assert dict(result.per_task_timing) == {"a": 100.0}
@@ -395,7 +395,7 @@ async def test_leader_tunes_publishes_and_logs(
     host = FakeHost(backend, config(long_queue_threshold=2.0))  # tick every 1 s
     # avg 10 ms, 160 queued, 10 workers: pwt 160 ms (> 1.5 * 100 -> target 100): 16
     await add_runs(backend, work=(100.0, 10))
-    await backend.add([b"x"] * 160)
+    await backend.add("g", [b"x"] * 160)
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
         await trio.sleep(0.9)
@@ -414,7 +414,7 @@ async def test_cooldown_holds_back_the_next_change(autojump_clock: trio.testing.
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=2.0, tuning_cooldown=10.0))
     await add_runs(backend, work=(100.0, 10))
-    await backend.add([b"x"] * 1000)  # pwt 1000 ms at 10 workers: 100 -> max 20
+    await backend.add("g", [b"x"] * 1000)  # pwt 1000 ms at 10 workers: 100 -> max 20
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
         await trio.sleep(1.1)
@@ -422,7 +422,7 @@ async def test_cooldown_holds_back_the_next_change(autojump_clock: trio.testing.
         # Queue drains: pwt 0 -> shrink 10% per decision, once per cooldown.
         entries = await backend.read(GROUP, "c", 1000, 0)
         await backend.ack(GROUP, [e.id for e in entries])
-        assert await backend.length() == 0
+        assert await backend.length("g") == 0
         await trio.sleep(30)
         nursery.cancel_scope.cancel()
     times = [t for t, _ in host.resizes]
@@ -435,7 +435,7 @@ async def test_follower_applies_published_value_and_never_tunes(
 ) -> None:
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=2.0, max_workers=16), leader=False)
-    await backend.add([b"x"] * 1000)
+    await backend.add("g", [b"x"] * 1000)
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
         await trio.sleep(3.5)
@@ -456,7 +456,7 @@ async def test_tuning_off_follows_nothing_and_publishes_nothing(
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=2.0, min_workers=0, max_workers=0))
     await backend.publish_tuning(GROUP, 3, 3600.0)
-    await backend.add([b"x"] * 1000)
+    await backend.add("g", [b"x"] * 1000)
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
         await trio.sleep(10)
@@ -479,7 +479,7 @@ async def test_long_queue_hook_fires_with_stats_and_a_raising_hook_is_not_fatal(
     cfg = config(long_queue_threshold=0.5, long_queue_hook=hook, min_workers=0, max_workers=0)
     host = FakeHost(backend, cfg)
     await add_runs(backend, work=(100.0, 1))
-    await backend.add([b"x"] * 60)  # 100 ms * 60 / 10 = 600 ms > 500 ms
+    await backend.add("g", [b"x"] * 60)  # 100 ms * 60 / 10 = 600 ms > 500 ms
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
         await trio.sleep(0.6)
@@ -501,10 +501,10 @@ async def test_plain_hook_is_called() -> None:
     seen: list[Stats] = []
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=0.1, long_queue_hook=seen.append))
-    await backend.add([b"x"] * 5)  # no timings: 1 ms fallback, 5 * 1 / 10 = 0.5 ms
+    await backend.add("g", [b"x"] * 5)  # no timings: 1 ms fallback, 5 * 1 / 10 = 0.5 ms
     await _aggregator.tick(host, AggregatorState(last_reset=0.0))
     assert seen == []
-    await backend.add([b"x"] * 1000)
+    await backend.add("g", [b"x"] * 1000)
     await _aggregator.tick(host, AggregatorState(last_reset=0.0))
     assert len(seen) == 1
 
@@ -600,7 +600,7 @@ async def test_backend_errors_are_never_fatal(
     backend.fail_reset = True
     backend.fail_publish = True
     await add_runs(backend, work=(100.0, 10))
-    await backend.add([b"x"] * 1000)
+    await backend.add("g", [b"x"] * 1000)
     async with trio.open_nursery() as nursery:
         await nursery.start(_aggregator.run, host)
         await trio.sleep(3.5)

@@ -223,12 +223,12 @@ class FlakyBackend(MemoryBackend):
     failure: Exception | None = None
     hang = False
 
-    async def get_metrics(self) -> QueueMetrics:
+    async def get_metrics(self, group: str) -> QueueMetrics:
         if self.hang:
             await trio.sleep_forever()
         if self.failure is not None:
             raise self.failure
-        return await super().get_metrics()
+        return await super().get_metrics(group)
 
 
 async def test_updater_survives_backend_errors(

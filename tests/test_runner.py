@@ -54,7 +54,7 @@ async def test_thousand_tasks_three_runners_each_processed_exactly_once(
     assert sorted(seen) == list(range(1000))
     assert set(seen.values()) == {1}, "some task ran more than once"
     assert all(by_runner[i] > 0 for i in range(3)), f"work was not shared: {by_runner}"
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
     info = await backend.group_info("g")
     assert info.pending == 0
     assert info.lag == 0
@@ -134,7 +134,7 @@ async def test_failing_task_is_retried_then_handed_to_the_handler(
     assert delivery.message.task_name == "flaky"
     assert [e.attempt for e, _ in errors if isinstance(e, TaskExecutionError)] == [1, 2, 3]
     assert (await backend.group_info("g")).pending == 0
-    assert await backend.dead_letters() == []
+    assert await backend.dead_letters("g") == []
     stats = runner.statistics()
     assert (stats.failed, stats.retried, stats.handled, stats.completed) == (3, 2, 1, 0)
 
@@ -166,7 +166,7 @@ async def test_handler_that_raises_leaves_the_message_pending(
         await trio.sleep(1)
         info = await backend.group_info("g")
         assert info.pending == 1, "a message whose handler raised must stay pending"
-        assert await backend.dead_letters() == []
+        assert await backend.dead_letters("g") == []
         # The runner is still alive and serving other work.
         await runner.dispatch("fine")
         await wait_until(lambda: runner.statistics().completed == 1)
@@ -187,13 +187,13 @@ async def test_dead_letter_without_a_handler(autojump_clock: trio.testing.MockCl
     async with serving(runner):
         await wait_until(lambda: runner.statistics().acked == 1)
 
-    (dead,) = await backend.dead_letters()
+    (dead,) = await backend.dead_letters("g")
     assert dead.message_id == message_id
     assert dead.group == "g"
     assert dead.error.startswith("TaskMaxRetryExceeded")
     assert dead.payload is not None
     assert b'"n":1' in dead.payload
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
     assert runner.statistics().dead_lettered == 1
 
 
@@ -208,19 +208,19 @@ async def test_bad_entries_go_to_the_failure_path_and_the_fetcher_keeps_going(
     async def good(payload: int) -> None:
         done.append(payload)
 
-    await backend.add([b"not json", b"[1, 2]", b'{"payload": 1}'])
-    backend.add_raw({"other": b"x"})
-    await backend.add([encode_message(TaskMessage(task_name="unknown_task"))])
+    await backend.add("g", [b"not json", b"[1, 2]", b'{"payload": 1}'])
+    backend.add_raw("g", {"other": b"x"})
+    await backend.add("g", [encode_message(TaskMessage(task_name="unknown_task"))])
     await runner.dispatch("good", 7)
     async with serving(runner):
         await wait_until(lambda: done == [7] and runner.statistics().acked == 6)
 
-    errors = [d.error for d in await backend.dead_letters()]
+    errors = [d.error for d in await backend.dead_letters("g")]
     assert len(errors) == 5
     assert sum(e.startswith("InvalidTaskPayload") for e in errors) == 4
     assert any("no 'payload' field" in e for e in errors)
     assert any(e.startswith("TaskNotFound") and "unknown_task" in e for e in errors)
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
 
 
 async def test_message_of_a_crashed_holder_is_reclaimed_after_reclaim_delay(
@@ -307,7 +307,7 @@ async def test_graceful_shutdown_finishes_running_tasks_and_acks_them(
     stats = runner.statistics()
     assert stats.acked == 4
     assert stats.serving is False
-    assert await backend.length() == 6  # the rest was never fetched
+    assert await backend.length("g") == 6  # the rest was never fetched
     assert (await backend.group_info("g")).pending == 0
 
 
@@ -399,7 +399,7 @@ async def test_typed_payloads_round_trip(autojump_clock: trio.testing.MockClock)
 
     with pytest.raises(InvalidTaskPayload, match="does not fit Email"):
         await runner.dispatch("send", {"nope": 1})
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
 
 
 async def test_dispatch_errors_queue_nothing(autojump_clock: trio.testing.MockClock) -> None:
@@ -421,7 +421,7 @@ async def test_dispatch_errors_queue_nothing(autojump_clock: trio.testing.MockCl
         await runner.dispatch("work", "x" * (9 * 1024 * 1024))
     with pytest.raises(InvalidTaskPayload):
         await runner.dispatch_many("work", [1, 2, {3}])
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
     assert issubclass(InvalidTaskPayload, TaskRunnerError)
 
 
@@ -545,7 +545,7 @@ async def test_a_unique_lock_is_given_back_when_the_add_fails(
     backend = MemoryBackend()
 
     class FailingAdd(Partition):
-        async def add(self, payloads: list[bytes]) -> list[str]:
+        async def add(self, group: str, payloads: list[bytes]) -> list[str]:
             raise BackendError("add failed", maybe_applied=False)  # e.g. an error reply
 
     runner = make_runner(FailingAdd(backend))  # type: ignore[arg-type]
@@ -632,7 +632,7 @@ async def test_a_failed_refresh_is_retried_on_the_next_tick(
             await wait_until(lambda: first.statistics().acked == 1, limit=200)
     assert FlakyRefresh.failures == 1
     assert runs == ["first"], "the running message was reclaimed and ran twice"
-    assert await backend.dead_letters() == []
+    assert await backend.dead_letters("g") == []
     assert second.statistics().reclaimed == 0
 
 
@@ -641,16 +641,16 @@ async def test_memory_flush_keeps_a_stream_another_group_reads(
 ) -> None:
     from taskrunner import admin
 
-    backend = MemoryBackend(delete_on_ack=False)
-    await backend.add([b"a", b"b"])
+    backend = MemoryBackend(prefix="shared", delete_on_ack=False)
+    await backend.add("A", [b"a", b"b"])
     await backend.read("A", "ca", 10, 0)
     await backend.read("B", "cb", 1, 0)
     await admin.flush(backend, "A", confirm=True)
-    assert await backend.length() == 2
+    assert await backend.length("B") == 2
     info = await backend.group_info("B")
     assert (info.pending, info.lag) == (1, 1)
     await admin.flush(backend, "B", confirm=True)
-    assert await backend.length() == 0
+    assert await backend.length("B") == 0
 
 
 async def test_configure_reclaim_delay_keeps_reservation_timeouts_below_it() -> None:
@@ -704,8 +704,8 @@ async def test_a_unique_lock_is_kept_when_the_add_may_have_happened(
     class SlowReply(MemoryBackend):
         lose_reply = False
 
-        async def add(self, payloads: Sequence[bytes]) -> list[str]:
-            ids = await super().add(payloads)  # applied...
+        async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
+            ids = await super().add(group, payloads)  # applied...
             await trio.sleep(1)  # ...and the reply is on its way
             if self.lose_reply:
                 raise BackendError("connection lost while waiting for the reply")
@@ -723,7 +723,7 @@ async def test_a_unique_lock_is_kept_when_the_add_may_have_happened(
     backend.lose_reply = True
     with pytest.raises(BackendError, match="connection lost"):
         await runner.dispatch("job", 2)
-    assert await backend.length() == 2
+    assert await backend.length("g") == 2
     for n in (1, 2):
         with pytest.raises(TaskAlreadyDispatched):
             await runner.dispatch("job", n)

@@ -214,7 +214,8 @@ async def idle_group(redis_url: str) -> None:
     """A group that served once (its first read created the consumer group) and has no
     instance now. (A group not on the server at all is refused: test_first_errors.)"""
     async with RedisBackend.from_url(redis_url) as backend:
-        await backend.client.execute("XGROUP", "CREATE", backend.stream_key, GROUP, "0", "MKSTREAM")
+        stream = backend.stream_keys(GROUP).stream
+        await backend.client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
 
 
 async def test_once_prints_one_frame(redis_url: str) -> None:
@@ -240,7 +241,7 @@ def test_cli_once_and_errors(redis_url: str) -> None:
     trio.run(idle_group, redis_url)
     ok = run("--url", redis_url, "--group", GROUP, "--once")
     assert ok.returncode == 0, ok.stderr
-    assert f"group {GROUP} on taskrunner:tasks" in ok.stdout
+    assert f"group {GROUP} on taskrunner:{GROUP}:tasks" in ok.stdout  # the group's own stream
     assert "\x1b[" not in ok.stdout  # not a terminal: plain text
 
     bad = run("--url", "http://nope", "--group", GROUP, "--once")

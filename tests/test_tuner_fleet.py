@@ -63,7 +63,7 @@ async def test_stats_from_a_known_workload(autojump_clock: trio.testing.MockCloc
         # 15 queued (the stream length counts the one running until its ack):
         # the prediction is avg * queue_len / (workers * rf).
         await runner.dispatch_many("half_second", [None] * 15)
-        assert await backend.length() == 15
+        assert await backend.length("g") == 15
         stats = await runner.get_timing_statistics()
         assert stats.predicted_wait_time == pytest.approx(500.0 * 15 / (1 * rf), rel=0.01)
         await wait_until(lambda: runner.statistics().acked == 31)

@@ -172,7 +172,7 @@ async def test_dispatch_writes_the_literal_bytes(autojump_clock: trio.testing.Mo
         Task(name="echo", action=_noop, unique=True, unique_for=60, unique_key=lambda p: p["key"])
     )
     await runner.dispatch("echo", {"key": "A-17"})
-    (entry,) = await backend.read("reader", "c", 10, 0)
+    (entry,) = await backend.read("g", "c", 10, 0)
     assert entry.payload is not None
     token = decode_message(entry.payload).unique_lock_value
     assert re.fullmatch("[0-9a-f]{32}", token), token
@@ -214,7 +214,7 @@ async def test_a_go_message_releases_its_lock(autojump_clock: trio.testing.MockC
         ran.append(payload)
 
     assert await backend.acquire_lock("taskrunner:unique:echo:A-17", GO_TOKEN, 60)  # as Go does
-    await backend.add([GO_UNIQUE_MESSAGE])
+    await backend.add("g", [GO_UNIQUE_MESSAGE])
     async with serving(runner):
         await wait_until(lambda: runner.statistics().acked == 1)
     assert ran == [{"key": "A-17"}]

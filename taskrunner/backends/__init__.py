@@ -4,6 +4,7 @@
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
 """
 
+from taskrunner._keys import StreamKeys as StreamKeys
 from taskrunner._wire import TimingFields as TimingFields
 from taskrunner._wire import TimingIncrement as TimingIncrement
 from taskrunner.backends._protocols import Backend as Backend

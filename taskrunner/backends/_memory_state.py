@@ -24,7 +24,7 @@ from taskrunner.backends._protocols import DelayedMove
 class MemoryState:
     """A :class:`~taskrunner.backends.SharedState` held in process memory."""
 
-    def __init__(self, add_entry: Callable[[bytes], str]) -> None:
+    def __init__(self, add_entry: Callable[[str, bytes], str]) -> None:
         self._add_entry = add_entry
         self._strings: dict[str, tuple[str, float]] = {}  # key -> (value, expires_at)
         self._delayed: dict[str, dict[bytes, float]] = {}
@@ -117,7 +117,7 @@ class MemoryState:
             ):
                 continue
             del members[move.member]
-            self._add_entry(move.message)
+            self._add_entry(group, move.message)
             moved += 1
         return moved
 
@@ -143,9 +143,22 @@ class MemoryState:
             stored[name] = 0
 
     # Heartbeats -----------------------------------------------------------
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
         await trio.lowlevel.checkpoint()
-        self._strings[_keys.replication(host)] = (instance_id, trio.current_time() + ttl)
+        key = _keys.replication(host)
+        holder = self._get(key)
+        if holder is not None and holder != instance_id:
+            return holder
+        self._strings[key] = (instance_id, trio.current_time() + ttl)
+        return None
+
+    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+        await trio.lowlevel.checkpoint()
+        key = _keys.replication(host)
+        holder = self._get(key)
+        if holder is None:
+            return None
+        return holder, self._strings[key][1] - trio.current_time()
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:
         await trio.lowlevel.checkpoint()

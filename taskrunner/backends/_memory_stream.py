@@ -1,14 +1,18 @@
-"""The in-memory stream: a faithful small model of a Redis stream with groups.
+"""The in-memory streams: a faithful small model of Redis streams with groups.
 
-Theory of operation: entries live in a dict keyed by a global sequence number
-(insertion order is id order). Each group keeps a cursor (the last sequence
-delivered) and a pending list mapping id -> (consumer, last delivery time,
-delivery count). Reading new entries walks forward from the cursor, skipping
-deleted ones, so each entry is visited once per group. Blocked readers park
-on one ParkingLot that every ``add`` wakes. Every time comes from
-``trio.current_time()``, so ``MockClock`` drives idle times, reclaim and
-blocking reads deterministically. Every method is a checkpoint, like a real
-network call, so simulated fleets interleave fairly.
+Theory of operation: each consumer group is resolved to a stream key exactly
+as on Redis (``taskrunner._keys.stream_keys``), and each stream key to one
+:class:`_Stream`, so one backend holds several groups' streams and groups
+configured with one prefix share one. In a stream, entries live in a dict
+keyed by a sequence number (insertion order is id order). Each group keeps a
+cursor (the last sequence delivered) and a pending list mapping id ->
+(consumer, last delivery time, delivery count). Reading new entries walks
+forward from the cursor, skipping deleted ones, so each entry is visited once
+per group. Blocked readers park on their stream's ParkingLot, which every
+``add`` to it wakes. Every time comes from ``trio.current_time()``, so
+``MockClock`` drives idle times, reclaim and blocking reads deterministically.
+Every method is a checkpoint, like a real network call, so simulated fleets
+interleave fairly.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Sequence
 import attrs
 import trio
 
+from taskrunner import _keys
+from taskrunner._keys import StreamKeys
 from taskrunner.backends._protocols import (
     ConsumerInfo,
     DeadLetter,
@@ -45,57 +51,92 @@ class _Group:
     consumers: dict[str, float] = attrs.Factory(dict)  # name -> last seen
 
 
+@attrs.define(eq=False)
+class _Stream:
+    """One stream: its entries, groups, claim-delay ring and dead letters."""
+
+    entries: dict[int, tuple[str, bytes | None, float]] = attrs.Factory(dict)
+    """seq -> (id, payload, add time)."""
+    seq_of: dict[str, int] = attrs.Factory(dict)
+    last_seq: int = 0
+    groups: dict[str, _Group] = attrs.Factory(dict)
+    lot: trio.lowlevel.ParkingLot = attrs.Factory(trio.lowlevel.ParkingLot)
+    ring: deque[float] = attrs.Factory(lambda: deque(maxlen=RING_SIZE))
+    dead: list[DeadLetter] = attrs.Factory(list)
+
+    def group(self, name: str) -> _Group:
+        g = self.groups.get(name)
+        if g is None:
+            g = self.groups[name] = _Group()
+        return g
+
+    def add(self, payload: bytes | None) -> str:
+        self.last_seq += 1
+        now = trio.current_time()
+        entry_id = f"{int(now * 1000)}-{self.last_seq}"
+        self.entries[self.last_seq] = (entry_id, payload, now)
+        self.seq_of[entry_id] = self.last_seq
+        return entry_id
+
+    def clear(self) -> None:
+        """Forget every entry, group and dead letter (``DEL`` of the keys)."""
+        self.entries.clear()
+        self.seq_of.clear()
+        self.groups.clear()
+        self.ring.clear()
+        self.dead.clear()
+
+
 class MemoryStream:
     """A :class:`~taskrunner.backends.MessageQueue` held in process memory."""
 
-    def __init__(self, *, delete_on_ack: bool = True) -> None:
+    def __init__(
+        self, *, prefix: str | None = None, queue: str = "tasks", delete_on_ack: bool = True
+    ) -> None:
+        self.prefix = prefix
+        self.queue = queue
         self.delete_on_ack = delete_on_ack
-        self._entries: dict[int, tuple[str, bytes | None, float]] = {}  # seq -> (id, payload, t)
-        self._seq_of: dict[str, int] = {}
-        self._last_seq = 0
-        self._groups: dict[str, _Group] = {}
-        self._lot = trio.lowlevel.ParkingLot()
-        self._ring: deque[float] = deque(maxlen=RING_SIZE)
-        self._dead: list[DeadLetter] = []
+        self._stream_keys: dict[str, StreamKeys] = {}
+        self._streams: dict[str, _Stream] = {}  # by stream key
 
-    def _next_id(self) -> tuple[int, str]:
-        self._last_seq += 1
-        return self._last_seq, f"{int(trio.current_time() * 1000)}-{self._last_seq}"
+    def stream_keys(self, group: str) -> StreamKeys:
+        """The stream, dead-letter stream and ring of ``group`` (cached)."""
+        keys = self._stream_keys.get(group)
+        if keys is None:
+            keys = self._stream_keys[group] = _keys.stream_keys(self.prefix, group, self.queue)
+        return keys
 
-    def _group(self, group: str) -> _Group:
-        g = self._groups.get(group)
-        if g is None:
-            g = self._groups[group] = _Group()
-        return g
+    def _stream(self, group: str) -> _Stream:
+        """The stream ``group`` reads (created empty on first use)."""
+        key = self.stream_keys(group).stream
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream()
+        return stream
 
-    async def add(self, payloads: Sequence[bytes]) -> list[str]:
+    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
         await trio.lowlevel.checkpoint()
-        now = trio.current_time()
-        ids = []
-        for payload in payloads:
-            seq, entry_id = self._next_id()
-            self._entries[seq] = (entry_id, payload, now)
-            self._seq_of[entry_id] = seq
-            ids.append(entry_id)
+        stream = self._stream(group)
+        ids = [stream.add(payload) for payload in payloads]
         if ids:
-            self._lot.unpark_all()
+            stream.lot.unpark_all()
         return ids
 
-    def add_raw(self, fields: dict[str, bytes]) -> str:
-        """Add an entry with arbitrary fields (for tests of malformed input): only
-        ``payload`` is kept; an entry without it is read with ``payload=None``."""
-        seq, entry_id = self._next_id()
-        self._entries[seq] = (entry_id, fields.get("payload"), trio.current_time())
-        self._seq_of[entry_id] = seq
-        self._lot.unpark_all()
+    def add_raw(self, group: str, fields: dict[str, bytes]) -> str:
+        """Add an entry with arbitrary fields to ``group``'s stream (for tests of
+        malformed input): only ``payload`` is kept; an entry without it is read
+        with ``payload=None``."""
+        stream = self._stream(group)
+        entry_id = stream.add(fields.get("payload"))
+        stream.lot.unpark_all()
         return entry_id
 
-    def _take_new(self, g: _Group, consumer: str, count: int) -> list[QueueEntry]:
+    def _take_new(self, s: _Stream, g: _Group, consumer: str, count: int) -> list[QueueEntry]:
         out: list[QueueEntry] = []
         now = trio.current_time()
         seq = g.cursor
-        entries = self._entries
-        while len(out) < count and seq < self._last_seq:
+        entries = s.entries
+        while len(out) < count and seq < s.last_seq:
             seq += 1
             entry = entries.get(seq)
             if entry is None:
@@ -103,40 +144,43 @@ class MemoryStream:
             entry_id, payload, added_at = entry
             g.pending[entry_id] = _Pending(consumer, now, 1)
             out.append(QueueEntry(id=entry_id, payload=payload, delivery_count=1))
-            self._ring.append((now - added_at) * 1e9)
+            s.ring.append((now - added_at) * 1e9)
         g.cursor = seq
         return out
 
     async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
-        g = self._group(group)
+        s = self._stream(group)
+        g = s.group(group)
         deadline = trio.current_time() + block
         while True:
             g.consumers[consumer] = trio.current_time()
-            got = self._take_new(g, consumer, count)
+            got = self._take_new(s, g, consumer, count)
             if got or trio.current_time() >= deadline:
                 return got
             with trio.move_on_at(deadline):
-                await self._lot.park()
+                await s.lot.park()
 
     async def ack(self, group: str, ids: Sequence[str]) -> int:
         await trio.lowlevel.checkpoint()
-        g = self._groups.get(group)
+        s = self._stream(group)
+        g = s.groups.get(group)
         acked = 0
         for entry_id in ids:
             if g is not None and g.pending.pop(entry_id, None) is not None:
                 acked += 1
             if self.delete_on_ack:
-                seq = self._seq_of.pop(entry_id, None)
+                seq = s.seq_of.pop(entry_id, None)
                 if seq is not None:
-                    del self._entries[seq]
+                    del s.entries[seq]
         return acked
 
     async def claim_stale(
         self, group: str, consumer: str, min_idle: float, count: int
     ) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
-        g = self._group(group)
+        s = self._stream(group)
+        g = s.group(group)
         now = trio.current_time()
         g.consumers[consumer] = now
         out: list[QueueEntry] = []
@@ -145,20 +189,19 @@ class MemoryStream:
         for entry_id in stale:
             if len(out) >= count:
                 break
-            seq = self._seq_of.get(entry_id)
+            seq = s.seq_of.get(entry_id)
             if seq is None:  # deleted from the stream: Redis drops it from the PEL too
                 del g.pending[entry_id]
                 continue
             p = g.pending[entry_id]
             p.consumer, p.delivered_at, p.count = consumer, now, p.count + 1
-            out.append(
-                QueueEntry(id=entry_id, payload=self._entries[seq][1], delivery_count=p.count)
-            )
+            out.append(QueueEntry(id=entry_id, payload=s.entries[seq][1], delivery_count=p.count))
         return out
 
     async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
         await trio.lowlevel.checkpoint()
-        g = self._group(group)
+        s = self._stream(group)
+        g = s.group(group)
         now = trio.current_time()
         g.consumers[consumer] = now
         done = []
@@ -166,18 +209,22 @@ class MemoryStream:
             p = g.pending.get(entry_id)
             if p is None:
                 continue
-            if entry_id not in self._seq_of:  # deleted: XCLAIM (Redis >= 7) drops it too
+            if entry_id not in s.seq_of:  # deleted: XCLAIM (Redis >= 7) drops it too
                 del g.pending[entry_id]
                 continue
             p.consumer, p.delivered_at = consumer, now
             done.append(entry_id)
         return done
 
-    async def length(self) -> int:
+    async def length(self, group: str) -> int:
         await trio.lowlevel.checkpoint()
-        return len(self._entries)
+        return len(self._stream(group).entries)
 
-    def _group_info(self, name: str, g: _Group) -> GroupInfo:
+    async def stream_groups(self, group: str) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return sorted(self._stream(group).groups)
+
+    def _group_info(self, s: _Stream, name: str, g: _Group) -> GroupInfo:
         now = trio.current_time()
         per_consumer = dict.fromkeys(g.consumers, 0)
         for p in g.pending.values():
@@ -186,19 +233,20 @@ class MemoryStream:
             ConsumerInfo(name=c, pending=n, idle=now - g.consumers.get(c, now))
             for c, n in sorted(per_consumer.items())
         )
-        lag = sum(1 for seq in self._entries if seq > g.cursor)
+        lag = sum(1 for seq in s.entries if seq > g.cursor)
         return GroupInfo(name=name, pending=len(g.pending), lag=lag, consumers=consumers)
 
     async def group_info(self, group: str) -> GroupInfo:
         await trio.lowlevel.checkpoint()
-        g = self._groups.get(group)
+        s = self._stream(group)
+        g = s.groups.get(group)
         if g is None:
             return GroupInfo(name=group, pending=0, lag=0)
-        return self._group_info(group, g)
+        return self._group_info(s, group, g)
 
     async def delete_consumer(self, group: str, consumer: str) -> int:
         await trio.lowlevel.checkpoint()
-        g = self._groups.get(group)
+        g = self._stream(group).groups.get(group)
         if g is None:
             return 0
         mine = [i for i, p in g.pending.items() if p.consumer == consumer]
@@ -207,33 +255,48 @@ class MemoryStream:
         g.consumers.pop(consumer, None)
         return len(mine)
 
-    async def get_metrics(self) -> QueueMetrics:
+    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
         await trio.lowlevel.checkpoint()
-        ring = list(self._ring)
+        # No checkpoint from here on: the check and the delete are one step.
+        g = self._stream(group).groups.get(group)
+        if g is None or consumer not in g.consumers:
+            return False
+        if trio.current_time() - g.consumers[consumer] < min_idle:
+            return False
+        if any(p.consumer == consumer for p in g.pending.values()):
+            return False
+        del g.consumers[consumer]
+        return True
+
+    async def get_metrics(self, group: str) -> QueueMetrics:
+        await trio.lowlevel.checkpoint()
+        s = self._stream(group)
+        ring = list(s.ring)
         avg = sum(ring) / len(ring) if ring else 0.0
         std = math.sqrt(sum((x - avg) ** 2 for x in ring) / len(ring)) if ring else 0.0
         return QueueMetrics(
-            queue_size=len(self._entries),
+            queue_size=len(s.entries),
             message_claim_delay_avg=avg,
             message_claim_delay_std=std,
             message_claim_delay_max=max(ring, default=0.0),
             message_claim_delay_last=ring[-1] if ring else 0.0,
-            groups=tuple(self._group_info(n, g) for n, g in sorted(self._groups.items())),
+            groups=tuple(self._group_info(s, n, g) for n, g in sorted(s.groups.items())),
         )
 
     async def dead_letter(
         self, group: str, message_id: str, payload: bytes | None, error: str
     ) -> str:
         await trio.lowlevel.checkpoint()
-        dead_id = f"{int(trio.current_time() * 1000)}-{len(self._dead) + 1}"
-        self._dead.append(
+        dead = self._stream(group).dead
+        dead_id = f"{int(trio.current_time() * 1000)}-{len(dead) + 1}"
+        dead.append(
             DeadLetter(id=dead_id, message_id=message_id, group=group, payload=payload, error=error)
         )
         return dead_id
 
-    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
+    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
         await trio.lowlevel.checkpoint()
-        return self._dead[:count]
+        return self._stream(group).dead[:count]
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

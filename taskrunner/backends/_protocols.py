@@ -1,10 +1,16 @@
 """The two interfaces a backend implements; their docstrings are the spec.
 
-A backend is one object that is both a :class:`MessageQueue` (one stream with
-consumer groups, like a Redis stream) and a :class:`SharedState` (the small
+A backend is one object that is both a :class:`MessageQueue` (streams with
+consumer groups, like Redis streams) and a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
 locks, the published pool size). ``taskrunner.testing`` holds the contract
 suite every backend must pass.
+
+Every queue method takes the consumer ``group`` first: the backend resolves
+it to the stream that group reads (:meth:`MessageQueue.stream_keys`). By
+default each group has a stream of its own; a backend configured with an
+explicit prefix gives every group the same one, and the groups then each
+receive every entry.
 
 Conventions for every method:
 
@@ -25,6 +31,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
 
 
@@ -104,14 +111,25 @@ class DelayedMove:
 
 @runtime_checkable
 class MessageQueue(Protocol):
-    """One stream read by consumer groups, with a pending list per consumer.
+    """Streams read by consumer groups, with a pending list per consumer.
 
     Delivery is at-least-once: an entry read but never acked is delivered again
     (to any consumer of the group) once :meth:`claim_stale` finds it idle.
     """
 
-    async def add(self, payloads: Sequence[bytes]) -> list[str]:
-        """Append one entry per payload (field ``payload``), in order.
+    def stream_keys(self, group: str) -> StreamKeys:
+        """The stream (and its dead-letter stream and claim-delay ring) that
+        ``group`` reads: the one place a backend decides it. Pure and cached;
+        two groups share a stream exactly when their keys are equal.
+
+        Raises:
+            ValueError: the group cannot be given a stream (see
+                :func:`taskrunner._keys.stream_keys`).
+        """
+        ...
+
+    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
+        """Append one entry per payload (field ``payload``) to the group's stream, in order.
 
         Returns:
             Their ids, in order.
@@ -173,8 +191,13 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def length(self) -> int:
-        """Entries in the stream (acked entries count until deleted)."""
+    async def length(self, group: str) -> int:
+        """Entries in the group's stream (acked entries count until deleted)."""
+        ...
+
+    async def stream_groups(self, group: str) -> list[str]:
+        """Names of every consumer group that reads ``group``'s stream, sorted
+        (``group`` itself included once it exists; none when the stream does not)."""
         ...
 
     async def group_info(self, group: str) -> GroupInfo:
@@ -183,23 +206,37 @@ class MessageQueue(Protocol):
         ...
 
     async def delete_consumer(self, group: str, consumer: str) -> int:
-        """Remove a consumer from the group; its pending entries are dropped
-        from the pending list (claim them first to keep them).
+        """Remove a consumer from the group, unconditionally: its pending
+        entries are dropped from the pending list (claim them first to keep
+        them). For tools and tests; the runner uses :meth:`delete_idle_consumer`.
 
         Returns:
             How many pending entries it had.
         """
         ...
 
-    async def get_metrics(self) -> QueueMetrics:
-        """Queue size, claim-delay statistics over the newest 1,000 deliveries,
-        and every group's pending/lag/consumers."""
+    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
+        """Remove a consumer only if it has nothing pending and has been idle
+        for at least ``min_idle`` seconds, checked and done in one atomic step
+        (a read by that consumer can never fall between the check and the
+        delete, so no pending entry is ever dropped).
+
+        Returns:
+            Whether it was removed (``False`` for an unknown group or consumer).
+
+        Cancellation: the consumer may have been removed; a repeat returns ``False``.
+        """
+        ...
+
+    async def get_metrics(self, group: str) -> QueueMetrics:
+        """The group's stream: its size, claim-delay statistics over the newest
+        1,000 deliveries, and the pending/lag/consumers of every group reading it."""
         ...
 
     async def dead_letter(
         self, group: str, message_id: str, payload: bytes | None, error: str
     ) -> str:
-        """Append a failed entry to the dead-letter stream.
+        """Append a failed entry to the group's dead-letter stream.
 
         Returns:
             Its id in the dead-letter stream.
@@ -208,8 +245,9 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
-        """The oldest ``count`` entries of the dead-letter stream."""
+    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
+        """The oldest ``count`` entries of the group's dead-letter stream (shared,
+        like the stream, with the other groups that read it)."""
         ...
 
 
@@ -257,7 +295,7 @@ class SharedState(Protocol):
     async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
         """Atomically, for each move: if the member is still in the set and its
         lock (if any) can be taken, remove the member and add its message to
-        the stream. A process that dies mid-call moves all or none.
+        the group's stream. A process that dies mid-call moves all or none.
 
         Returns:
             How many members were moved.
@@ -290,8 +328,23 @@ class SharedState(Protocol):
         ...
 
     # Replication heartbeats ---------------------------------------------
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
-        """Set this instance's heartbeat key with a lifetime of ``ttl``."""
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+        """Set the host's heartbeat key to ``instance_id`` with a lifetime of
+        ``ttl``, unless it holds another instance's id: atomically, so two
+        instances of one host never both believe they hold it.
+
+        Returns:
+            ``None`` when the key was set (or renewed); else the id it holds,
+            and the key is left alone.
+
+        Cancellation: the key may have been set; a repeat renews it.
+        """
+        ...
+
+    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+        """The instance id in the host's heartbeat key and its seconds left, or
+        ``None`` when there is no live key. A holder that renews its key shows
+        as seconds left going up again."""
         ...
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:

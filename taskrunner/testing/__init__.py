@@ -32,11 +32,16 @@ few tenths of a second with at least 0.1 s between what must and what must
 not have happened, so the same check is exact under trio's ``MockClock``
 (instant with ``autojump_clock``) and reliable against a real server in real
 time (the whole suite takes a few seconds there). Every group, consumer, key
-and host name is random, so checks do not collide in shared state. The stream
-is the one thing a backend instance has only one of: a check starts from a
-group whose cursor is already at the end of the stream (see ``_fresh_group``)
-and measures lengths as differences, so leftovers from earlier checks are
-harmless, but nobody else may write to that stream while a check runs.
+and host name is random, so checks do not collide in shared state. A group's
+stream is shared with every other group when the backend has an explicit
+prefix, so a check starts from a group whose cursor is already at the end of
+its stream (see ``_fresh_group``) and measures lengths as differences:
+leftovers from earlier checks are harmless, but nobody else may write to that
+stream while a check runs.
+Checks that need two groups on one stream (``check_groups_each_get_every_entry``,
+the deleted-entry checks) compare ``stream_keys``: on a backend that gives each
+group a stream of its own they check that the groups stay apart instead, so
+run the suite on both layouts (the default, and an explicit shared ``prefix``).
 
 Whether ``ack`` deletes entries is a backend setting, not part of the
 protocol: the checks read a ``delete_on_ack`` attribute from the backend and
@@ -60,12 +65,14 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from taskrunner._partition import PartitionedBackend
+from taskrunner.testing._admin_checks import check_flush  # noqa: F401 - registers the check
 from taskrunner.testing._harness import CHECK_TIMEOUT, ContractCheck, _registry
 from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing registers the checks
     check_claim_stale,
     check_claim_stale_drops_deleted_entries,
     check_dead_letters,
     check_delete_consumer,
+    check_delete_idle_consumer,
     check_get_metrics,
     check_group_info_consumer_idle,
     check_group_info_pending_and_lag,
@@ -74,6 +81,7 @@ from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing regis
 )
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
+    check_heartbeat_holder,
     check_heartbeats,
     check_lease_expiry,
     check_lease_ownership,
@@ -109,7 +117,7 @@ __all__ = [
 ]
 
 
-_MODULE_ORDER = ("_stream_checks", "_reclaim_checks", "_state_checks")
+_MODULE_ORDER = ("_stream_checks", "_reclaim_checks", "_state_checks", "_admin_checks")
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     sorted(
         _registry,

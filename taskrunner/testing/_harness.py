@@ -97,6 +97,11 @@ def _ids(entries: Sequence[QueueEntry]) -> list[str]:
     return [e.id for e in entries]
 
 
+def _shares_stream(backend: Backend, group: str, other: str) -> bool:
+    """Whether the backend gives both groups one stream (an explicit shared prefix)."""
+    return backend.stream_keys(group) == backend.stream_keys(other)
+
+
 def _delete_on_ack(backend: Backend) -> bool:
     return bool(getattr(backend, "delete_on_ack", False))
 

@@ -15,6 +15,7 @@ from taskrunner.testing._harness import (
     _fresh_group,
     _ids,
     _name,
+    _shares_stream,
     _within,
 )
 
@@ -31,7 +32,7 @@ async def check_claim_stale(backend: Backend) -> None:
     count and resets the idle time."""
     group = await _fresh_group(backend)
     c1, c2, c3 = _name("c1"), _name("c2"), _name("c3")
-    e1, e2, e3 = await backend.add([b"e1", b"e2", b"e3"])
+    e1, e2, e3 = await backend.add(group, [b"e1", b"e2", b"e3"])
     read_12 = trio.current_time()
     await backend.read(group, c1, 2, 0)  # e1, e2 at t=0
     await trio.sleep(0.2)
@@ -74,20 +75,24 @@ async def check_claim_stale_drops_deleted_entries(backend: Backend) -> None:
     """A pending id whose entry was deleted from the stream is dropped from the
     pending list by ``claim_stale`` and not returned.
 
-    Entries are deleted here by acking in another group with
-    ``delete_on_ack``; without it the entry must still be claimable.
+    Entries are deleted here by acking in another group of the same stream
+    with ``delete_on_ack``; without it the entry must still be claimable. When
+    the backend gives each group a stream of its own, an ack in the other
+    group must leave this group's entries alone, delete_on_ack or not.
     """
     deletes = _delete_on_ack(backend)
     g_ack, g_claim = await _fresh_group(backend), await _fresh_group(backend)
-    ids = await backend.add([b"deleted", b"kept"])
+    shared = _shares_stream(backend, g_ack, g_claim)
+    ids = await backend.add(g_claim, [b"deleted", b"kept"])
     await backend.read(g_ack, _name("consumer"), 10, 0)
     await backend.read(g_claim, _name("consumer"), 10, 0)
     await backend.ack(g_ack, ids[:1])
     await trio.sleep(0.3)
     got = await backend.claim_stale(g_claim, _name("claimer"), 0.2, 10)
-    expected = ids[1:] if deletes else ids
+    expected = ids[1:] if deletes and shared else ids
     assert _ids(got) == expected, (
-        f"with delete_on_ack={deletes}, claim_stale must return {expected!r}, got {_ids(got)!r}"
+        f"with delete_on_ack={deletes} and {'one stream' if shared else 'a stream each'}, "
+        f"claim_stale must return {expected!r}, got {_ids(got)!r}"
     )
     assert all(e.payload is not None for e in got), f"claimed a deleted entry: {got!r}"
     pending = (await backend.group_info(g_claim)).pending
@@ -104,7 +109,7 @@ async def check_refresh(backend: Backend) -> None:
     changing the delivery count."""
     group = await _fresh_group(backend)
     c1, c2, c3 = _name("c1"), _name("c2"), _name("c3")
-    a, b = await backend.add([b"a", b"b"])
+    a, b = await backend.add(group, [b"a", b"b"])
     await backend.read(group, c1, 10, 0)
     await backend.ack(group, [b])
     await trio.sleep(0.4)  # a is idle 0.4 >= 0.3: claimable, were it not refreshed
@@ -136,19 +141,23 @@ async def check_refresh_drops_deleted_entries(backend: Backend) -> None:
     """Like ``claim_stale``, ``refresh`` drops a pending id whose entry was
     deleted from the stream and does not return it (``XCLAIM`` on Redis >= 7).
 
-    Entries are deleted here by acking in another group with
-    ``delete_on_ack``; without it the entry must still be refreshed.
+    Entries are deleted here by acking in another group of the same stream
+    with ``delete_on_ack``; without it the entry must still be refreshed. When
+    the backend gives each group a stream of its own, an ack in the other
+    group must leave this group's entries alone.
     """
     deletes = _delete_on_ack(backend)
     g_ack, g_refresh = await _fresh_group(backend), await _fresh_group(backend)
-    ids = await backend.add([b"deleted", b"kept"])
+    shared = _shares_stream(backend, g_ack, g_refresh)
+    ids = await backend.add(g_refresh, [b"deleted", b"kept"])
     await backend.read(g_ack, _name("consumer"), 10, 0)
     await backend.read(g_refresh, _name("consumer"), 10, 0)
     await backend.ack(g_ack, ids[:1])
     got = await backend.refresh(g_refresh, _name("refresher"), ids)
-    expected = ids[1:] if deletes else ids
+    expected = ids[1:] if deletes and shared else ids
     assert got == expected, (
-        f"with delete_on_ack={deletes}, refresh must return {expected!r}, got {got!r}"
+        f"with delete_on_ack={deletes} and {'one stream' if shared else 'a stream each'}, "
+        f"refresh must return {expected!r}, got {got!r}"
     )
     pending = (await backend.group_info(g_refresh)).pending
     assert pending == len(expected), (
@@ -168,7 +177,7 @@ async def check_group_info_pending_and_lag(backend: Backend) -> None:
     c1, c2 = _name("c1"), _name("c2")
     info = await backend.group_info(group)
     assert (info.name, info.pending, info.lag) == (group, 0, 0), f"fresh group: {info!r}"
-    ids = await backend.add([b"a", b"b", b"c"])
+    ids = await backend.add(group, [b"a", b"b", b"c"])
     info = await backend.group_info(group)
     assert (info.pending, info.lag) == (0, 3), f"after adding 3: {info!r}"
     await backend.read(group, c1, 2, 0)
@@ -193,10 +202,10 @@ async def check_group_info_consumer_idle(backend: Backend) -> None:
     """
     group = await _fresh_group(backend)
     c1, c2 = _name("c1"), _name("c2")
-    (a,) = await backend.add([b"a"])
+    (a,) = await backend.add(group, [b"a"])
     await backend.read(group, c1, 10, 0)
     await trio.sleep(0.3)
-    await backend.add([b"b"])
+    await backend.add(group, [b"b"])
     c2_read = trio.current_time()
     await backend.read(group, c2, 10, 0)
     consumers = _consumers(await backend.group_info(group))
@@ -218,8 +227,8 @@ async def check_delete_consumer(backend: Backend) -> None:
     the stream entries) and returns how many it had; unknown consumers give 0."""
     group = await _fresh_group(backend)
     c1, c2 = _name("c1"), _name("c2")
-    base = await backend.length()
-    ids = await backend.add([b"a", b"b", b"c"])
+    base = await backend.length(group)
+    ids = await backend.add(group, [b"a", b"b", b"c"])
     await backend.read(group, c1, 2, 0)
     await backend.read(group, c2, 10, 0)
     assert await backend.delete_consumer(group, c1) == 2, "c1 had 2 pending entries"
@@ -228,9 +237,38 @@ async def check_delete_consumer(backend: Backend) -> None:
     assert c1 not in _consumers(info), f"c1 is still listed: {info!r}"
     assert await backend.delete_consumer(group, c1) == 0, "deleting again must return 0"
     assert await backend.delete_consumer(group, _name("nobody")) == 0, "unknown consumer"
-    assert await backend.length() == base + 3, "delete_consumer must not delete stream entries"
+    assert await backend.length(group) == base + 3, "delete_consumer must not delete stream entries"
     got = await backend.claim_stale(group, _name("claimer"), 0, 10)
     assert _ids(got) == ids[2:], f"only c2's entry is still pending, claimed {_ids(got)!r}"
+
+
+@_contract_check
+async def check_delete_idle_consumer(backend: Backend) -> None:
+    """``delete_idle_consumer`` removes a consumer only while it has nothing
+    pending and has been idle for ``min_idle``, and says whether it did."""
+    group = await _fresh_group(backend)
+    busy, quiet = _name("busy"), _name("quiet")
+    await backend.add(group, [b"a", b"b"])
+    await backend.read(group, busy, 1, 0)
+    quiet_at = trio.current_time()
+    done = await backend.read(group, quiet, 1, 0)
+    await backend.ack(group, _ids(done))  # quiet has nothing pending now
+    early = await backend.delete_idle_consumer(group, quiet, 0.3)
+    _within(quiet_at, 0.3)
+    assert early is False, "a consumer idle for less than min_idle was deleted"
+    await trio.sleep(0.4)
+    assert await backend.delete_idle_consumer(group, busy, 0.3) is False, (
+        "a consumer with a pending entry was deleted (its entry would be lost)"
+    )
+    assert await backend.delete_idle_consumer(group, quiet, 0.3) is True, (
+        "an idle consumer with nothing pending must be deleted"
+    )
+    consumers = _consumers(await backend.group_info(group))
+    assert quiet not in consumers, f"the deleted consumer is still listed: {consumers!r}"
+    assert consumers.get(busy, (0,))[0] == 1, f"the busy consumer lost its entry: {consumers!r}"
+    assert await backend.delete_idle_consumer(group, quiet, 0.3) is False, "deleted twice"
+    assert await backend.delete_idle_consumer(group, _name("nobody"), 0) is False, "unknown"
+    assert await backend.delete_idle_consumer(_name("nogroup"), quiet, 0) is False, "no group"
 
 
 @_contract_check
@@ -239,15 +277,15 @@ async def check_get_metrics(backend: Backend) -> None:
     >= 0 with max >= avg; ``last`` is the newest delivery's delay; every group
     is listed with its pending and lag."""
     group, consumer = await _fresh_group(backend), _name("consumer")
-    await backend.add([b"slow"])
+    await backend.add(group, [b"slow"])
     await trio.sleep(0.3)
     await backend.read(group, consumer, 10, 0)
-    slow = await backend.get_metrics()
+    slow = await backend.get_metrics(group)
     fast_start = trio.current_time()
-    await backend.add([b"fast"])
+    await backend.add(group, [b"fast"])
     await backend.read(group, consumer, 10, 0)
     fast_window = trio.current_time() - fast_start  # bounds the "fast" delay
-    fast = await backend.get_metrics()
+    fast = await backend.get_metrics(group)
     for m in (slow, fast):
         delays = (
             m.message_claim_delay_avg,
@@ -268,8 +306,8 @@ async def check_get_metrics(backend: Backend) -> None:
         f"max claim delay {fast.message_claim_delay_max} is below an earlier delay "
         f"{slow.message_claim_delay_last}"
     )
-    assert fast.queue_size == await backend.length(), (
-        f"queue_size {fast.queue_size} != length {await backend.length()}"
+    assert fast.queue_size == await backend.length(group), (
+        f"queue_size {fast.queue_size} != length {await backend.length(group)}"
     )
     groups = {g.name: g for g in fast.groups}
     assert group in groups, f"get_metrics must list group {group!r}: {sorted(groups)!r}"
@@ -280,21 +318,21 @@ async def check_get_metrics(backend: Backend) -> None:
 async def check_dead_letters(backend: Backend) -> None:
     """``dead_letter`` appends (payload may be ``None``); ``dead_letters`` returns
     the oldest ``count`` entries with every field intact."""
-    before = await backend.dead_letters(100_000)
     group = _name("group")
+    before = await backend.dead_letters(group, 100_000)
     first = await backend.dead_letter(group, "1700000000000-0", b"\x00payload", "boom")
     second = await backend.dead_letter(group, "1700000000000-1", None, "ValueError: ünï")
     assert first != second, f"dead-letter ids must be distinct: {first!r}"
     for dead_id in (first, second):
         assert _ID_RE.fullmatch(dead_id), f"dead-letter id {dead_id!r} is not '<ms>-<seq>'"
-    after = await backend.dead_letters(len(before) + 2)
+    after = await backend.dead_letters(group, len(before) + 2)
     assert after[: len(before)] == before, "older dead letters changed or moved"
     got = [(d.id, d.message_id, d.group, d.payload, d.error) for d in after[len(before) :]]
     assert got == [
         (first, "1700000000000-0", group, b"\x00payload", "boom"),
         (second, "1700000000000-1", group, None, "ValueError: ünï"),
     ], f"dead letters did not round-trip: {got!r}"
-    limited = await backend.dead_letters(len(before) + 1)
+    limited = await backend.dead_letters(group, len(before) + 1)
     assert [d.id for d in limited] == [d.id for d in before] + [first], (
         "dead_letters(count) must return the oldest count entries"
     )

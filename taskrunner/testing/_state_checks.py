@@ -112,19 +112,20 @@ async def check_move_delayed(backend: Backend) -> None:
     """``move_delayed`` removes each member still in the set and adds its message
     to the stream, in order, as an entry a group reads; members already gone
     are skipped, so nothing moves twice."""
-    group, stream_group, consumer = _name("group"), await _fresh_group(backend), _name("c")
+    group, consumer = await _fresh_group(backend), _name("c")
+    stream_group = group  # the moves land in the group's own stream
     base = backend.now()
     m1, m2, m3 = b'{"id":"m1"}', b'{"id":"m2"}', b'{"id":"m3"}'
     for i, member in enumerate((m1, m2, m3)):
         await backend.add_delayed(group, member, base - 1 + i * 0.1)
-    length = await backend.length()
+    length = await backend.length(group)
     moves = [
         DelayedMove(member=m2, message=b"p2"),
         DelayedMove(member=b'{"id":"absent"}', message=b"absent"),
         DelayedMove(member=m1, message=b"p1"),
     ]
     assert await backend.move_delayed(group, moves) == 2, "two of three members were present"
-    assert await backend.length() == length + 2, "two moves must add two stream entries"
+    assert await backend.length(group) == length + 2, "two moves must add two stream entries"
     assert await backend.due_delayed(group, base + 100, 10) == [m3], "moved members must go"
     got = await backend.read(stream_group, consumer, 10, 0)
     assert [e.payload for e in got] == [b"p2", b"p1"], (
@@ -144,7 +145,8 @@ async def check_move_delayed(backend: Backend) -> None:
 async def check_move_delayed_unique_lock(backend: Backend) -> None:
     """A move whose lock is held is skipped (the member stays); otherwise the
     move takes the lock with its token and ttl."""
-    group, stream_group, consumer = _name("group"), await _fresh_group(backend), _name("c")
+    group, consumer = await _fresh_group(backend), _name("c")
+    stream_group = group  # the moves land in the group's own stream
     lock, free_lock = f"taskrunner:unique:{_name('task')}", f"taskrunner:unique:{_name('task')}"
     base = backend.now()
     locked, free = b'{"id":"locked"}', b'{"id":"free"}'
@@ -229,16 +231,18 @@ async def check_metrics_hash(backend: Backend) -> None:
 @_contract_check
 async def check_heartbeats(backend: Backend) -> None:
     """Heartbeats count while live, expire after ``ttl``, and are removed only
-    with the instance id they hold.
+    with the instance id they hold. ``heartbeat`` refuses a key another instance
+    holds (and names it) until that key expires.
 
     ``count_heartbeats`` is global: nobody else may add or drop heartbeats on
     the same store while this check runs.
     """
     base = await backend.count_heartbeats()
     h1, h2 = _name("host"), _name("host")
-    await backend.heartbeat(h1, "i1", 0.3)
+    assert await backend.heartbeat(h1, "i1", 0.3) is None, "a free heartbeat key must be set"
     h1_at = trio.current_time()
-    await backend.heartbeat(h1, "i1", 0.3)  # a renew, not a second heartbeat
+    assert await backend.heartbeat(h1, "i1", 0.3) is None, "the holder must renew its key"
+    h2_at = trio.current_time()
     await backend.heartbeat(h2, "i2", 0.6)
     live = await backend.count_heartbeats()
     await backend.remove_heartbeat(h1, "someone-else")
@@ -249,16 +253,45 @@ async def check_heartbeats(backend: Backend) -> None:
     await backend.remove_heartbeat(h1, "i1")
     assert await backend.count_heartbeats() == base + 1, "the owner's remove must delete it"
     await backend.remove_heartbeat(h1, "i1")  # gone already: a no-op
-    h2_at = trio.current_time()
-    await backend.heartbeat(h2, "i3", 0.6)  # another instance took the host name over
-    await backend.remove_heartbeat(h2, "i2")
-    assert await backend.count_heartbeats() == base + 1, "the old instance removed the new one"
-    await trio.sleep(0.4)
+    refused = await backend.heartbeat(h2, "i3", 0.6)  # another instance, the same host
+    await backend.remove_heartbeat(h2, "i3")
+    holder = await backend.heartbeat_holder(h2)
     live = await backend.count_heartbeats()
     _within(h2_at, 0.6)
-    assert live == base + 1, "a heartbeat expired before its ttl"
-    await trio.sleep(0.3)
+    assert refused == "i2", f"heartbeat over another instance's key must name it: {refused!r}"
+    assert holder is not None, "a refused heartbeat or a non-holder's remove deleted the key"
+    assert holder[0] == "i2", f"a refused heartbeat changed the key: {holder!r}"
+    assert live == base + 1, "a non-holder removed the heartbeat"
+    await trio.sleep(0.7)
     assert await backend.count_heartbeats() == base, "a heartbeat outlived its ttl"
+    assert await backend.heartbeat(h2, "i3", 0.3) is None, "an expired key must be free"
+    await backend.remove_heartbeat(h2, "i3")
+
+
+@_contract_check
+async def check_heartbeat_holder(backend: Backend) -> None:
+    """``heartbeat_holder`` names the key's instance and its seconds left, which
+    go down as time passes and back up when the holder renews; ``None`` once
+    the key is gone."""
+    host = _name("host")
+    assert await backend.heartbeat_holder(host) is None, "no key yet"
+    set_at = trio.current_time()
+    await backend.heartbeat(host, "i1", 1.0)
+    first = await backend.heartbeat_holder(host)
+    assert first is not None, "a live key has a holder"
+    assert first[0] == "i1", f"the holder is the instance that set it: {first!r}"
+    assert 1.0 - _LATE < first[1] <= 1.0, f"seconds left of a 1.0 s key just set: {first!r}"
+    await trio.sleep(0.4)
+    later = await backend.heartbeat_holder(host)
+    _within(set_at, 1.0)
+    assert later is not None, "the key expired before its ttl"
+    assert later[1] <= first[1] - 0.4 + _SLACK, f"seconds left must run down: {first!r} {later!r}"
+    await backend.heartbeat(host, "i1", 1.0)
+    renewed = await backend.heartbeat_holder(host)
+    assert renewed is not None, "a renewed key has a holder"
+    assert renewed[1] > later[1] + 0.3, f"a renew must show as more time left: {renewed!r}"
+    await backend.remove_heartbeat(host, "i1")
+    assert await backend.heartbeat_holder(host) is None, "a removed key has no holder"
 
 
 @_contract_check

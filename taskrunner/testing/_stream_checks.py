@@ -20,6 +20,7 @@ from taskrunner.testing._harness import (
     _id_key,
     _ids,
     _name,
+    _shares_stream,
 )
 
 # Stream: add and read -----------------------------------------------------
@@ -34,9 +35,10 @@ async def check_add_returns_ordered_ids(backend: Backend) -> None:
     clock and numbers ``<seq>`` globally rather than per millisecond as Redis
     does; the check only relies on the format and the ordering.
     """
-    assert await backend.add([]) == [], "add([]) must add nothing and return []"
-    first = await backend.add([b"a", b"b", b"c"])
-    second = await backend.add([b"d"])
+    group = _name("group")
+    assert await backend.add(group, []) == [], "add([]) must add nothing and return []"
+    first = await backend.add(group, [b"a", b"b", b"c"])
+    second = await backend.add(group, [b"d"])
     ids = first + second
     assert len(first) == 3, f"add of 3 payloads returned {len(first)} ids: {first!r}"
     assert len(second) == 1, f"add of 1 payload returned {second!r}"
@@ -58,7 +60,7 @@ async def check_read_returns_entries_in_order(backend: Backend) -> None:
     binary included), delivery count 1."""
     group = await _fresh_group(backend)
     payloads = [b"first", b"", b"\x00\xff\r\n binary", b"x" * 65536]
-    ids = await backend.add(payloads)
+    ids = await backend.add(group, payloads)
     got = await backend.read(group, _name("consumer"), 10, 0)
     assert _ids(got) == ids, f"read returned ids {_ids(got)!r}, added {ids!r}"
     assert [e.payload for e in got] == payloads, "payloads did not round-trip byte for byte"
@@ -76,7 +78,7 @@ async def check_read_creates_group_lazily(backend: Backend) -> None:
     assert (before.name, before.pending, before.lag, before.consumers) == (group, 0, 0, ()), (
         f"group_info of a group that does not exist: {before!r}"
     )
-    ids = await backend.add([b"one", b"two"])
+    ids = await backend.add(group, [b"one", b"two"])
     got = await _drain(backend, group, consumer)
     assert _ids(got)[-2:] == ids, (
         f"a new group must start at the beginning of the stream: read {_ids(got)!r}, "
@@ -94,7 +96,7 @@ async def check_read_creates_group_lazily(backend: Backend) -> None:
 async def check_read_respects_count(backend: Backend) -> None:
     """``read`` returns at most ``count`` entries and continues where it stopped."""
     group, consumer = await _fresh_group(backend), _name("consumer")
-    ids = await backend.add([b"1", b"2", b"3", b"4", b"5"])
+    ids = await backend.add(group, [b"1", b"2", b"3", b"4", b"5"])
     batches = [await backend.read(group, consumer, n, 0) for n in (2, 2, 10, 10)]
     assert [_ids(b) for b in batches] == [ids[:2], ids[2:4], ids[4:], []], (
         f"reads of count 2, 2, 10, 10 over 5 entries gave {[_ids(b) for b in batches]!r}"
@@ -119,7 +121,7 @@ async def check_read_blocks_until_timeout(backend: Backend) -> None:
     assert got == [], f"blocked read on an empty group returned {got!r}"
     assert 0.3 - _SLACK <= elapsed < 0.3 + _LATE, f"read(block=0.3) returned after {elapsed} s"
 
-    ids = await backend.add([b"ready"])
+    ids = await backend.add(group, [b"ready"])
     start = trio.current_time()
     got = await backend.read(group, consumer, 10, 1.0)
     assert _ids(got) == ids, f"read(block=1.0) with an entry ready returned {got!r}"
@@ -134,7 +136,7 @@ async def check_read_block_returns_early_on_add(backend: Backend) -> None:
 
     async def add_later() -> None:
         await trio.sleep(0.1)
-        added.extend(await backend.add([b"late"]))
+        added.extend(await backend.add(group, [b"late"]))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(add_later)
@@ -153,7 +155,7 @@ async def check_read_never_redelivers_in_group(backend: Backend) -> None:
     pending or acked entries are not read again (only ``claim_stale`` re-delivers)."""
     group = await _fresh_group(backend)
     c1, c2, c3 = _name("c1"), _name("c2"), _name("c3")
-    ids = await backend.add([b"a", b"b", b"c"])
+    ids = await backend.add(group, [b"a", b"b", b"c"])
     first = await backend.read(group, c1, 2, 0)
     second = await backend.read(group, c2, 10, 0)
     assert (_ids(first), _ids(second)) == (ids[:2], ids[2:]), (
@@ -162,18 +164,32 @@ async def check_read_never_redelivers_in_group(backend: Backend) -> None:
     await backend.ack(group, ids[:1])
     again = [await backend.read(group, c, 10, 0) for c in (c1, c2, c3)]
     assert again == [[], [], []], f"entries were delivered twice in one group: {again!r}"
-    more = await backend.add([b"d"])
+    more = await backend.add(group, [b"d"])
     assert _ids(await backend.read(group, c3, 10, 0)) == more, "a new entry was not delivered"
 
 
 @_contract_check
 async def check_groups_each_get_every_entry(backend: Backend) -> None:
-    """Two groups each receive every entry; acking in one leaves the other's
-    pending list alone."""
+    """Two groups on one stream each receive every entry; acking in one leaves
+    the other's pending list alone. Groups whose ``stream_keys`` differ never
+    see each other's entries. ``stream_groups`` names the groups of a stream."""
     g1, g2 = await _fresh_group(backend), await _fresh_group(backend)
-    ids = await backend.add([b"a", b"b", b"c"])
+    shared = _shares_stream(backend, g1, g2)
+    ids = await backend.add(g1, [b"a", b"b", b"c"])
     got1 = await backend.read(g1, _name("consumer"), 10, 0)
     got2 = await backend.read(g2, _name("consumer"), 10, 0)
+    groups = await backend.stream_groups(g1)
+    if not shared:
+        assert (_ids(got1), got2) == (ids, []), (
+            f"groups with streams of their own must not see each other's entries: "
+            f"added {ids!r} for group 1, group 2 read {_ids(got2)!r}"
+        )
+        assert (g1 in groups, g2 in groups) == (True, False), (
+            f"stream_groups of group 1's own stream: {groups!r}"
+        )
+        return
+    assert {g1, g2} <= set(groups), f"stream_groups must list both groups: {groups!r}"
+    assert groups == sorted(groups), f"stream_groups must be sorted: {groups!r}"
     assert (_ids(got1), _ids(got2)) == (ids, ids), (
         f"each group must get all of {ids!r}: got {_ids(got1)!r} and {_ids(got2)!r}"
     )
@@ -192,7 +208,7 @@ async def check_ack_counts_and_is_idempotent(backend: Backend) -> None:
     """``ack`` returns how many ids were pending, drops them from the pending
     list, and ignores unknown, repeated and already-acked ids."""
     group, consumer = await _fresh_group(backend), _name("consumer")
-    ids = await backend.add([b"a", b"b", b"c"])
+    ids = await backend.add(group, [b"a", b"b", b"c"])
     await backend.read(group, consumer, 10, 0)
     assert await backend.ack(group, ids[:2]) == 2, "ack of 2 pending ids must return 2"
     pending = (await backend.group_info(group)).pending
@@ -215,22 +231,26 @@ async def check_ack_counts_and_is_idempotent(backend: Backend) -> None:
 @_contract_check
 async def check_ack_deletes_when_delete_on_ack(backend: Backend) -> None:
     """With ``backend.delete_on_ack`` true, ``ack`` deletes the entries from the
-    stream (``length`` drops, a new group never sees them); otherwise they stay."""
+    stream (``length`` drops, a new group on the stream never sees them);
+    otherwise they stay."""
     deletes = _delete_on_ack(backend)
     group, consumer = await _fresh_group(backend), _name("consumer")
-    base = await backend.length()
-    ids = await backend.add([b"a", b"b"])
-    assert await backend.length() == base + 2, "length must count added entries"
+    base = await backend.length(group)
+    ids = await backend.add(group, [b"a", b"b"])
+    assert await backend.length(group) == base + 2, "length must count added entries"
     await backend.read(group, consumer, 10, 0)
     await backend.ack(group, ids[:1])
     expected = base + 1 if deletes else base + 2
-    length = await backend.length()
+    length = await backend.length(group)
     assert length == expected, (
         f"after one ack, length is {length - base} of our 2 entries; with "
         f"delete_on_ack={deletes} it must be {expected - base} "
         "(a backend that deletes on ack must expose delete_on_ack = True)"
     )
-    seen = set(_ids(await _drain(backend, _name("group"), _name("consumer"))))
+    newcomer = _name("group")
+    if not _shares_stream(backend, group, newcomer):
+        return  # a new group gets a stream of its own: the length said it all
+    seen = set(_ids(await _drain(backend, newcomer, _name("consumer"))))
     assert (ids[0] in seen) is not deletes, (
         f"a new group {'saw' if ids[0] in seen else 'did not see'} the acked entry "
         f"with delete_on_ack={deletes}"

@@ -17,25 +17,22 @@ from taskrunner.testing import contract_parametrize
 async def make_backend(request: pytest.FixtureRequest) -> AsyncIterator[object]:
     opened: list[RedisBackend] = []
 
-    def make(delete_on_ack: bool = True) -> RedisBackend:
+    def make(delete_on_ack: bool = True, prefix: str | None = None) -> RedisBackend:
         queue = f"contract-{uuid.uuid4().hex[:8]}"
+        options = {"prefix": prefix, "queue": queue, "delete_on_ack": delete_on_ack}
         if request.param == "fakeredis":
             server = fakeredis.FakeServer()
             backend = RedisBackend.from_client(
-                fakeredis.FakeRedis(server=server, protocol=2),
-                queue=queue,
-                delete_on_ack=delete_on_ack,
+                fakeredis.FakeRedis(server=server, protocol=2), **options
             )
         elif request.param == "redis-py":
             import redis
 
             url = request.getfixturevalue("redis_url")
-            backend = RedisBackend.from_client(
-                redis.Redis.from_url(url, protocol=2), queue=queue, delete_on_ack=delete_on_ack
-            )
+            backend = RedisBackend.from_client(redis.Redis.from_url(url, protocol=2), **options)
         else:
             url = request.getfixturevalue("redis_url")
-            backend = RedisBackend.from_url(url, queue=queue, delete_on_ack=delete_on_ack)
+            backend = RedisBackend.from_url(url, **options)
         opened.append(backend)
         return backend
 
@@ -46,5 +43,6 @@ async def make_backend(request: pytest.FixtureRequest) -> AsyncIterator[object]:
 
 @contract_parametrize()
 @pytest.mark.parametrize("delete_on_ack", [True, False], ids=["delete", "keep"])
-async def test_redis_contract(check, make_backend, delete_on_ack: bool) -> None:  # type: ignore[no-untyped-def]
-    await check(make_backend(delete_on_ack))
+@pytest.mark.parametrize("prefix", [None, "taskrunner"], ids=["per_group", "shared"])
+async def test_redis_contract(check, make_backend, delete_on_ack: bool, prefix) -> None:  # type: ignore[no-untyped-def]
+    await check(make_backend(delete_on_ack, prefix))

@@ -32,7 +32,7 @@ async def _command_calls(backend: RedisBackend, command: str) -> int:
 
 
 async def _raw_lag(backend: RedisBackend) -> Any:
-    groups = await backend.client.execute("XINFO", "GROUPS", backend.stream_key)
+    groups = await backend.client.execute("XINFO", "GROUPS", backend.stream_keys("g").stream)
     fields = groups[0]
     return dict(zip(fields[::2], fields[1::2], strict=True)).get(b"lag")
 
@@ -42,7 +42,7 @@ async def test_nil_lag_with_delete_on_ack_is_counted_without_reading_the_stream(
     redis_url: str,
 ) -> None:
     async with RedisBackend.from_url(redis_url) as backend:
-        await backend.add([b"x" * 100] * 3000)
+        await backend.add("g", [b"x" * 100] * 3000)
         entries = await backend.read("g", "c1", 2, 0)
         await backend.ack("g", [entries[1].id])  # the second finished first
         assert await _raw_lag(backend) is None
@@ -54,9 +54,11 @@ async def test_nil_lag_with_delete_on_ack_is_counted_without_reading_the_stream(
 
 async def test_nil_lag_without_delete_on_ack_is_a_bounded_lower_bound(redis_url: str) -> None:
     async with RedisBackend.from_url(redis_url, delete_on_ack=False) as backend:
-        ids = await backend.add([b"x"] * 12_000)
+        ids = await backend.add("g", [b"x"] * 12_000)
         await backend.read("g", "c1", 1, 0)
-        await backend.client.execute("XDEL", backend.stream_key, ids[5])  # after the cursor
+        await backend.client.execute(
+            "XDEL", backend.stream_keys("g").stream, ids[5]
+        )  # after the cursor
         assert await _raw_lag(backend) is None
         await backend.client.execute("CONFIG", "RESETSTAT")
         with trio.fail_after(10):
@@ -70,16 +72,16 @@ async def test_ack_and_metrics_survive_a_ring_of_the_wrong_type(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with RedisBackend.from_url(redis_url) as backend:
-        await backend.add([b"a", b"b", b"c"])
-        await backend.client.execute("SET", backend.ring_key, "x")
+        await backend.add("g", [b"a", b"b", b"c"])
+        await backend.client.execute("SET", backend.stream_keys("g").claim_delay_ring, "x")
         first, second = await backend.read("g", "c1", 2, 0)  # buffers two claim delays
         with caplog.at_level(logging.WARNING, "taskrunner.backends.redis._queue"):
             assert await backend.ack("g", [first.id]) == 1
             assert (await backend.group_info("g")).pending == 1
-            assert await backend.length() == 2  # deleted on ack
-            assert backend._delays == []  # dropped, not re-queued forever
+            assert await backend.length("g") == 2  # deleted on ack
+            assert not backend._delays[backend.stream_keys("g").claim_delay_ring]  # dropped
             await backend.read("g", "c1", 1, 0)
-            metrics = await backend.get_metrics()  # the ring can be neither pushed nor read
+            metrics = await backend.get_metrics("g")  # the ring can be neither pushed nor read
             assert await backend.ack("g", [second.id]) == 1
         assert metrics.queue_size == 2
         assert metrics.message_claim_delay_avg == 0.0
@@ -88,11 +90,13 @@ async def test_ack_and_metrics_survive_a_ring_of_the_wrong_type(
         warnings = [r for r in caplog.records if "claim-delay ring" in r.getMessage()]
         assert len(warnings) == 1  # rate-limited
         assert "WRONGTYPE" in warnings[0].getMessage()
-        await backend.client.execute("DEL", backend.ring_key)  # repaired: pushes land again
-        await backend.add([b"d"])
+        await backend.client.execute(
+            "DEL", backend.stream_keys("g").claim_delay_ring
+        )  # repaired: pushes land again
+        await backend.add("g", [b"d"])
         await backend.read("g", "c1", 1, 0)
-        await backend.get_metrics()
-        assert await backend.client.execute("LLEN", backend.ring_key) == 1
+        await backend.get_metrics("g")
+        assert await backend.client.execute("LLEN", backend.stream_keys("g").claim_delay_ring) == 1
 
 
 # 5. an error raised inside ``async with NativeRedisClient`` comes out unwrapped --
@@ -157,15 +161,16 @@ async def test_pool_reopens_every_slot_after_an_outage(
 
 # 2. flushing one group keeps the stream other groups read -----------------------
 async def test_flush_one_group_keeps_the_stream_of_another(redis_url: str) -> None:
-    async with RedisBackend.from_url(redis_url) as backend:
-        await backend.add([b"x", b"y", b"z"])
+    async with RedisBackend.from_url(redis_url, prefix="taskrunner") as backend:
+        await backend.add("A", [b"x", b"y", b"z"])
         await backend.read("A", "a1", 10, 0)
         (b_entry,) = await backend.read("B", "b1", 1, 0)
         await backend.dead_letter("A", "1-0", b"dead", "boom")
-        await backend.get_metrics()  # pushes the claim delays to the ring
+        await backend.get_metrics("A")  # pushes the claim delays to the ring
         await backend.client.execute("ZADD", _keys.delayed_tasks("A"), 1, "t")
         await backend.client.execute("ZADD", _keys.delayed_tasks("B"), 1, "t")
-        shared = [backend.stream_key, backend.dead_letter_key, backend.ring_key]
+        keys = backend.stream_keys("A")
+        shared = [keys.stream, keys.dead_letter, keys.claim_delay_ring]
         assert [await backend.client.execute("EXISTS", k) for k in shared] == [1, 1, 1]
 
         deleted = await admin.flush(backend, "A", confirm=True)
@@ -173,10 +178,10 @@ async def test_flush_one_group_keeps_the_stream_of_another(redis_url: str) -> No
         assert deleted == [_keys.delayed_tasks("A")]
         assert [await backend.client.execute("EXISTS", k) for k in shared] == [1, 1, 1]
         assert await backend.client.execute("EXISTS", _keys.delayed_tasks("B")) == 1
-        assert [g.name for g in (await backend.get_metrics()).groups] == ["B"]
+        assert [g.name for g in (await backend.get_metrics("B")).groups] == ["B"]
         info = await backend.group_info("B")
         assert (info.pending, info.lag) == (1, 2)
-        assert await backend.length() == 3
+        assert await backend.length("B") == 3
         assert [e.payload for e in await backend.read("B", "b1", 10, 0)] == [b"y", b"z"]
         assert await backend.ack("B", [b_entry.id]) == 1
 

@@ -70,7 +70,7 @@ async def test_thousand_tasks_three_runners_exactly_once(redis_url: str) -> None
     assert sorted(seen) == list(range(1000))
     assert set(seen.values()) == {1}
     assert all(r.statistics().completed > 0 for r in runners), "work was not shared"
-    assert await backends[0].length() == 0
+    assert await backends[0].length("g") == 0
     assert (await backends[0].group_info("g")).pending == 0
     for b in backends:
         await b.aclose()
@@ -111,7 +111,7 @@ async def test_bad_entries_are_dead_lettered_and_the_fetcher_keeps_going(
         done.append(payload)
 
     client = backend.client
-    stream = backend.stream_key
+    stream = backend.stream_keys("g").stream
     await client.execute("XADD", stream, "*", "other", "x")  # no payload field
     await client.execute("XADD", stream, "*", "payload", "{not json")
     await client.execute("XADD", stream, "*", "payload", "[1, 2, 3]")  # not a task message
@@ -122,9 +122,9 @@ async def test_bad_entries_are_dead_lettered_and_the_fetcher_keeps_going(
         await nursery.start(runner.serve)
         await wait_until(lambda: done == [1] and runner.statistics().acked == 6)
         nursery.cancel_scope.cancel()
-    errors = sorted(d.error.split(":")[0] for d in await backend.dead_letters())
+    errors = sorted(d.error.split(":")[0] for d in await backend.dead_letters("g"))
     assert errors == ["InvalidTaskPayload"] * 4 + ["TaskNotFound"]
-    assert await backend.length() == 0
+    assert await backend.length("g") == 0
 
 
 # As the Go library writes it (its struct's field order; the task's unique_for even
@@ -144,7 +144,9 @@ async def test_a_message_written_by_the_original_library_runs(backend: RedisBack
     async def send_email(payload: dict[str, str]) -> None:
         got.append(payload)
 
-    await backend.client.execute("XADD", backend.stream_key, "*", "payload", GO_MESSAGE)
+    await backend.client.execute(
+        "XADD", backend.stream_keys("g").stream, "*", "payload", GO_MESSAGE
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
         await wait_until(lambda: runner.statistics().acked == 1)
@@ -153,7 +155,9 @@ async def test_a_message_written_by_the_original_library_runs(backend: RedisBack
 
     # ...and what we write has exactly the original's fields.
     await runner.dispatch("send_email", {"to": "a@example.com"})
-    ((_, fields),) = await backend.client.execute("XRANGE", backend.stream_key, "-", "+")
+    ((_, fields),) = await backend.client.execute(
+        "XRANGE", backend.stream_keys("g").stream, "-", "+"
+    )
     assert fields[0] == b"payload"
     import json
 
@@ -244,9 +248,9 @@ async def test_delayed_unique_and_stats_on_redis(backend: RedisBackend) -> None:
 
 
 DOCUMENTED = [
-    "{prefix}:{queue}",
-    "{prefix}:{queue}:dead",
-    "ring:{prefix}:metrics:{queue}",
+    "taskrunner:{group}:{queue}",  # the default prefix: taskrunner:<group>
+    "taskrunner:{group}:{queue}:dead",
+    "ring:taskrunner:{group}:metrics:{queue}",
     "taskrunner:{group}:delayed_tasks",
     "taskrunner:{group}:worker_tuning_capacity",
     "taskrunner:{group}:metrics",
@@ -288,13 +292,13 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         keys = await _all_keys(backend)
         nursery.cancel_scope.cancel()
 
-    patterns = [p.format(prefix=backend.prefix, queue=backend.queue, group="g") for p in DOCUMENTED]
+    patterns = [p.format(queue=backend.queue, group="g") for p in DOCUMENTED]
     undocumented = [k for k in keys if not any(fnmatch.fnmatchcase(k, p) for p in patterns)]
     assert undocumented == []
     expected = {
-        backend.stream_key,
-        backend.dead_letter_key,
-        backend.ring_key,
+        backend.stream_keys("g").stream,
+        backend.stream_keys("g").dead_letter,
+        backend.stream_keys("g").claim_delay_ring,
         "taskrunner:g:delayed_tasks",
         "taskrunner:g:metrics",
         "taskrunner:g:worker_tuning_capacity",
@@ -307,7 +311,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
     with pytest.raises(ValueError, match="confirm=True"):
         await admin.flush(backend, "g")
     deleted = await admin.flush(backend, "g", confirm=True)
-    assert backend.stream_key in deleted
+    assert backend.stream_keys("g").stream in deleted
     assert await _all_keys(backend) == []
 
 

@@ -23,7 +23,10 @@ class RedisBackend(RedisQueue, RedisState):
 
     Args:
         client: Any :class:`RedisClient` (native or redis-py transport).
-        prefix: Stream namespace: the stream is ``<prefix>:<queue>``.
+        prefix: Stream namespace: the stream is ``<prefix>:<queue>``. ``None``
+            (the default) means ``taskrunner:<group>``, one stream per consumer
+            group; pass ``"taskrunner"`` to share ``taskrunner:<queue>`` with
+            a Go fleet, or one prefix to have several groups read one stream.
         queue: Stream name.
         delete_on_ack: ``XDEL`` entries when they are acked (keeps the stream short).
         owns_client: Close ``client`` in :meth:`aclose` (true for the clients
@@ -37,13 +40,13 @@ class RedisBackend(RedisQueue, RedisState):
         self,
         client: RedisClient,
         *,
-        prefix: str = "taskrunner",
+        prefix: str | None = None,
         queue: str = "tasks",
         delete_on_ack: bool = True,
         owns_client: bool = True,
     ) -> None:
         RedisQueue.__init__(self, client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
-        RedisState.__init__(self, client, stream_key=self.stream_key)
+        RedisState.__init__(self, client, stream_of=self._stream)
         self.client = client
         self._owns_client = owns_client
 
@@ -52,7 +55,7 @@ class RedisBackend(RedisQueue, RedisState):
         cls,
         url: str,
         *,
-        prefix: str = "taskrunner",
+        prefix: str | None = None,
         queue: str = "tasks",
         delete_on_ack: bool = True,
         pool_size: int = 1,
@@ -79,7 +82,7 @@ class RedisBackend(RedisQueue, RedisState):
         cls,
         client: Any,
         *,
-        prefix: str = "taskrunner",
+        prefix: str | None = None,
         queue: str = "tasks",
         delete_on_ack: bool = True,
     ) -> RedisBackend:
@@ -95,7 +98,7 @@ class RedisBackend(RedisQueue, RedisState):
         )
 
     def __repr__(self) -> str:
-        return f"RedisBackend(stream={self.stream_key!r})"
+        return f"RedisBackend(prefix={self.prefix!r}, queue={self.queue!r})"
 
     async def aclose(self) -> None:
         """Close the dedicated connections, and the client if this backend made it."""

@@ -1,6 +1,9 @@
-"""The MessageQueue half of the Redis backend: one stream, consumer groups.
+"""The MessageQueue half of the Redis backend: streams with consumer groups.
 
-Theory of operation. Every fetcher (consumer) reads with ``XREADGROUP ...
+Theory of operation. Each consumer group reads the stream that
+:meth:`RedisQueue.stream_keys` resolves it to (``taskrunner:<group>:<queue>``
+by default, ``<prefix>:<queue>`` with an explicit prefix), computed once per
+group and cached. Every fetcher (consumer) reads with ``XREADGROUP ...
 BLOCK`` on a dedicated connection of its own, so a blocked read never holds
 up the shared, auto-pipelined connection everything else uses. Acks are
 batched by the runner and sent as one pipeline (``XACK``, then ``XDEL`` when
@@ -29,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner import _keys
+from taskrunner._keys import StreamKeys
 from taskrunner.backends._protocols import (
     ConsumerInfo,
     DeadLetter,
@@ -39,6 +43,7 @@ from taskrunner.backends._protocols import (
 from taskrunner.backends.redis._connection import CommandArg
 from taskrunner.backends.redis._errors import BusyGroupError, NoGroupError, ResponseError
 from taskrunner.backends.redis._protocol import DedicatedRedisConnection, RedisClient
+from taskrunner.backends.redis._scripts import load_script
 
 RING_SIZE = 1000
 ADD_CHUNK = 2000
@@ -53,6 +58,10 @@ RING_WARNING_INTERVAL = 60.0
 """Seconds between two warnings about failing claim-delay ring pushes."""
 
 _PAYLOAD = b"payload"
+
+DELETE_IDLE_CONSUMER = load_script("delete_idle_consumer.lua")
+"""``XGROUP DELCONSUMER`` only while the consumer has nothing pending and is idle
+for ``ARGV[3]`` ms; 1 if deleted, else 0."""
 
 logger = logging.getLogger(__name__)
 
@@ -83,33 +92,43 @@ def _id_ms(entry_id: str) -> int:
 
 
 class RedisQueue:
-    """A :class:`~taskrunner.backends.MessageQueue` on a Redis stream."""
+    """A :class:`~taskrunner.backends.MessageQueue` on Redis streams."""
 
     def __init__(
         self,
         client: RedisClient,
         *,
-        prefix: str = "taskrunner",
+        prefix: str | None = None,
         queue: str = "tasks",
         delete_on_ack: bool = True,
     ) -> None:
         self.prefix = prefix
         self.queue = queue
         self.delete_on_ack = delete_on_ack
-        self.stream_key = _keys.stream(prefix, queue)
-        self.dead_letter_key = _keys.dead_letter(prefix, queue)
-        self.ring_key = _keys.claim_delay_ring(prefix, queue)
         self._client = client
+        self._stream_keys: dict[str, StreamKeys] = {}
         self._readers: dict[str, DedicatedRedisConnection] = {}
-        self._delays: list[int] = []  # claim delays (ns) not yet pushed to the ring
+        # Claim delays (ns) not yet pushed, per ring key.
+        self._delays: dict[str, list[int]] = {}
         self._ring_warned_at = -math.inf  # time.monotonic() of the last ring warning
 
+    def stream_keys(self, group: str) -> StreamKeys:
+        """The stream, dead-letter stream and ring of ``group`` (cached)."""
+        keys = self._stream_keys.get(group)
+        if keys is None:
+            keys = self._stream_keys[group] = _keys.stream_keys(self.prefix, group, self.queue)
+        return keys
+
+    def _stream(self, group: str) -> str:
+        return self.stream_keys(group).stream
+
     # Adding -----------------------------------------------------------------
-    async def add(self, payloads: Sequence[bytes]) -> list[str]:
+    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
         ids: list[str] = []
+        stream = self._stream(group)
         for start in range(0, len(payloads), ADD_CHUNK):
             chunk = payloads[start : start + ADD_CHUNK]
-            commands = [("XADD", self.stream_key, "*", _PAYLOAD, p) for p in chunk]
+            commands = [("XADD", stream, "*", _PAYLOAD, p) for p in chunk]
             replies = await self._client.pipeline(commands)
             ids.extend(_text(r) for r in replies)
         return ids
@@ -128,7 +147,9 @@ class RedisQueue:
 
     async def _create_group(self, group: str) -> None:
         try:
-            await self._client.execute("XGROUP", "CREATE", self.stream_key, group, "0", "MKSTREAM")
+            await self._client.execute(
+                "XGROUP", "CREATE", self._stream(group), group, "0", "MKSTREAM"
+            )
         except BusyGroupError:
             pass  # created meanwhile by another consumer
 
@@ -138,7 +159,8 @@ class RedisQueue:
         if block > 0:  # BLOCK 0 would mean "forever"
             args += ["BLOCK", max(1, _ms(block))]
             timeout = block + READ_TIMEOUT_MARGIN
-        args += ["STREAMS", self.stream_key, ">"]
+        keys = self.stream_keys(group)
+        args += ["STREAMS", keys.stream, ">"]
         try:
             reply = await self._read(consumer, args, timeout)
         except ResponseError as exc:
@@ -153,7 +175,7 @@ class RedisQueue:
             return []
         now_ms = time.time() * 1000
         entries: list[QueueEntry] = []
-        delays = self._delays
+        delays = self._delays.setdefault(keys.claim_delay_ring, [])
         for raw_id, fields in reply[0][1]:
             entry_id = raw_id.decode()
             entries.append(
@@ -164,16 +186,17 @@ class RedisQueue:
             del delays[:-RING_SIZE]
         return entries
 
-    def _ring_commands(self) -> list[tuple[CommandArg, ...]]:
-        if not self._delays:
+    def _ring_commands(self, ring_key: str) -> list[tuple[CommandArg, ...]]:
+        delays = self._delays.get(ring_key)
+        if not delays:
             return []
-        delays, self._delays = self._delays, []
+        self._delays[ring_key] = []
         return [
-            ("LPUSH", self.ring_key, *delays),
-            ("LTRIM", self.ring_key, 0, RING_SIZE - 1),
+            ("LPUSH", ring_key, *delays),
+            ("LTRIM", ring_key, 0, RING_SIZE - 1),
         ]
 
-    def _ring_failed(self, replies: Sequence[Any]) -> bool:
+    def _ring_failed(self, ring_key: str, replies: Sequence[Any]) -> bool:
         """Log (at most every ``RING_WARNING_INTERVAL``) if a ring command answered an error.
 
         The ring only feeds the claim-delay metrics, so a push refused by the
@@ -189,7 +212,7 @@ class RedisQueue:
             self._ring_warned_at = now
             logger.warning(
                 "claim-delay ring %s not updated (delays dropped, metrics may be stale): %s",
-                self.ring_key,
+                ring_key,
                 error,
             )
         return True
@@ -198,18 +221,20 @@ class RedisQueue:
     async def ack(self, group: str, ids: Sequence[str]) -> int:
         if not ids:
             return 0
-        commands: list[tuple[CommandArg, ...]] = [("XACK", self.stream_key, group, *ids)]
+        keys = self.stream_keys(group)
+        commands: list[tuple[CommandArg, ...]] = [("XACK", keys.stream, group, *ids)]
         if self.delete_on_ack:
-            commands.append(("XDEL", self.stream_key, *ids))
-        ring = self._ring_commands()
+            commands.append(("XDEL", keys.stream, *ids))
+        ring = self._ring_commands(keys.claim_delay_ring)
         try:
             replies = await self._client.pipeline(commands + ring, raise_on_error=False)
         except BaseException:
             if ring:  # not known to have landed; keep the newest for next time
-                self._delays[:0] = list(ring[0][2:])  # type: ignore[arg-type]
+                pending = self._delays.setdefault(keys.claim_delay_ring, [])
+                pending[:0] = list(ring[0][2:])  # type: ignore[arg-type]
             raise
         # Only XACK/XDEL decide the outcome; the ring push is best effort.
-        self._ring_failed(replies[len(commands) :])
+        self._ring_failed(keys.claim_delay_ring, replies[len(commands) :])
         for reply in replies[: len(commands)]:
             if isinstance(reply, ResponseError):
                 raise reply
@@ -221,11 +246,12 @@ class RedisQueue:
         self, group: str, consumer: str, min_idle: float, count: int
     ) -> list[QueueEntry]:
         claimed: list[tuple[str, bytes | None]] = []
+        stream = self._stream(group)
         cursor = "0-0"
         try:
             while len(claimed) < count:
                 reply = await self._client.execute(
-                    "XAUTOCLAIM", self.stream_key, group, consumer, _ms(min_idle), cursor,
+                    "XAUTOCLAIM", stream, group, consumer, _ms(min_idle), cursor,
                     "COUNT", count - len(claimed),
                 )  # fmt: skip
                 cursor = _text(reply[0])
@@ -236,7 +262,7 @@ class RedisQueue:
                     else:
                         claimed.append((_text(raw_id), _entry_payload(fields)))
                 if gone and len(reply) <= 2:
-                    await self._client.execute("XACK", self.stream_key, group, *gone)
+                    await self._client.execute("XACK", stream, group, *gone)
                 if cursor == "0-0":
                     break
         except NoGroupError:
@@ -244,7 +270,7 @@ class RedisQueue:
         if not claimed:
             return []
         pending = await self._client.pipeline(
-            [("XPENDING", self.stream_key, group, i, i, 1) for i, _ in claimed]
+            [("XPENDING", stream, group, i, i, 1) for i, _ in claimed]
         )
         entries = []
         for (entry_id, payload), rows in zip(claimed, pending, strict=True):
@@ -257,18 +283,21 @@ class RedisQueue:
             return []
         try:
             reply = await self._client.execute(
-                "XCLAIM", self.stream_key, group, consumer, 0, *ids, "JUSTID"
+                "XCLAIM", self._stream(group), group, consumer, 0, *ids, "JUSTID"
             )
         except NoGroupError:
             return []
         return [_text(i) for i in reply]
 
     # Inspecting -------------------------------------------------------------
-    async def length(self) -> int:
-        n: int = await self._client.execute("XLEN", self.stream_key)
+    async def length(self, group: str) -> int:
+        n: int = await self._client.execute("XLEN", self._stream(group))
         return n
 
-    async def _lag(self, group: dict[bytes, Any]) -> int:
+    async def stream_groups(self, group: str) -> list[str]:
+        return sorted(_text(g[b"name"]) for g in await self._groups(self._stream(group)))
+
+    async def _lag(self, stream: str, group: dict[bytes, Any]) -> int:
         """The group's lag: entries not yet delivered to it.
 
         ``XINFO GROUPS`` reports it directly unless entries were deleted after
@@ -289,33 +318,31 @@ class RedisQueue:
         if lag is not None:
             return int(lag)
         if self.delete_on_ack:
-            length: int = await self._client.execute("XLEN", self.stream_key)
+            length: int = await self._client.execute("XLEN", stream)
             return max(0, length - int(group[b"pending"]))
         start = b"(" + group[b"last-delivered-id"]
         total = 0
         for _ in range(LAG_SCAN_PAGES):
-            page = await self._client.execute(
-                "XRANGE", self.stream_key, start, "+", "COUNT", LAG_SCAN_PAGE
-            )
+            page = await self._client.execute("XRANGE", stream, start, "+", "COUNT", LAG_SCAN_PAGE)
             total += len(page)
             if len(page) < LAG_SCAN_PAGE:
                 break
             start = b"(" + page[-1][0]
         return total
 
-    async def _groups(self) -> list[dict[bytes, Any]]:
+    async def _groups(self, stream: str) -> list[dict[bytes, Any]]:
         try:
-            reply = await self._client.execute("XINFO", "GROUPS", self.stream_key)
+            reply = await self._client.execute("XINFO", "GROUPS", stream)
         except ResponseError as exc:
             if "no such key" in exc.message.lower():
                 return []
             raise
         return [_pairs(g) for g in reply]
 
-    async def _group_info(self, group: dict[bytes, Any]) -> GroupInfo:
+    async def _group_info(self, stream: str, group: dict[bytes, Any]) -> GroupInfo:
         name = _text(group[b"name"])
         try:
-            rows = await self._client.execute("XINFO", "CONSUMERS", self.stream_key, name)
+            rows = await self._client.execute("XINFO", "CONSUMERS", stream, name)
         except NoGroupError:
             rows = []
         consumers = []
@@ -332,29 +359,44 @@ class RedisQueue:
         return GroupInfo(
             name=name,
             pending=int(group[b"pending"]),
-            lag=await self._lag(group),
+            lag=await self._lag(stream, group),
             consumers=tuple(consumers),
         )
 
     async def group_info(self, group: str) -> GroupInfo:
-        for found in await self._groups():
+        stream = self._stream(group)
+        for found in await self._groups(stream):
             if _text(found[b"name"]) == group:
-                return await self._group_info(found)
+                return await self._group_info(stream, found)
         return GroupInfo(name=group, pending=0, lag=0)
 
     async def delete_consumer(self, group: str, consumer: str) -> int:
         try:
             n: int = await self._client.execute(
-                "XGROUP", "DELCONSUMER", self.stream_key, group, consumer
+                "XGROUP", "DELCONSUMER", self._stream(group), group, consumer
             )
         except NoGroupError:
             return 0
+        await self._close_reader(consumer)
+        return n
+
+    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
+        """One script call: ``XPENDING`` and ``XINFO CONSUMERS`` decide, then
+        ``XGROUP DELCONSUMER``, with no command of another client in between."""
+        reply = await DELETE_IDLE_CONSUMER(
+            self._client, [self._stream(group)], [group, consumer, _ms(min_idle)]
+        )
+        if reply != 1:
+            return False
+        await self._close_reader(consumer)
+        return True
+
+    async def _close_reader(self, consumer: str) -> None:
         reader = self._readers.pop(consumer, None)
         if reader is not None:
             await reader.aclose()
-        return n
 
-    async def get_metrics(self) -> QueueMetrics:
+    async def get_metrics(self, group: str) -> QueueMetrics:
         """The queue's size, claim delays and groups.
 
         The buffered claim delays are pushed to the ring first, best effort
@@ -362,20 +404,24 @@ class RedisQueue:
         another type in its place), the claim-delay figures are reported as 0,
         as when nothing was measured yet, and a warning is logged.
         """
-        ring = self._ring_commands()
+        keys = self.stream_keys(group)
+        ring_key = keys.claim_delay_ring
+        ring = self._ring_commands(ring_key)
         replies = await self._client.pipeline(
-            [*ring, ("XLEN", self.stream_key), ("LRANGE", self.ring_key, 0, RING_SIZE - 1)],
+            [*ring, ("XLEN", keys.stream), ("LRANGE", ring_key, 0, RING_SIZE - 1)],
             raise_on_error=False,
         )
         size, raw = replies[-2], replies[-1]
         if isinstance(size, ResponseError):
             raise size
-        if self._ring_failed([*replies[: len(ring)], raw]):
+        if self._ring_failed(ring_key, [*replies[: len(ring)], raw]):
             raw = []
         delays = [float(x) for x in raw]  # newest first (LPUSH)
         avg = sum(delays) / len(delays) if delays else 0.0
         std = math.sqrt(sum((d - avg) ** 2 for d in delays) / len(delays)) if delays else 0.0
-        groups = tuple([await self._group_info(g) for g in await self._groups()])
+        groups = tuple(
+            [await self._group_info(keys.stream, g) for g in await self._groups(keys.stream)]
+        )
         return QueueMetrics(
             queue_size=int(size),
             message_claim_delay_avg=avg,
@@ -392,11 +438,15 @@ class RedisQueue:
         fields: list[CommandArg] = ["message_id", message_id, "group", group, "error", error]
         if payload is not None:
             fields += [_PAYLOAD, payload]
-        reply = await self._client.execute("XADD", self.dead_letter_key, "*", *fields)
+        reply = await self._client.execute(
+            "XADD", self.stream_keys(group).dead_letter, "*", *fields
+        )
         return _text(reply)
 
-    async def dead_letters(self, count: int = 100) -> list[DeadLetter]:
-        rows = await self._client.execute("XRANGE", self.dead_letter_key, "-", "+", "COUNT", count)
+    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
+        rows = await self._client.execute(
+            "XRANGE", self.stream_keys(group).dead_letter, "-", "+", "COUNT", count
+        )
         out = []
         for raw_id, flat in rows:
             fields = _pairs(flat)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from importlib import resources
 from typing import Protocol
 
 import attrs
@@ -85,3 +86,8 @@ class Script:
     ) -> tuple[CommandArg, ...]:
         """The ``EVAL`` command for these keys and arguments (always works in a pipeline)."""
         return ("EVAL", self.source, len(keys), *keys, *args)
+
+
+def load_script(name: str) -> Script:
+    """The script ``lua/<name>`` shipped beside this module (read once, at import)."""
+    return Script((resources.files("taskrunner.backends.redis") / "lua" / name).read_bytes())

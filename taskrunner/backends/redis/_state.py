@@ -42,8 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
-from importlib import resources
+from collections.abc import Callable, Sequence
 
 from taskrunner import _keys
 from taskrunner._wire import TimingIncrement
@@ -51,26 +50,25 @@ from taskrunner.backends._protocols import DelayedMove
 
 from ._connection import CommandArg
 from ._protocol import RedisClient
-from ._scripts import Script
+from ._scripts import load_script
 
 __all__ = ["RedisState"]
 
 logger = logging.getLogger(__name__)
 
 
-def _load_script(name: str) -> Script:
-    return Script((resources.files("taskrunner.backends.redis") / "lua" / name).read_bytes())
-
-
-ACQUIRE = _load_script("acquire.lua")
+ACQUIRE = load_script("acquire.lua")
 """``SET KEYS[1] ARGV[1] NX PX ARGV[2]``; 1 if taken, else 0."""
-RENEW = _load_script("renew.lua")
+RENEW = load_script("renew.lua")
 """``PEXPIRE KEYS[1] ARGV[2]`` only if its value is ``ARGV[1]``; 1 if renewed, else 0."""
-RELEASE = _load_script("release.lua")
+RELEASE = load_script("release.lua")
 """``DEL KEYS[1]`` only if its value is ``ARGV[1]``; 1 if deleted, else 0."""
-MOVE_DELAYED = _load_script("move_delayed.lua")
+HEARTBEAT = load_script("heartbeat.lua")
+"""``SET KEYS[1] ARGV[1] PX ARGV[2]`` unless it holds another value; nil if set,
+else the value it holds."""
+MOVE_DELAYED = load_script("move_delayed.lua")
 """Move a batch of delayed members to the stream; returns how many moved."""
-ADD_TIMINGS = _load_script("add_timings.lua")
+ADD_TIMINGS = load_script("add_timings.lua")
 """Add a flush's timings to the metrics hash, keeping every field an integer."""
 
 _SCAN_COUNT = 1000
@@ -97,13 +95,13 @@ class RedisState:
 
     Args:
         client: The connection to the server; not closed by this class.
-        stream_key: The stream that :meth:`move_delayed` adds entries to
-            (``<prefix>:<queue>``).
+        stream_of: The stream a group reads, which :meth:`move_delayed` adds
+            that group's entries to (the queue half's resolver).
     """
 
-    def __init__(self, client: RedisClient, *, stream_key: str) -> None:
+    def __init__(self, client: RedisClient, *, stream_of: Callable[[str], str]) -> None:
         self._client = client
-        self._stream_key = stream_key
+        self._stream_of = stream_of
 
     def now(self) -> float:
         """This machine's unix time in seconds (see the module docstring on clocks)."""
@@ -192,7 +190,7 @@ class RedisState:
         """
         if not moves:
             return 0
-        keys: list[CommandArg] = [_keys.delayed_tasks(group), self._stream_key]
+        keys: list[CommandArg] = [_keys.delayed_tasks(group), self._stream_of(group)]
         args: list[CommandArg] = []
         for move in moves:
             if move.lock_key is None:
@@ -256,9 +254,20 @@ class RedisState:
 
     # Heartbeats -----------------------------------------------------------
 
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> None:
-        """Set ``taskrunner:replication:<host>`` to ``instance_id`` for ``ttl``."""
-        await self._client.execute("SET", _keys.replication(host), instance_id, "PX", _ms(ttl))
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+        """Set ``taskrunner:replication:<host>`` to ``instance_id`` for ``ttl``,
+        unless it holds another id (one script call); returns that other id."""
+        reply = await HEARTBEAT(self._client, [_keys.replication(host)], [instance_id, _ms(ttl)])
+        return None if reply is None else bytes(reply).decode(errors="replace")
+
+    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+        """``GET`` and ``PTTL`` of the heartbeat key, pipelined (one round trip)."""
+        key = _keys.replication(host)
+        value, pttl = await self._client.pipeline([("GET", key), ("PTTL", key)])
+        if value is None or pttl == -2:  # none, or expired between the two
+            return None
+        left = math.inf if pttl == -1 else pttl / 1000  # -1: set by hand, no expiry
+        return bytes(value).decode(errors="replace"), left
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:
         """Delete this instance's heartbeat key, only if it still holds ``instance_id``."""

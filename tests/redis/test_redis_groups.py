@@ -1,0 +1,76 @@
+"""Two applications on one Redis (issue 10, point 5), on a real server.
+
+(a) With default settings each consumer group has a stream of its own, so the
+shop never sees the mail's tasks. (b) Configured on purpose to share one
+stream (explicit prefix), a runner that deletes on ack refuses to start, and
+one that keeps entries acks the other group's task for itself only.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from taskrunner.backends.redis import RedisBackend
+from taskrunner.errors import SharedStreamError
+from tests._groups import Apps
+
+LIMIT = 20.0
+
+
+async def test_default_settings_give_each_application_its_own_stream(redis_url: str) -> None:
+    async with RedisBackend.from_url(redis_url) as shop, RedisBackend.from_url(redis_url) as mail:
+        apps = Apps(shop, mail)
+        await apps.mail_ran_before(limit=LIMIT)
+        await apps.shop_serves_while_mail_is_dispatched(limit=LIMIT)
+
+        assert shop.stream_keys("shop").stream == "taskrunner:shop:tasks"
+        assert mail.stream_keys("mail").stream == "taskrunner:mail:tasks"
+        assert await shop.dead_letters("shop") == []
+        assert await mail.length("mail") == 1, "the mail's task must wait in its stream"
+        assert apps.shop.statistics().dead_lettered == 0
+
+        await apps.mail_comes_back(limit=LIMIT)
+
+
+async def test_a_shared_stream_refuses_delete_on_ack(redis_url: str) -> None:
+    prefix = f"shared-{uuid.uuid4().hex[:6]}"
+    async with (
+        RedisBackend.from_url(redis_url, prefix=prefix) as shop,
+        RedisBackend.from_url(redis_url, prefix=prefix, delete_on_ack=False) as mail,
+    ):
+        apps = Apps(shop, mail)
+        await apps.mail_ran_before(limit=LIMIT)
+        with pytest.raises(SharedStreamError) as caught:
+            await apps.shop.serve()
+        assert caught.value.stream == f"{prefix}:tasks"
+        assert caught.value.other_groups == ("mail",)
+        assert "delete_on_ack=False" in str(caught.value)
+        assert "\n" not in str(caught.value)
+        assert not apps.shop.statistics().serving
+
+
+async def test_a_shared_stream_acks_another_groups_task_for_itself_only(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    prefix = f"shared-{uuid.uuid4().hex[:6]}"
+    async with (
+        RedisBackend.from_url(redis_url, prefix=prefix, delete_on_ack=False) as shop,
+        RedisBackend.from_url(redis_url, prefix=prefix, delete_on_ack=False) as mail,
+    ):
+        apps = Apps(shop, mail)
+        await apps.mail_ran_before(limit=LIMIT)
+        with caplog.at_level(logging.INFO, "taskrunner.sharing"):
+            await apps.shop_serves_while_mail_is_dispatched(limit=LIMIT)
+
+        assert await shop.dead_letters("shop") == []
+        assert apps.shop.statistics().dead_lettered == 0
+        assert (await shop.group_info("shop")).pending == 0, "acked for the shop"
+        assert (await shop.group_info("mail")).lag == 2, "still there for the mail"
+        skipped = [r for r in caplog.records if "is not registered here" in r.getMessage()]
+        assert len(skipped) == 1
+        assert "'send_mail'" in skipped[0].getMessage()
+
+        await apps.mail_comes_back(limit=LIMIT)
