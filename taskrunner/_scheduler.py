@@ -16,9 +16,11 @@ while another instance leads, runs a pass of its own. The move being atomic,
 two passes at once never move a member twice. (A process that dispatches but
 does not serve relies on the leader's poll.)
 
-A member that cannot be decoded, or names an unknown task, is still moved:
-the worker that reads it sends it down the failure path (dead letter or
-``failed_task_handler``), so nothing disappears silently.
+A member that cannot be decoded (whatever the decoder raises), names an
+unknown task, or would need a lock key with no UTF-8 form, is still moved,
+as it is and without a lock: the worker that reads it sends it down the
+failure path (dead letter or ``failed_task_handler``), so nothing disappears
+silently and no bad member holds up the batch it is in.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._codec import decode_payload, encode_message
+from taskrunner._config import is_utf8_text
 from taskrunner._task import Task, TaskMessage, unique_for_wire
 from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend, DelayedMove
@@ -82,8 +85,8 @@ def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
         payload = doc.get("payload")
         if not isinstance(name, str):
             raise TypeError("'task' is not a string")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        return _undeliverable(raw, f"not a delayed task: {exc}")
+    except Exception as exc:  # RecursionError too: JSON nested 100,000 deep
+        return _undeliverable(raw, f"not a delayed task: {type(exc).__name__}: {exc}")
     task = tasks.get(name)
     if task is None or not task.unique:
         message = TaskMessage(
@@ -98,6 +101,8 @@ def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
             unique_key = task.lock_key_for(decode_payload(payload, task.payload_type, name))
         except InvalidTaskPayload as exc:
             return _undeliverable(raw, str(exc))
+    if not is_utf8_text(unique_key):  # the lock key could never be sent to the backend
+        return _undeliverable(raw, f"unique_key {unique_key!r} is not valid UTF-8 text")
     token = uuid.uuid4().hex
     message = TaskMessage(
         task_name=name,
@@ -120,7 +125,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task]) -> DelayedMove:
 def _encode(message: TaskMessage, raw: bytes) -> bytes:
     try:
         return encode_message(message)
-    except InvalidTaskPayload:
+    except Exception:  # not encodable (a RecursionError too): the worker reports the raw member
         return raw
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from taskrunner._codec import payload_type_of
+from taskrunner._config import is_utf8_text
 from taskrunner.errors import InvalidTaskPayload
 
 Action = Callable[[Any], Awaitable[Any]]
@@ -29,6 +30,8 @@ def _task_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> No
         raise ValueError(
             f"Task.{attribute.name} must be a non-empty string without spaces, got {value!r}"
         )
+    if not is_utf8_text(value):  # it names metrics fields and lock keys
+        raise ValueError(f"Task.{attribute.name} must be valid UTF-8 text, got {value!r}")
 
 
 def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:

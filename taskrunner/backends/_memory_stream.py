@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import attrs
 import trio
 
+from taskrunner.backends._memory_state import check_text
 from taskrunner.backends._protocols import (
     ConsumerInfo,
     DeadLetter,
@@ -109,6 +110,7 @@ class MemoryStream:
 
     async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
+        check_text("read", "consumer", consumer)
         g = self._group(group)
         deadline = trio.current_time() + block
         while True:
@@ -121,6 +123,7 @@ class MemoryStream:
 
     async def ack(self, group: str, ids: Sequence[str]) -> int:
         await trio.lowlevel.checkpoint()
+        check_text("ack", "id", *ids)
         g = self._groups.get(group)
         acked = 0
         for entry_id in ids:
@@ -136,6 +139,7 @@ class MemoryStream:
         self, group: str, consumer: str, min_idle: float, count: int
     ) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
+        check_text("claim_stale", "consumer", consumer)
         g = self._group(group)
         now = trio.current_time()
         g.consumers[consumer] = now
@@ -158,6 +162,8 @@ class MemoryStream:
 
     async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
         await trio.lowlevel.checkpoint()
+        check_text("refresh", "consumer", consumer)
+        check_text("refresh", "id", *ids)
         g = self._group(group)
         now = trio.current_time()
         g.consumers[consumer] = now
@@ -225,6 +231,8 @@ class MemoryStream:
         self, group: str, message_id: str, payload: bytes | None, error: str
     ) -> str:
         await trio.lowlevel.checkpoint()
+        check_text("dead_letter", "message_id", message_id)
+        check_text("dead_letter", "error", error)
         dead_id = f"{int(trio.current_time() * 1000)}-{len(self._dead) + 1}"
         self._dead.append(
             DeadLetter(id=dead_id, message_id=message_id, group=group, payload=payload, error=error)
