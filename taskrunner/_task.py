@@ -129,7 +129,7 @@ class Task:
 
         Raises:
             InvalidTaskPayload: ``unique_key`` raised, or returned neither a
-                string nor ``None``.
+                string nor ``None``, or a string with no UTF-8 form.
         """
         if self.unique_key is None:
             return ""
@@ -142,6 +142,10 @@ class Task:
         if key is not None and not isinstance(key, str):
             raise InvalidTaskPayload(
                 f"unique_key must return a str or None, got {key!r}", task_name=self.name
+            )
+        if key and not is_utf8_text(key):  # it becomes part of the lock's key
+            raise InvalidTaskPayload(
+                f"unique_key must return valid UTF-8 text, got {key!r}", task_name=self.name
             )
         return key or ""
 
