@@ -118,7 +118,7 @@ class Acker:
             try:
                 await self._backend.release_lock(key, token)
             except BackendError as exc:
-                log.warning("could not release unique lock %s (%s); it expires by itself", key, exc)
+                log.warning("could not release unique lock %r (%s); it expires by itself", key, exc)
             except BaseException:
                 # Cancelled (shutdown): the final flush releases the rest.
                 self._locks[:0] = locks[done:]

@@ -242,9 +242,8 @@ async def fuzz(runner: TaskRunner, check: Check, examples: int) -> None:
         await trio.to_thread.run_sync(one_batch)
         stats = runner.statistics()
         assert stats.serving
-        print(
-            f"\n{stats.acked} entries: {stats.completed} completed, {stats.dead_lettered} dead-lettered"
-        )
+        print(f"\n{stats.acked} entries: {stats.completed} completed, ", end="")
+        print(f"{stats.dead_lettered} dead-lettered")
         nursery.cancel_scope.cancel()
 
 

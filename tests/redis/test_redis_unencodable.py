@@ -89,11 +89,15 @@ def test_error_replies_say_whether_retrying_can_help(reply: str, retryable: bool
 async def backend(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[RedisBackend]:
     queue = f"q{uuid.uuid4().hex[:8]}"
     if request.param == "native":
-        made = RedisBackend.from_url(redis_url, queue=queue)
-    else:
-        made = RedisBackend.from_client(redis.Redis.from_url(redis_url, protocol=2), queue=queue)
-    async with made:
-        yield made
+        async with RedisBackend.from_url(redis_url, queue=queue) as native:
+            yield native
+        return
+    client = redis.Redis.from_url(redis_url, protocol=2)
+    try:
+        async with RedisBackend.from_client(client, queue=queue) as threaded:
+            yield threaded
+    finally:
+        client.close()  # the backend leaves a client it was given open
 
 
 def make(backend: RedisBackend, **config: Any) -> TaskRunner:
@@ -203,3 +207,34 @@ async def test_a_refused_metrics_write_is_dropped_not_counted_again(
     refused = [r.getMessage() for r in caplog.records if "flush refused" in r.getMessage()]
     assert len(refused) == 1, refused
     assert "hash value is not an integer" in refused[0]
+
+
+async def test_names_on_the_server_that_are_not_utf8_do_not_stop_the_leader(
+    backend: RedisBackend,
+) -> None:
+    runner = make(backend)
+    done: list[object] = []
+
+    @runner.task()
+    async def job(payload: object) -> None:
+        done.append(payload)
+
+    # Another client's consumer, and another group on the same stream, named in bytes
+    # that are not UTF-8: consumer cleanup (leader only) reads both names.
+    stream = backend.stream_key
+    await backend.client.execute("XGROUP", "CREATE", stream, "g", "0", "MKSTREAM")
+    await backend.client.execute("XGROUP", "CREATECONSUMER", stream, "g", b"odd\xff")
+    await backend.client.execute("XGROUP", "CREATE", stream, b"other\xfe", "0")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        await wait_until(lambda: runner.is_leader)
+        await runner.dispatch("job", 1)
+        await wait_until(lambda: done == [1])
+        await trio.sleep(0.5)  # the first cleanup pass ran at the start of the term
+        assert runner.statistics().serving
+        nursery.cancel_scope.cancel()
+
+    info = await backend.group_info("g")
+    assert "odd\\xff" in [c.name for c in info.consumers]  # shown escaped, not refused
+    metrics = await backend.get_metrics()
+    assert sorted(g.name for g in metrics.groups) == ["g", "other\\xfe"]
