@@ -4,6 +4,7 @@ locks, tuning; and text no backend can store."""
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -299,7 +300,7 @@ async def check_unencodable_text_is_refused(backend: Backend) -> None:
     assert await backend.acquire_lock(key, "t", 5.0) is True, "a free lock must be taken"
     await backend.add_delayed(group, member, backend.now() - 1)
     length, dead = await backend.length(), len(await backend.dead_letters(100_000))
-    calls = {
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
         "acquire_lock": lambda: backend.acquire_lock(f"{key}:{bad}", "t", 5.0),
         "release_lock": lambda: backend.release_lock(key, f"t{bad}"),
         "heartbeat": lambda: backend.heartbeat(_name("host") + bad, "id", 5.0),
