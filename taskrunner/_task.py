@@ -201,7 +201,8 @@ class Delivery:
     """One message as a worker received it.
 
     Handed to ``failed_task_handler`` and ``on_error``. ``message`` is ``None``
-    when the entry could not be decoded; ``raw`` is then what was read.
+    when the entry could not be decoded, or was not (a redelivery past its
+    limit, which may be what killed its workers); ``raw`` is then what was read.
     """
 
     id: str
@@ -213,7 +214,7 @@ class Delivery:
     raw: bytes | None
     """The entry's ``payload`` field as read; ``None`` if the entry had none."""
     message: TaskMessage | None
-    """The decoded message, or ``None`` if it could not be decoded."""
+    """The decoded message, or ``None`` if it could not be, or was not, decoded."""
 
     @property
     def task_name(self) -> str | None:

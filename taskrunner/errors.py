@@ -36,7 +36,9 @@ class InvalidTaskPayload(TaskRunnerError, ValueError):
     payload is not JSON-serialisable (or does not fit the action's typed
     payload), and handed to the failure path when a worker reads a stream
     entry it cannot decode (no ``payload`` field, invalid JSON, a JSON shape
-    that is not a task message, an oversized payload).
+    that is not a task message, an oversized payload; whatever the decoder
+    raised is named in the reason), or one that names no registered task and
+    was delivered more than three times (it is then not decoded again).
     """
 
     def __init__(self, reason: str, *, task_name: str | None = None) -> None:
@@ -83,8 +85,9 @@ class TaskMaxRetryExceeded(TaskRunnerError):
 
     Passed to ``failed_task_handler`` (or recorded in the dead-letter entry)
     when a task's last allowed attempt failed, or when a message is delivered
-    again after its last attempt (its worker died mid-run). ``last_error`` is
-    the final attempt's exception when there was one.
+    again after its last attempt (its worker died mid-run; the message is then
+    not decoded, in case it is what killed the worker). ``last_error`` is the
+    final attempt's exception when there was one.
     """
 
     def __init__(
