@@ -24,6 +24,7 @@ unless the backend is unreachable.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 import trio
 
@@ -98,7 +99,7 @@ class Acker:
     async def _flush(self) -> None:
         ids, self._ids = self._ids, []
         locks, self._locks = self._locks, []
-        refused: set[str] = set()
+        refused: Collection[str] = ()
         if ids:
             try:
                 await self._backend.ack(self._group, ids)
