@@ -133,8 +133,9 @@ class Worker:
         try:
             await self._execute(entry, consumer)
         except Exception:
-            # Only a bug (ours, or a hook's exotic exception) gets here. The entry
-            # stays pending, and its delivery count bounds how often this repeats.
+            # Only a bug gets here (ours, or an exception whose str() raises...).
+            # The entry stays pending and comes back after reclaim_delay, past its
+            # delivery limit eventually, undecoded.
             log.exception(
                 "unexpected error while handling message %s; leaving it pending", entry.id
             )
