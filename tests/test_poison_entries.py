@@ -19,9 +19,8 @@ import trio
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import Task, TaskRunnerConfig, _worker
+from taskrunner import Task, TaskMessage, TaskRunnerConfig, _worker
 from taskrunner._acker import Acker
-from taskrunner._task import TaskMessage
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis._errors import RedisConnectionError, error_from_reply
 from taskrunner.errors import InvalidTaskPayload
