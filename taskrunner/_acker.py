@@ -8,6 +8,14 @@ locks of finished messages are released only after their ack succeeded: a
 crash in between leaves the lock to expire (``unique_for``) rather than
 letting a duplicate in while the message could still run again.
 
+A failed ack is retried with backoff when the failure may pass (a lost
+connection: ``BackendError.retryable``). One that retrying cannot fix (the
+store refused the request for what it holds) must not block every later ack
+behind it: the batch is acked again one message at a time, and only the
+messages refused again are dropped, logged (they are delivered again after
+``reclaim_delay``, and their locks are left to expire). A lock whose release
+fails is never retried either; it expires after ``unique_for``.
+
 Shutdown: the loop is cancelled last, after the workers drained, and its
 final flush runs shielded with a timeout so nothing finished stays un-acked
 unless the backend is unreachable.
@@ -16,6 +24,7 @@ unless the backend is unreachable.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 import trio
 
@@ -33,15 +42,17 @@ class Acker:
         self._backend = backend
         self._group = group
         self._ids: list[str] = []
-        self._locks: list[tuple[str, str]] = []  # (key, token), released after the ack
+        # (entry id, (key, token)): each lock is released after its entry's ack
+        self._locks: list[tuple[str, tuple[str, str]]] = []
         self._wake = trio.Event()
         self.acked = 0
+        self.dropped = 0
 
     def ack(self, entry_id: str, lock: tuple[str, str] | None = None) -> None:
         """Queue ``entry_id`` for acknowledgement (and ``lock`` for release after it)."""
         self._ids.append(entry_id)
         if lock is not None:
-            self._locks.append(lock)
+            self._locks.append((entry_id, lock))
         self._wake.set()
 
     @property
@@ -88,21 +99,78 @@ class Acker:
     async def _flush(self) -> None:
         ids, self._ids = self._ids, []
         locks, self._locks = self._locks, []
-        try:
-            if ids:
+        refused: Collection[str] = ()
+        if ids:
+            try:
                 await self._backend.ack(self._group, ids)
-        except BaseException:
-            # Acks are idempotent: put them back for the next try.
-            self._ids[:0] = ids
-            self._locks[:0] = locks
-            raise
-        self.acked += len(ids)
-        for done, (key, token) in enumerate(locks):
+            except BackendError as exc:
+                if exc.retryable:
+                    self._put_back(ids, locks)  # acks are idempotent: next try
+                    raise
+                refused = await self._ack_one_by_one(ids, locks, exc)
+            except BaseException:
+                self._put_back(ids, locks)
+                raise
+            else:
+                self.acked += len(ids)
+        for done, (entry_id, (key, token)) in enumerate(locks):
+            if entry_id in refused:
+                continue  # not acked, so it may run again: its lock expires by itself
             try:
                 await self._backend.release_lock(key, token)
             except BackendError as exc:
-                log.warning("could not release unique lock %s (%s); it expires by itself", key, exc)
+                log.warning("could not release unique lock %r (%s); it expires by itself", key, exc)
             except BaseException:
                 # Cancelled (shutdown): the final flush releases the rest.
                 self._locks[:0] = locks[done:]
                 raise
+
+    async def _ack_one_by_one(
+        self, ids: list[str], locks: list[tuple[str, tuple[str, str]]], error: BackendError
+    ) -> set[str]:
+        """Ack ``ids`` one at a time after their batch was refused for good (``error``).
+
+        Returns:
+            The ids refused again, dropped.
+
+        Raises:
+            BackendError: a retryable failure; the ids not acked yet, and the
+                locks of every id not refused, are back in the queue.
+        """
+        if len(ids) == 1:
+            self._drop(ids[0], error)
+            return {ids[0]}
+        refused: set[str] = set()
+        for index, entry_id in enumerate(ids):
+            try:
+                await self._backend.ack(self._group, [entry_id])
+            except BackendError as exc:
+                if not exc.retryable:
+                    refused.add(entry_id)
+                    self._drop(entry_id, exc)
+                    continue
+                self._put_back(ids[index:], locks, refused)
+                raise
+            except BaseException:
+                self._put_back(ids[index:], locks, refused)
+                raise
+            self.acked += 1
+        return refused
+
+    def _put_back(
+        self,
+        ids: list[str],
+        locks: list[tuple[str, tuple[str, str]]],
+        refused: set[str] | None = None,
+    ) -> None:
+        self._ids[:0] = ids
+        self._locks[:0] = [lock for lock in locks if lock[0] not in refused] if refused else locks
+
+    def _drop(self, entry_id: str, error: BackendError) -> None:
+        self.dropped += 1
+        log.error(
+            "ack of message %s refused (%s); dropping it, since retrying cannot fix that: "
+            "it will be delivered again after reclaim_delay",
+            entry_id,
+            error,
+        )

@@ -25,6 +25,12 @@ at-least-once, and in those rare, logged cases a batch can be counted twice.
 Counting a batch twice skews an average slightly; losing timings at every
 hiccup or shutdown would skew it every time.
 
+A write the store refuses for good (``BackendError.retryable`` false: an
+error reply such as a field that holds no number, or a key of another type)
+is the exception: its batch is dropped, logged, not restored. The write is a
+pipeline, not a transaction, so the other fields' increments have landed;
+restoring the batch would count them again at every flush, forever.
+
 Shutdown: the runner cancels this service after the workers have drained, so
 the final flush, run shielded and bounded by :data:`FINAL_FLUSH_TIMEOUT`,
 sees every timing recorded; samples it could not write are logged.
@@ -88,7 +94,8 @@ async def flush(
         How many samples were written (0 when there was nothing to write).
 
     Raises:
-        BackendError: the write failed; the batch is back in ``recorder``.
+        BackendError: the write failed; the batch is back in ``recorder``,
+            unless the failure is not ``retryable`` (then it is dropped).
 
     Cancellation: the batch is put back in ``recorder`` too. (Whether the
     store applied it is unknown at that point; :func:`run` avoids the
@@ -106,11 +113,19 @@ async def flush(
         return 0
     try:
         await backend.increment_metrics(group, list(batch.values()))
+    except BackendError as exc:
+        if exc.retryable:
+            _restore(recorder, batch)
+        raise
     except BaseException:
-        # Exactly what was sent goes back (a negative sum was sent as 0).
-        recorder.restore({name: (i.micros / 1000, i.count) for name, i in batch.items()})
+        _restore(recorder, batch)
         raise
     return sum(increment.count for increment in batch.values())
+
+
+def _restore(recorder: TimingRecorder, batch: dict[str, _wire.TimingIncrement]) -> None:
+    # Exactly what was sent goes back (a negative sum was sent as 0).
+    recorder.restore({name: (i.micros / 1000, i.count) for name, i in batch.items()})
 
 
 async def run(
@@ -140,7 +155,7 @@ async def run(
     """
     task_status.started()
     names = FieldNames(group)
-    failures = 0
+    failures = refusals = 0
     try:
         while True:
             await trio.sleep(interval)
@@ -148,6 +163,11 @@ async def run(
                 try:
                     await flush(backend, group, recorder, names)
                 except BackendError as exc:
+                    if not exc.retryable:
+                        refusals += 1
+                        if refusals % _WARN_EVERY == 1:
+                            _refused(exc, refusals)
+                        continue
                     failures += 1
                     if failures % _WARN_EVERY == 1:
                         log.warning(
@@ -173,6 +193,15 @@ async def run(
         await _final_flush(backend, group, recorder, names)
 
 
+def _refused(exc: BackendError, refusals: int) -> None:
+    log.warning(
+        "timing metrics flush refused (%s); dropped that batch, since retrying cannot "
+        "fix it (the fields the store accepted were counted; refusal %d)",
+        exc,
+        refusals,
+    )
+
+
 async def _final_flush(
     backend: Backend, group: str, recorder: TimingRecorder, names: FieldNames
 ) -> None:
@@ -183,6 +212,9 @@ async def _final_flush(
             try:
                 written += await flush(backend, group, recorder, names)
             except BackendError as exc:
+                if not exc.retryable:
+                    _refused(exc, 1)
+                    continue
                 attempt += 1
                 if attempt == 1:
                     log.warning("final timing metrics flush failed (%s); retrying", exc)

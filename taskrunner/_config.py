@@ -32,6 +32,15 @@ def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: float) 
         raise ValueError(f"{attribute.name} must be >= 0 and finite, got {value!r}")
 
 
+def is_utf8_text(value: str) -> bool:
+    """Whether ``value`` has a UTF-8 form (no lone surrogate): what a backend can store."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if not isinstance(value, str):
         raise TypeError(f"{attribute.name} must be a string, got {value!r}")
@@ -39,6 +48,8 @@ def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
         raise ValueError(
             f"{attribute.name} must be a non-empty string without spaces, got {value!r}"
         )
+    if not is_utf8_text(value):  # every key and consumer name is built from it
+        raise ValueError(f"{attribute.name} must be valid UTF-8 text, got {value!r}")
 
 
 def _callable_or_none(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

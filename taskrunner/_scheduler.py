@@ -16,9 +16,11 @@ while another instance leads, runs a pass of its own. The move being atomic,
 two passes at once never move a member twice. (A process that dispatches but
 does not serve relies on the leader's poll.)
 
-A member that cannot be decoded, or names an unknown task, is still moved:
-the worker that reads it sends it down the failure path (dead letter or
-``failed_task_handler``), so nothing disappears silently.
+A member that cannot be decoded (whatever the decoder raises), names an
+unknown task, or would need a lock key with no UTF-8 form, is still moved,
+as it is and without a lock: the worker that reads it sends it down the
+failure path (dead letter or ``failed_task_handler``), so nothing disappears
+silently and no bad member holds up the batch it is in.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import trio
 from taskrunner import _wire
 from taskrunner._backoff import backoff_delay
 from taskrunner._codec import decode_payload
+from taskrunner._config import is_utf8_text
 from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend, DelayedMove
@@ -91,6 +94,8 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         delayed = _wire.decode_delayed(raw)
     except InvalidTaskPayload as exc:
         return _undeliverable(raw, f"not a delayed task: {exc}")
+    except Exception as exc:  # RecursionError too: JSON nested 100,000 deep
+        return _undeliverable(raw, f"not a delayed task: {type(exc).__name__}: {exc}")
     task = tasks.get(delayed.task)
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
@@ -107,6 +112,10 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
             unique_key = _wire.unique_key_for(task, payload)
         except InvalidTaskPayload as exc:
             return _undeliverable(raw, str(exc))
+        except Exception as exc:  # whatever else decoding raised (a RecursionError)
+            return _undeliverable(raw, f"{type(exc).__name__}: {exc}")
+    if not is_utf8_text(unique_key):  # the lock key could never be sent to the backend
+        return _undeliverable(raw, f"unique_key {unique_key!r} is not valid UTF-8 text")
     token = uuid.uuid4().hex if token is None else token
     message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token)
     return DelayedMove(
@@ -121,7 +130,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
 def _encode(message: _wire.TaskMessage, raw: bytes) -> bytes:
     try:
         return _wire.encode_message(message)
-    except InvalidTaskPayload:
+    except Exception:  # not encodable (a RecursionError too): the worker reports the raw member
         return raw
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from taskrunner._codec import ExtraKeys, payload_type_of
+from taskrunner._config import is_utf8_text
 from taskrunner._wire import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
 
@@ -28,6 +29,8 @@ def _task_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> No
         raise ValueError(
             f"Task.{attribute.name} must be a non-empty string without spaces, got {value!r}"
         )
+    if not is_utf8_text(value):  # it names metrics fields and lock keys
+        raise ValueError(f"Task.{attribute.name} must be valid UTF-8 text, got {value!r}")
 
 
 def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -140,7 +143,7 @@ class Task:
 
         Raises:
             InvalidTaskPayload: ``unique_key`` raised, or returned neither a
-                string nor ``None``.
+                string nor ``None``, or a string with no UTF-8 form.
         """
         if self.unique_key is None:
             return ""
@@ -153,6 +156,10 @@ class Task:
         if key is not None and not isinstance(key, str):
             raise InvalidTaskPayload(
                 f"unique_key must return a str or None, got {key!r}", task_name=self.name
+            )
+        if key and not is_utf8_text(key):  # it becomes part of the lock's key
+            raise InvalidTaskPayload(
+                f"unique_key must return valid UTF-8 text, got {key!r}", task_name=self.name
             )
         return key or ""
 
@@ -167,7 +174,8 @@ class Delivery:
     """One message as a worker received it.
 
     Handed to ``failed_task_handler`` and ``on_error``. ``message`` is ``None``
-    when the entry could not be decoded; ``raw`` is then what was read.
+    when the entry could not be decoded, or was not (a redelivery past its
+    limit, which may be what killed its workers); ``raw`` is then what was read.
     """
 
     id: str
@@ -179,7 +187,7 @@ class Delivery:
     raw: bytes | None
     """The entry's ``payload`` field as read; ``None`` if the entry had none."""
     message: TaskMessage | None
-    """The decoded message, or ``None`` if it could not be decoded."""
+    """The decoded message, or ``None`` if it could not be, or was not, decoded."""
 
     @property
     def task_name(self) -> str | None:

@@ -14,6 +14,14 @@ Outcomes, exactly as docs/behaviour:
   message goes to the dead-letter stream, then is acked;
 - cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
 
+Poison entries. Any exception while decoding or validating an entry (a
+``RecursionError`` from JSON nested 100,000 deep, a typed payload that does
+not structure) sends it down the failure path with a short reason. An entry
+that kills the whole process cannot be caught, so a redelivered entry's
+delivery count is checked against its limit (:mod:`taskrunner._poison`)
+before it is decoded: past it, the entry goes to the failure path without
+being decoded or run again. First deliveries skip that check.
+
 The duration of every run, failed or not, goes to the timing recorder.
 """
 
@@ -29,6 +37,7 @@ from taskrunner._codec import decode_payload
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._inflight import InFlight
+from taskrunner._poison import delivery_limit
 from taskrunner._pool import WorkerPool
 from taskrunner._sharing import StreamSharing
 from taskrunner._task import Delivery, Task
@@ -45,6 +54,28 @@ from taskrunner.errors import (
 )
 
 log = logging.getLogger("taskrunner.worker")
+
+REASON_CHARS = 1000
+"""Longest error text logged or written to a dead letter (a bad entry's own text
+can be megabytes long)."""
+
+
+def brief(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, with lone surrogates escaped, so it can
+    be logged and stored anywhere."""
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text)} characters)"
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _undecodable(exc: Exception) -> InvalidTaskPayload:
+    if isinstance(exc, InvalidTaskPayload):
+        return exc
+    error = InvalidTaskPayload(f"{type(exc).__name__} while decoding: {brief(str(exc), 200)}")
+    error.__cause__ = exc
+    return error
 
 
 class WorkerCounters:
@@ -97,17 +128,29 @@ class Worker:
         self.observers: list[Callable[[str, float, bool], object]] = []
 
     async def execute(self, entry: QueueEntry, consumer: str) -> None:
-        """Run one message; frees its pool slot when done, whatever happens."""
+        """Run one message; frees its pool slot when done, whatever happens.
+
+        Never raises but for cancellation: one entry must not stop ``serve``.
+        """
         try:
             await self._execute(entry, consumer)
+        except Exception:
+            # Only a bug gets here (ours, or an exception whose str() raises...).
+            # The entry stays pending and comes back after reclaim_delay, past its
+            # delivery limit eventually, undecoded.
+            log.exception(
+                "unexpected error while handling message %s; leaving it pending", entry.id
+            )
         finally:
             self._pool.release()
 
     async def _execute(self, entry: QueueEntry, consumer: str) -> None:
+        if entry.delivery_count > 1 and await self._over_limit(entry, consumer):
+            return
         try:
             message = decode_message(entry.payload)
-        except InvalidTaskPayload as exc:
-            await self._fail(_delivery(entry, consumer, None), exc)
+        except Exception as exc:
+            await self._fail(_delivery(entry, consumer, None), _undecodable(exc))
             return
         task = self._tasks.get(message.task_name)
         if task is None:
@@ -122,8 +165,8 @@ class Worker:
             return
         try:
             payload = decode_payload(message.payload, task.payload_type, task.name, task.extra_keys)
-        except InvalidTaskPayload as exc:
-            await self._fail(_delivery(entry, consumer, message), exc)
+        except Exception as exc:
+            await self._fail(_delivery(entry, consumer, message), _undecodable(exc))
             return
 
         self._inflight.add(entry.id, consumer, task.reservation, trio.current_time())
@@ -168,6 +211,30 @@ class Worker:
         self._acker.ack(entry.id, None)
         return True
 
+    async def _over_limit(self, entry: QueueEntry, consumer: str) -> bool:
+        """Send a redelivered entry past its delivery limit down the failure path,
+        undecoded (it may be what killed the workers before); True if it was."""
+        bound = delivery_limit(entry.payload, self._tasks)
+        if entry.delivery_count <= bound.limit:
+            return False
+        error: TaskRunnerError
+        if bound.task_name is not None:
+            error = TaskMaxRetryExceeded(bound.task_name, entry.id, bound.limit)
+        else:
+            error = InvalidTaskPayload(
+                f"delivered {entry.delivery_count} times without naming a registered task "
+                f"(at most {bound.limit} deliveries); not decoded again"
+            )
+        log.warning(
+            "message %s delivered %d times, over its limit of %d: failing it without "
+            "decoding it, in case it is what killed the workers it was delivered to",
+            entry.id,
+            entry.delivery_count,
+            bound.limit,
+        )
+        await self._fail(_delivery(entry, consumer, None), error)
+        return True
+
     def _notify(self, task_name: str, elapsed: float, succeeded: bool) -> None:
         for observer in list(self.observers):
             try:
@@ -204,12 +271,13 @@ class Worker:
         self, delivery: Delivery, error: TaskRunnerError, *, reported: bool = False
     ) -> None:
         """The failure path: handler or dead-letter, then ack; or leave pending."""
+        reason = brief(f"{type(error).__name__}: {error}")
         if not reported:
             log.error(
                 "message %s (task %s) cannot be processed: %s",
                 delivery.id,
-                delivery.task_name,
-                error,
+                brief(delivery.task_name or "?", 200),
+                reason,
             )
             await call_hook_safely("on_error", self._config.on_error, error, delivery)
         handler = self._config.failed_task_handler
@@ -227,10 +295,7 @@ class Worker:
         else:
             try:
                 dead_id = await self._backend.dead_letter(
-                    self._config.consumer_group,
-                    delivery.id,
-                    delivery.raw,
-                    f"{type(error).__name__}: {error}",
+                    self._config.consumer_group, delivery.id, delivery.raw, reason
                 )
             except BackendError as exc:
                 log.error(

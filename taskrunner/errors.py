@@ -37,8 +37,10 @@ class InvalidTaskPayload(TaskRunnerError, ValueError):
     payload is not JSON-serialisable (or does not fit the action's typed
     payload), and handed to the failure path when a worker reads a stream
     entry it cannot decode (no ``payload`` field, invalid JSON, a JSON shape
-    that is not a task message, an oversized payload) or whose payload does not
-    fit the typed payload.
+    that is not a task message, an oversized payload; whatever the decoder
+    raised is named in the reason), or one that names no registered task and
+    was delivered more than three times (it is then not decoded again); also
+    when its payload does not fit the typed payload.
 
     Attributes:
         reason: What is wrong, without the task name.
@@ -99,8 +101,9 @@ class TaskMaxRetryExceeded(TaskRunnerError):
 
     Passed to ``failed_task_handler`` (or recorded in the dead-letter entry)
     when a task's last allowed attempt failed, or when a message is delivered
-    again after its last attempt (its worker died mid-run). ``last_error`` is
-    the final attempt's exception when there was one.
+    again after its last attempt (its worker died mid-run; the message is then
+    not decoded, in case it is what killed the worker). ``last_error`` is the
+    final attempt's exception when there was one.
     """
 
     def __init__(
@@ -130,12 +133,65 @@ class BackendError(TaskRunnerError):
         maybe_applied: False only when the operation certainly did not take
             effect (the store refused it, or it was never sent); True when that
             is unknown, e.g. the connection broke while waiting for the reply.
+        retryable: Whether the same call may succeed later: True for failures
+            of the link or of the store's state at the moment (connection lost,
+            a server loading or failing over, out of memory); False when the
+            store refused this very request for what it holds (an argument that
+            cannot be encoded, an error reply such as ``WRONGTYPE``), which
+            repeating it cannot fix. The runner's services drop such an
+            operation (logged) instead of retrying it forever.
     """
 
-    def __init__(self, message: str, *, detail: Any = None, maybe_applied: bool = True) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: Any = None,
+        maybe_applied: bool = True,
+        retryable: bool = True,
+    ) -> None:
         super().__init__(message)
         self.detail = detail
         self.maybe_applied = maybe_applied
+        self.retryable = retryable
+
+
+SHOWN_ARGUMENT_CHARS = 60
+"""How much of a refused argument :class:`InvalidCommandArgument` shows."""
+
+
+class InvalidCommandArgument(BackendError):
+    """A backend call was refused before it was sent: an argument cannot be encoded.
+
+    Raised by every backend (the in-memory one too, so both agree) for a string
+    that has no UTF-8 form: one holding a lone surrogate such as ``"\\udc80"``,
+    which JSON allows, so a message read from the stream can carry one into a
+    unique-lock key or an error text. Nothing was sent: the call certainly did
+    not take effect (``maybe_applied`` is False) and repeating it cannot
+    succeed (``retryable`` is False).
+
+    Attributes:
+        command: What was refused: the Redis command (``"EVALSHA"``), or the
+            method on the in-memory backend (``"release_lock"``).
+        argument: Which argument: its position in the Redis command (the
+            command name is 0), or the parameter's name in memory (``"key"``).
+        value: The argument's ``repr``, cut to :data:`SHOWN_ARGUMENT_CHARS`
+            characters of the string.
+    """
+
+    def __init__(self, command: str, argument: int | str, value: str, reason: str) -> None:
+        shown = repr(value[:SHOWN_ARGUMENT_CHARS])
+        if len(value) > SHOWN_ARGUMENT_CHARS:
+            shown += f"... ({len(value)} characters)"
+        where = f"argument {argument}" if isinstance(argument, int) else argument
+        super().__init__(
+            f"{command} {where} is not valid UTF-8 text ({reason}): {shown}",
+            maybe_applied=False,
+            retryable=False,
+        )
+        self.command = command
+        self.argument = argument
+        self.value = shown
 
 
 class AlreadyServing(TaskRunnerError, RuntimeError):

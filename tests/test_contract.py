@@ -488,6 +488,36 @@ def _tuning_never_expires(b: MemoryBackend) -> None:
     _wrap(b, "publish_tuning", make)
 
 
+def _release_accepts_surrogates(b: MemoryBackend) -> None:
+    async def release_lock(key: str, token: str) -> bool:  # the old check-free release
+        await trio.lowlevel.checkpoint()
+        return b._delete_if(key, token)
+
+    b.release_lock = release_lock  # type: ignore[method-assign]
+
+
+def _dead_letter_accepts_surrogates(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def dead_letter(group: str, message_id: str, payload: bytes | None, e: str) -> str:
+            return await orig(group, message_id, payload, e.encode(errors="replace").decode())
+
+        return dead_letter
+
+    _wrap(b, "dead_letter", make)
+
+
+def _refused_move_moves(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            for move in moves:  # applies the moves, then refuses
+                b._delayed.get(group, {}).pop(move.member, None)
+            return int(await orig(group, moves))
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
 MUTANTS: dict[str, tuple[str, Mutant]] = {
     "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
     "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
@@ -526,6 +556,15 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
     "flush_clears_every_string": ("check_flush", _flush_clears_every_string),
     "flush_ignores_replication": ("check_flush", _flush_ignores_replication),
+    "release_accepts_surrogates": (
+        "check_unencodable_text_is_refused",
+        _release_accepts_surrogates,
+    ),
+    "dead_letter_accepts_surrogates": (
+        "check_unencodable_text_is_refused",
+        _dead_letter_accepts_surrogates,
+    ),
+    "refused_move_moves": ("check_unencodable_text_is_refused", _refused_move_moves),
 }
 _CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
 

@@ -55,6 +55,14 @@ EXPECTED: dict[str, list[str]] = {
         "  failed_task_handler: refund gave up: TaskMaxRetryExceeded",
         "  completed 1, failed attempts 4, handled 1",
     ],
+    "poison_entries.py": [
+        "  delivery 1: InvalidTaskPayload: invalid task payload: RecursionError while decoding",
+        "  delivery 3: TaskMaxRetryExceeded: task 'resize' (message <id>) failed after "
+        "2 attempt(s)",
+        """  decoded: False, raw: b'{"task_name": "resize", "payload": {"path": "x.tif"}}'""",
+        "  hello, Ada",
+        "  serving: True",
+    ],
     "graceful_shutdown.py": [
         "  a: Q1 done",
         "  a: Q2 done",

@@ -8,6 +8,11 @@ Expired keys vanish lazily when
 looked at, exactly as observed through Redis. Key names are the documented
 ones (``taskrunner._keys``), so a test can inspect them the same way on both
 backends.
+
+Text that Redis could not be sent (a string with no UTF-8 form: a lone
+surrogate) is refused here too, with the same
+:class:`~taskrunner.errors.InvalidCommandArgument`, so code tested on this
+backend meets the error it would meet on Redis.
 """
 
 from __future__ import annotations
@@ -19,6 +24,22 @@ import trio
 from taskrunner import _keys, _wire
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._protocols import DelayedMove
+from taskrunner.errors import InvalidCommandArgument
+
+
+def check_text(method: str, argument: str, *values: str) -> None:
+    """Refuse, as the Redis backend does, a string that has no UTF-8 form.
+
+    Raises:
+        InvalidCommandArgument: one of ``values`` (the ``argument`` of
+            ``method``) holds a lone surrogate.
+    """
+    for value in values:
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                raise InvalidCommandArgument(method, argument, value, exc.reason) from None
 
 
 class MemoryState:
@@ -74,14 +95,17 @@ class MemoryState:
     # Leases ---------------------------------------------------------------
     async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
         await trio.lowlevel.checkpoint()
+        check_text("acquire_lease", "owner", owner)
         return self._set_nx(_keys.leader(group), owner, ttl)
 
     async def renew_lease(self, group: str, owner: str, ttl: float) -> bool:
         await trio.lowlevel.checkpoint()
+        check_text("renew_lease", "owner", owner)
         return self._expire_if(_keys.leader(group), owner, ttl)
 
     async def resign_lease(self, group: str, owner: str) -> bool:
         await trio.lowlevel.checkpoint()
+        check_text("resign_lease", "owner", owner)
         return self._delete_if(_keys.leader(group), owner)
 
     async def lease_owner(self, group: str) -> str | None:
@@ -107,6 +131,9 @@ class MemoryState:
 
     async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
         await trio.lowlevel.checkpoint()
+        for move in moves:  # all refused before any moves, as one script call on Redis
+            check_text("move_delayed", "lock_key", move.lock_key or "")
+            check_text("move_delayed", "lock_token", move.lock_token)
         members = self._delayed.get(group, {})
         moved = 0
         for move in moves:  # no checkpoint inside: atomic, like the Lua script
@@ -124,6 +151,7 @@ class MemoryState:
     # Metrics hash ---------------------------------------------------------
     async def increment_metrics(self, group: str, increments: Sequence[TimingIncrement]) -> None:
         await trio.lowlevel.checkpoint()
+        check_text("increment_metrics", "field", *(i.fields.sum for i in increments))
         stored = self._metrics.setdefault(group, {})
         for increment in increments:  # no checkpoint inside: atomic, like the Lua script
             names = increment.fields
@@ -138,6 +166,7 @@ class MemoryState:
 
     async def reset_metrics(self, group: str, fields: Sequence[str]) -> None:
         await trio.lowlevel.checkpoint()
+        check_text("reset_metrics", "field", *fields)
         stored = self._metrics.setdefault(group, {})
         for name in fields:
             stored[name] = 0
@@ -145,6 +174,8 @@ class MemoryState:
     # Heartbeats -----------------------------------------------------------
     async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
         await trio.lowlevel.checkpoint()
+        check_text("heartbeat", "host", host)
+        check_text("heartbeat", "instance_id", instance_id)
         key = _keys.replication(host)
         holder = self._get(key)
         if holder is not None and holder != instance_id:
@@ -162,6 +193,8 @@ class MemoryState:
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:
         await trio.lowlevel.checkpoint()
+        check_text("remove_heartbeat", "host", host)
+        check_text("remove_heartbeat", "instance_id", instance_id)
         self._delete_if(_keys.replication(host), instance_id)
 
     async def count_heartbeats(self) -> int:
@@ -172,10 +205,14 @@ class MemoryState:
     # Unique locks ---------------------------------------------------------
     async def acquire_lock(self, key: str, token: str, ttl: float) -> bool:
         await trio.lowlevel.checkpoint()
+        check_text("acquire_lock", "key", key)
+        check_text("acquire_lock", "token", token)
         return self._set_nx(key, token, ttl)
 
     async def release_lock(self, key: str, token: str) -> bool:
         await trio.lowlevel.checkpoint()
+        check_text("release_lock", "key", key)
+        check_text("release_lock", "token", token)
         return self._delete_if(key, token)
 
     # Tuning ---------------------------------------------------------------

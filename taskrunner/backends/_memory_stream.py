@@ -26,6 +26,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys
+from taskrunner.backends._memory_state import check_text
 from taskrunner.backends._protocols import (
     ConsumerInfo,
     DeadLetter,
@@ -150,6 +151,7 @@ class MemoryStream:
 
     async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
+        check_text("read", "consumer", consumer)
         s = self._stream(group)
         g = s.group(group)
         deadline = trio.current_time() + block
@@ -163,6 +165,7 @@ class MemoryStream:
 
     async def ack(self, group: str, ids: Sequence[str]) -> int:
         await trio.lowlevel.checkpoint()
+        check_text("ack", "id", *ids)
         s = self._stream(group)
         g = s.groups.get(group)
         acked = 0
@@ -179,6 +182,7 @@ class MemoryStream:
         self, group: str, consumer: str, min_idle: float, count: int
     ) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
+        check_text("claim_stale", "consumer", consumer)
         s = self._stream(group)
         g = s.group(group)
         now = trio.current_time()
@@ -200,6 +204,8 @@ class MemoryStream:
 
     async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
         await trio.lowlevel.checkpoint()
+        check_text("refresh", "consumer", consumer)
+        check_text("refresh", "id", *ids)
         s = self._stream(group)
         g = s.group(group)
         now = trio.current_time()
@@ -287,6 +293,8 @@ class MemoryStream:
         self, group: str, message_id: str, payload: bytes | None, error: str
     ) -> str:
         await trio.lowlevel.checkpoint()
+        check_text("dead_letter", "message_id", message_id)
+        check_text("dead_letter", "error", error)
         dead = self._stream(group).dead
         dead_id = f"{int(trio.current_time() * 1000)}-{len(dead) + 1}"
         dead.append(

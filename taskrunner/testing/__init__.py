@@ -91,6 +91,7 @@ from taskrunner.testing._state_checks import (  # noqa: F401 - importing registe
     check_move_delayed_unique_lock,
     check_now_advances,
     check_tuning,
+    check_unencodable_text_is_refused,
 )
 from taskrunner.testing._stream_checks import (  # noqa: F401 - importing registers the checks
     check_ack_counts_and_is_idempotent,

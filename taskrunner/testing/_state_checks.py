@@ -1,14 +1,16 @@
 """Contract checks of the SharedState half: leases, delayed set, metrics, heartbeats,
-locks, tuning."""
+locks, tuning; and text no backend can store."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from taskrunner._wire import TimingIncrement, task_fields
 from taskrunner.backends._protocols import Backend, DelayedMove
+from taskrunner.errors import InvalidCommandArgument
 from taskrunner.testing._harness import (
     _LATE,
     _SLACK,
@@ -336,3 +338,51 @@ async def check_tuning(backend: Backend) -> None:
     assert value == 9, f"the value expired before its ttl: read {value!r}"
     await trio.sleep(0.2)
     assert await backend.read_tuning(group) is None, "the value outlived its ttl"
+
+
+@_contract_check
+async def check_unencodable_text_is_refused(backend: Backend) -> None:
+    """A string with no UTF-8 form (a lone surrogate, which JSON allows, so a message
+    can carry one) is refused with ``InvalidCommandArgument``, not retryable and
+    certainly not applied, before anything changes; the same call with good text works."""
+    bad = "\udc80"
+    group, key = _name("group"), f"taskrunner:unique:{_name('task')}"
+    member = b'{"id":"contract","task":"t","time":0,"payload":null}'
+    assert await backend.acquire_lock(key, "t", 5.0) is True, "a free lock must be taken"
+    await backend.add_delayed(group, member, backend.now() - 1)
+    length, dead = await backend.length(group), len(await backend.dead_letters(group, 100_000))
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "acquire_lock": lambda: backend.acquire_lock(f"{key}:{bad}", "t", 5.0),
+        "release_lock": lambda: backend.release_lock(key, f"t{bad}"),
+        "heartbeat": lambda: backend.heartbeat(_name("host") + bad, "id", 5.0),
+        "increment_metrics": lambda: backend.increment_metrics(
+            group,
+            [
+                TimingIncrement(fields=task_fields("ok"), micros=1, count=1),
+                TimingIncrement(fields=task_fields(f"job{bad}"), micros=1, count=1),
+            ],
+        ),
+        "move_delayed": lambda: backend.move_delayed(
+            group,
+            [DelayedMove(member=member, message=b"m", lock_key=f"{key}:{bad}", lock_ttl=5.0)],
+        ),
+        "dead_letter": lambda: backend.dead_letter(group, "1-1", b"x", f"error {bad}"),
+    }
+    for name, call in calls.items():
+        refusal: InvalidCommandArgument | None = None
+        try:
+            await call()
+        except InvalidCommandArgument as exc:
+            refusal = exc
+        assert refusal is not None, f"{name} accepted a string with a lone surrogate"
+        assert refusal.maybe_applied is False, f"{name}: a refusal must say it did not apply"
+        assert refusal.retryable is False, f"{name}: retrying cannot encode it"
+        assert "\\udc80" in str(refusal), f"{name}: the error must show the value: {refusal}"
+    assert await backend.acquire_lock(key, "u", 5.0) is False, "a refused release released"
+    assert await backend.read_metrics(group) == {}, "a refused increment applied a field"
+    assert await backend.due_delayed(group, backend.now(), 10) == [member], "a refused move moved"
+    assert await backend.length(group) == length, "a refused move added to the stream"
+    assert len(await backend.dead_letters(group, 100_000)) == dead, (
+        "a refused dead letter was added"
+    )
+    assert await backend.release_lock(key, "t") is True, "the holder must be able to release"

@@ -173,6 +173,8 @@ class NativeRedisClient:
         Raises:
             ResponseError: The server answered with an error reply; the
                 subclass is chosen by the reply's first word.
+            InvalidCommandArgument: A ``str`` argument has no UTF-8 form (a
+                lone surrogate); nothing was sent.
             RedisConnectionError: Connecting failed, or the connection broke
                 or timed out before the reply arrived.
             trio.ClosedResourceError: The client was closed.
@@ -182,10 +184,11 @@ class NativeRedisClient:
         harmless, where a cancelled call must not leave a trace.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        data = pack_command(args)
         connection = self._pick()
         if isinstance(connection, _Slot):
             connection = await self._connect(connection)
-        reply = await wait_for(connection.submit(pack_command(args), 1))
+        reply = await wait_for(connection.submit(data, 1))
         if isinstance(reply, ResponseError):
             raise reply
         return reply
@@ -207,6 +210,8 @@ class NativeRedisClient:
 
         Raises:
             ResponseError: With ``raise_on_error``, the first error reply.
+            InvalidCommandArgument: An argument of any command cannot be
+                encoded; none of them was sent.
             RedisConnectionError: As for :meth:`execute`.
 
         Cancellation: as for :meth:`execute`, for every command.
@@ -214,12 +219,11 @@ class NativeRedisClient:
         await trio.lowlevel.checkpoint_if_cancelled()
         if not commands:
             return []
+        data = pack_commands(commands)
         connection = self._pick()
         if isinstance(connection, _Slot):
             connection = await self._connect(connection)
-        replies: list[Reply] = await wait_for(
-            connection.submit(pack_commands(commands), len(commands))
-        )
+        replies: list[Reply] = await wait_for(connection.submit(data, len(commands)))
         if len(commands) == 1:
             replies = [replies]
         if raise_on_error:

@@ -25,6 +25,8 @@ import attrs
 import hiredis
 import trio
 
+from taskrunner.errors import InvalidCommandArgument
+
 from ._config import ConnectionConfig, reconnect_delay
 from ._errors import RedisConnectionError, RedisTimeoutError, ResponseError, error_from_reply
 
@@ -41,8 +43,52 @@ NOT_ENOUGH_DATA: Any = object()
 
 RECEIVE_SIZE = 65536
 
-pack_command = cast(Callable[[tuple[CommandArg, ...]], bytes], hiredis.pack_command)
-"""Encode one command (``hiredis.pack_command``; its stub's argument type is too narrow)."""
+_pack_command = cast(Callable[[tuple[CommandArg, ...]], bytes], hiredis.pack_command)
+
+
+def unencodable_argument(
+    commands: Sequence[Sequence[CommandArg]], error: UnicodeEncodeError
+) -> InvalidCommandArgument:
+    """The refusal for the argument of ``commands`` that ``error`` failed to encode.
+
+    Called once encoding failed, so the search costs nothing on the way that
+    works. The argument is the ``str`` that ``error`` was encoding, else the
+    first one with no UTF-8 form.
+    """
+
+    def name_of(command: Sequence[CommandArg]) -> str:
+        name = command[0] if command else "?"
+        return (name.decode(errors="replace") if isinstance(name, bytes) else str(name)).upper()
+
+    fallback: InvalidCommandArgument | None = None
+    for command in commands:
+        for position, arg in enumerate(command):
+            if not isinstance(arg, str):
+                continue
+            if arg == error.object:
+                return InvalidCommandArgument(name_of(command), position, arg, error.reason)
+            if fallback is None and not arg.isascii():
+                try:
+                    arg.encode()
+                except UnicodeEncodeError as exc:
+                    fallback = InvalidCommandArgument(name_of(command), position, arg, exc.reason)
+    if fallback is not None:
+        return fallback
+    shown = error.object if isinstance(error.object, str) else repr(error.object)
+    return InvalidCommandArgument(name_of(commands[0]), "an argument", shown, error.reason)
+
+
+def pack_command(args: tuple[CommandArg, ...]) -> bytes:
+    """Encode one command (``hiredis.pack_command``; its stub's argument type is too narrow).
+
+    Raises:
+        InvalidCommandArgument: a ``str`` argument has no UTF-8 form (a lone
+            surrogate); nothing can be sent.
+    """
+    try:
+        return _pack_command(args)
+    except UnicodeEncodeError as exc:
+        raise unencodable_argument([args], exc) from None
 
 
 def make_reader() -> hiredis.Reader:
@@ -51,8 +97,15 @@ def make_reader() -> hiredis.Reader:
 
 
 def pack_commands(commands: Sequence[Sequence[CommandArg]]) -> bytes:
-    """Encode several commands into one buffer, to be written at once."""
-    return b"".join([pack_command(tuple(command)) for command in commands])
+    """Encode several commands into one buffer, to be written at once.
+
+    Raises:
+        InvalidCommandArgument: as :func:`pack_command`, for any of them.
+    """
+    try:
+        return b"".join([_pack_command(tuple(command)) for command in commands])
+    except UnicodeEncodeError as exc:
+        raise unencodable_argument(commands, exc) from None
 
 
 @contextlib.contextmanager
@@ -225,6 +278,7 @@ class DedicatedConnection:
         Raises:
             ResponseError: The server answered with an error reply (a subclass
                 chosen by its first word); the connection stays open.
+            InvalidCommandArgument: An argument cannot be encoded; nothing was sent.
             RedisConnectionError: Connecting failed, the connection broke, or
                 the reply did not come within ``reply_timeout``
                 (:class:`RedisTimeoutError`); the connection is closed and the
@@ -241,6 +295,7 @@ class DedicatedConnection:
             raise trio.ClosedResourceError("this dedicated connection was closed")
         if self._busy:
             raise trio.BusyResourceError("another task is using this dedicated connection")
+        data = pack_command(args)  # refused before anything is sent or opened
         self._busy = True
         try:
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -251,7 +306,7 @@ class DedicatedConnection:
             limit = self._config.command_timeout if reply_timeout is None else reply_timeout
             try:
                 with translate_errors("dedicated connection"), trio.fail_after(limit):
-                    await stream.send_all(pack_command(args))
+                    await stream.send_all(data)
                     (reply,) = await read_replies(stream, reader, 1)
             except BaseException:
                 await self._drop()

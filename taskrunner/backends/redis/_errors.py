@@ -41,23 +41,47 @@ class RedisTimeoutError(RedisConnectionError):
     """
 
 
+RETRYABLE_CODES = frozenset(
+    {
+        "LOADING",
+        "BUSY",
+        "READONLY",
+        "OOM",
+        "MISCONF",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "MASTERDOWN",
+        "NOREPLICAS",
+        "NOAUTH",
+        "WRONGPASS",
+        "NOPERM",
+    }
+)
+"""Error codes about the server's state or configuration at the moment, which can
+change (a restart, a failover, an operator): the same command may succeed later.
+Every other code (``ERR``, ``WRONGTYPE``, ``NOGROUP``...) refuses the request for
+what it asks, and repeating it cannot help."""
+
+
 class ResponseError(RedisError):
     """The server answered a command with an error reply.
 
     Attributes:
         code: The first word of the error reply (``"ERR"``, ``"WRONGTYPE"``...).
         message: The full error text as the server sent it, code included.
+        retryable: Whether ``code`` is one of :data:`RETRYABLE_CODES`.
     """
 
     #: The error code this class stands for; ``None`` on the generic base.
     CODE: ClassVar[str | None] = None
 
     def __init__(self, message: str) -> None:
+        code = message.split(" ", 1)[0] if message else ""
         # An error reply: the server refused the command, so it did not apply
         # (a script may have done part of its work before raising, though).
-        super().__init__(message, maybe_applied=False)
+        super().__init__(message, maybe_applied=False, retryable=code in RETRYABLE_CODES)
         self.message = message
-        self.code = message.split(" ", 1)[0] if message else ""
+        self.code = code
 
     def __reduce__(self) -> tuple[type[ResponseError], tuple[str]]:
         return (type(self), (self.message,))

@@ -58,6 +58,9 @@ class RedisClient(Protocol):
 
         Raises:
             ResponseError: An error reply (subclass by first word).
+            InvalidCommandArgument: A ``str`` argument has no UTF-8 form (a
+                lone surrogate); nothing was sent. Every transport refuses it
+                the same way, before sending.
             RedisConnectionError: Connecting failed or the connection broke.
             trio.ClosedResourceError: The client was closed.
 
@@ -73,7 +76,9 @@ class RedisClient(Protocol):
 
         With ``raise_on_error`` the first error reply is raised after all
         commands ran; otherwise error replies are returned in place as
-        :class:`~._errors.ResponseError` instances.
+        :class:`~._errors.ResponseError` instances. An argument that cannot be
+        encoded raises :class:`~taskrunner.errors.InvalidCommandArgument`
+        before any command is sent.
         """
         ...
 

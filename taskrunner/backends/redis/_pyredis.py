@@ -19,7 +19,10 @@ With ``protocol=2`` fakeredis, too, builds RESP2-shaped replies.
 Errors are translated at this boundary: redis-py's ``ResponseError`` family to
 ours by the error code (redis-py strips known codes into ``status_code``; we put
 them back), its ``ConnectionError``/``TimeoutError`` (and ``OSError``) to
-:class:`RedisConnectionError`/:class:`RedisTimeoutError`.
+:class:`RedisConnectionError`/:class:`RedisTimeoutError`, and the
+``UnicodeEncodeError`` of an argument with no UTF-8 form to
+:class:`~taskrunner.errors.InvalidCommandArgument`, as the native client
+raises it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import redis.exceptions
 import trio
 from redis.client import NEVER_DECODE
 
-from ._connection import CommandArg, Reply
+from ._connection import CommandArg, Reply, unencodable_argument
 from ._errors import (
     _BY_CODE,
     AuthenticationError,
@@ -91,11 +94,15 @@ def translate_error(exc: BaseException) -> Exception:
     raise TypeError(f"not a redis-py error: {exc!r}")
 
 
-async def _in_thread(func: Callable[[], _T]) -> _T:
+async def _in_thread(func: Callable[[], _T], commands: Sequence[Sequence[CommandArg]]) -> _T:
     try:
         return await trio.to_thread.run_sync(func, abandon_on_cancel=True)
     except (redis.exceptions.RedisError, OSError) as exc:
         raise translate_error(exc) from exc
+    except UnicodeEncodeError as exc:
+        # redis-py encodes every argument before it writes anything, so
+        # nothing was sent: refuse it as the native client does.
+        raise unencodable_argument(commands, exc) from None
 
 
 def _raw_view(client: Any) -> Any:
@@ -172,7 +179,7 @@ class PyRedisDedicatedConnection:
             limit = self._default_timeout if reply_timeout is None else reply_timeout
             try:
                 with trio.fail_after(limit):
-                    reply = await _in_thread(call)
+                    reply = await _in_thread(call, [args])
             except trio.TooSlowError as exc:
                 self._drop()
                 raise RedisTimeoutError(f"no reply within {limit:.3g} s") from exc
@@ -265,7 +272,8 @@ class PyRedisClient:
         """
         if self._closed:
             raise trio.ClosedResourceError("the client was closed")
-        reply = await _in_thread(functools.partial(self._raw.execute_command, *args, **_RAW))
+        call = functools.partial(self._raw.execute_command, *args, **_RAW)
+        reply = await _in_thread(call, [args])
         return to_resp2(reply)
 
     async def pipeline(
@@ -277,7 +285,7 @@ class PyRedisClient:
         if not commands:
             await trio.lowlevel.checkpoint()
             return []
-        replies = await _in_thread(functools.partial(self._run_pipeline, commands))
+        replies = await _in_thread(functools.partial(self._run_pipeline, commands), commands)
         results = [to_resp2(reply) for reply in replies]
         if raise_on_error:
             for result in results:

@@ -71,7 +71,10 @@ def _ms(seconds: float) -> int:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    # Names and texts come from whoever wrote them (another client's consumer or
+    # group, a dead letter of the Go library): bytes that are not UTF-8 are shown
+    # escaped rather than allowed to raise out of a service.
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
 
 
 def _pairs(flat: Sequence[Any]) -> dict[bytes, Any]:

@@ -138,7 +138,7 @@ class RedisState:
     async def lease_owner(self, group: str) -> str | None:
         """Who holds the group's lease, if anyone."""
         reply = await self._client.execute("GET", _keys.leader(group))
-        return None if reply is None else bytes(reply).decode()
+        return None if reply is None else bytes(reply).decode(errors="backslashreplace")
 
     # Delayed set ----------------------------------------------------------
 

@@ -1,0 +1,79 @@
+"""The delivery limit of a redelivered entry, decided without decoding it (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskrunner import Task
+from taskrunner._poison import DeliveryLimit, delivery_limit, task_names_in
+
+
+async def _noop(payload: object) -> None:
+    return None
+
+
+TASKS = {
+    "once": Task(name="once", action=_noop),  # max_retry 1: one attempt
+    "thrice": Task(name="thrice", action=_noop, max_retry=3),
+    "zero": Task(name="zero", action=_noop, max_retry=0),  # 0 means 1
+    "envoyé<b>": Task(name="envoyé<b>", action=_noop, max_retry=2),
+}
+
+
+@pytest.mark.parametrize(
+    ("raw", "names"),
+    [
+        (b'{"task_name":"once","payload":null}', ["once"]),
+        # Go orders the fields differently and may indent: position and spacing are free
+        (b'{"payload": {"a": 1}, "unique": false, "task_name" : "once"}', ["once"]),
+        (b'{\n  "task_name":\t"thrice"\n}', ["thrice"]),
+        # escapes are decoded: Go writes < as \u003c, Python's default writes e-acute escaped
+        (b'{"task_name":"envoy\\u00e9\\u003cb>"}', ["envoy\u00e9<b>"]),
+        ('{"task_name":"envoyé<b>"}'.encode(), ["envoy\u00e9<b>"]),
+        (b'{"task_name":"a\\"b"}', ['a"b']),
+        # one inside the payload is found too (the limit takes the most generous)
+        (b'{"task_name":"once","payload":{"task_name":"thrice"}}', ["once", "thrice"]),
+        # inside a JSON string the quotes are escaped, so nothing matches there
+        (b'{"task_name":"once","payload":"{\\"task_name\\":\\"thrice\\"}"}', ["once"]),
+        # not a string value, bad escapes, invalid UTF-8, unterminated: skipped
+        (b'{"task_name":42}', []),
+        (b'{"task_name":"bad\\x"}', []),
+        (b'{"task_name":"\xff\xfe"}', []),
+        (b'{"task_name":"once', []),
+        (b"[" * 100_000, []),
+        (b"", []),
+    ],
+)
+def test_task_names_in(raw: bytes, names: list[str]) -> None:
+    assert task_names_in(raw) == names
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"task_name":"once"}', DeliveryLimit(limit=1, task_name="once")),
+        (b'{"task_name":"thrice"}', DeliveryLimit(limit=3, task_name="thrice")),
+        (b'{"task_name":"zero"}', DeliveryLimit(limit=1, task_name="zero")),
+        (b'{"task_name":"envoy\\u00e9\\u003cb>"}', DeliveryLimit(limit=2, task_name="envoyé<b>")),
+        # several registered names: the most generous, so a real task is never cut short
+        (
+            b'{"task_name":"once","payload":{"task_name":"thrice"}}',
+            DeliveryLimit(limit=3, task_name="thrice"),
+        ),
+        (
+            b'{"payload":{"task_name":"thrice"},"task_name":"once"}',
+            DeliveryLimit(limit=3, task_name="thrice"),
+        ),
+        # names no registered task, or nothing readable: the fixed limit
+        (b'{"task_name":"someone_elses"}', DeliveryLimit(limit=3, task_name=None)),
+        (
+            b'{"task_name":"someone_elses","payload":{"task_name":"once"}}',
+            DeliveryLimit(limit=1, task_name="once"),
+        ),
+        (b"[" * 100_000, DeliveryLimit(limit=3, task_name=None)),
+        (b"\x00\xff garbage", DeliveryLimit(limit=3, task_name=None)),
+        (None, DeliveryLimit(limit=3, task_name=None)),
+    ],
+)
+def test_delivery_limit(raw: bytes | None, expected: DeliveryLimit) -> None:
+    assert delivery_limit(raw, TASKS) == expected
