@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -193,4 +194,5 @@ def emit(system: str, phase: str, result: dict[str, float] | None, facts: dict[s
     """Print the driver's result as the last line of its output (``result`` is None
     for a bulk phase of a system without a bulk call)."""
     record = {"system": system, "phase": phase, "result": result, **facts}
+    record["python"] = platform.python_version()
     print(json.dumps(record), flush=True)
