@@ -1,7 +1,8 @@
 """The three phases (see ``_common``) for the asyncio systems.
 
-A driver supplies a :class:`Peer`: how to open fresh clients, enqueue one task
-or many, start the worker, and close it all. Everything here is the same for
+A driver supplies a :class:`Peer` (a :class:`BulkPeer` if its system has a bulk
+call): how to open fresh clients, enqueue one task (or many), start the worker,
+and close it all. Everything here is the same for
 every peer, so the systems differ only in those few calls, each of which is
 the system's documented public API.
 """
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from _common import (
     Tally,
@@ -26,7 +27,9 @@ from _common import (
 )
 
 LINGER = 0.5
-"""Seconds the worker runs on after a throughput phase's last task, untimed."""
+"""Seconds the worker runs on after a phase's last task, untimed, to finish its
+bookkeeping (acks, results) before it is stopped: taskiq 0.13's receiver, cancelled
+while a task's ack is in flight, swallows the cancellation and runs on."""
 
 STOP_LIMIT = 10.0
 """Most seconds a worker may take to stop once cancelled."""
@@ -36,8 +39,7 @@ SETTLE = 10.0
 
 
 class Peer(Protocol):
-    bulk: bool
-    """Whether the system has a bulk-enqueue call (:meth:`enqueue_many`)."""
+    """One system's calls: all a driver supplies (each its system's public API)."""
 
     async def open(self, url: str, tally: Tally, concurrency: int) -> None:
         """Create fresh clients, and a worker that runs ``concurrency`` tasks at once and
@@ -46,14 +48,19 @@ class Peer(Protocol):
     async def enqueue(self, sent: float) -> None:
         """Enqueue one task through the per-task call."""
 
-    async def enqueue_many(self, sent: list[float]) -> None:
-        """Enqueue one task per item through the bulk call."""
-
     async def start_worker(self) -> None:
         """Start the worker in the background, in this event loop."""
 
     async def close(self) -> None:
         """Stop the worker and close every client."""
+
+
+@runtime_checkable
+class BulkPeer(Peer, Protocol):
+    """A peer whose system also has a bulk-enqueue call."""
+
+    async def enqueue_many(self, sent: list[float]) -> None:
+        """Enqueue one task per item through the bulk call."""
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
@@ -100,6 +107,7 @@ async def throughput_phase(
         before = redis_cpu(url)
         start = time.perf_counter()
         if bulk:
+            assert isinstance(peer, BulkPeer)
             await peer.enqueue_many([0.0] * n)
         else:
             await enqueue_concurrently(peer.enqueue, n, callers)
@@ -109,9 +117,6 @@ async def throughput_phase(
         await peer.start_worker()
         await done.wait()
         processed = redis_cpu(url)
-        # Let the worker finish its bookkeeping of the last tasks (acks, results)
-        # before it is stopped: taskiq's receiver, cancelled right after the last
-        # task's body, can hang in its shielded clean-up for good.
         await asyncio.sleep(LINGER)
     finally:
         await peer.close()
@@ -141,6 +146,7 @@ async def latency_phase(
         await asyncio.gather(*sends)
         with contextlib.suppress(TimeoutError):  # the result says how many started
             await asyncio.wait_for(done.wait(), SETTLE + seconds)
+        await asyncio.sleep(LINGER)
     finally:
         await peer.close()
     return latency(tally, count, start, dispatch_seconds)
@@ -160,7 +166,7 @@ def main(system: str, peer: Peer, **facts: Any) -> None:
             peer, args.url, args.concurrency, args.latency_rate, args.latency_seconds
         )
         result = asyncio.run(coroutine)
-    elif args.phase == "each" or peer.bulk:
+    elif args.phase == "each" or isinstance(peer, BulkPeer):
         bulk = args.phase == "bulk"
         coroutine = throughput_phase(peer, args.url, args.tasks, args.concurrency, bulk=bulk)
         result = asyncio.run(coroutine)

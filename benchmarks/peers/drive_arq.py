@@ -16,8 +16,6 @@ from arq.worker import Worker, func
 
 
 class Arq:
-    bulk = False
-
     async def open(self, url: str, tally: Tally, concurrency: int) -> None:
         async def noop(ctx: dict[str, Any], sent: float) -> None:
             tally.ran(sent)
@@ -31,9 +29,6 @@ class Arq:
 
     async def enqueue(self, sent: float) -> None:
         await self.pool.enqueue_job("noop", sent)
-
-    async def enqueue_many(self, sent: list[float]) -> None:
-        raise NotImplementedError("arq has no bulk enqueue")
 
     async def start_worker(self) -> None:
         self.running = asyncio.create_task(self.worker.async_run())

@@ -14,8 +14,6 @@ from saq import Queue, Worker
 
 
 class Saq:
-    bulk = False
-
     async def open(self, url: str, tally: Tally, concurrency: int) -> None:
         async def noop(ctx: dict[str, Any], *, sent: float) -> None:
             tally.ran(sent)
@@ -27,9 +25,6 @@ class Saq:
 
     async def enqueue(self, sent: float) -> None:
         await self.queue.enqueue("noop", sent=sent)
-
-    async def enqueue_many(self, sent: list[float]) -> None:
-        raise NotImplementedError("saq has no bulk enqueue")
 
     async def start_worker(self) -> None:
         self.running = asyncio.create_task(self.worker.start())

@@ -15,8 +15,6 @@ from streaq import Worker
 
 
 class Streaq:
-    bulk = True
-
     async def open(self, url: str, tally: Tally, concurrency: int) -> None:
         async def noop(sent: float) -> None:
             tally.ran(sent)

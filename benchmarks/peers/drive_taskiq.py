@@ -15,8 +15,6 @@ from taskiq_redis import RedisStreamBroker
 
 
 class Taskiq:
-    bulk = False
-
     async def open(self, url: str, tally: Tally, concurrency: int) -> None:
         self.broker = RedisStreamBroker(url)
 
@@ -32,9 +30,6 @@ class Taskiq:
 
     async def enqueue(self, sent: float) -> None:
         await self.noop.kiq(sent)
-
-    async def enqueue_many(self, sent: list[float]) -> None:
-        raise NotImplementedError("taskiq has no bulk enqueue")
 
     async def start_worker(self) -> None:
         self.running = asyncio.create_task(

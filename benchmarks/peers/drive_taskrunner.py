@@ -28,7 +28,7 @@ from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends.redis import RedisBackend
 
 LINGER = 0.5
-"""Seconds the runner serves on after a throughput phase's last task, untimed."""
+"""Seconds the runner serves on after a phase's last task, untimed (as the peers do)."""
 
 SETTLE = 10.0
 """Most seconds to wait after the last latency task was sent for it to start."""
@@ -105,6 +105,7 @@ async def latency_phase(
                 dispatch_seconds = time.perf_counter() - start
             with trio.move_on_after(SETTLE + seconds):  # the result says how many started
                 await done.wait()
+            await trio.sleep(LINGER)
             nursery.cancel_scope.cancel()
     finally:
         await backend.aclose()

@@ -31,6 +31,7 @@ import io
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -210,7 +211,7 @@ def main() -> None:
 
     results = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python", "benchmarks/peers/run.py", *sys.argv[1:]]),
+        "command": shlex.join(["python", "benchmarks/peers/run.py", *sys.argv[1:]]),
         "note": args.note,
         "params": {
             "tasks": args.tasks,
