@@ -154,13 +154,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+MEASURED = ("taskrunner", "benchmarks/peers/*.py", "benchmarks/peers/requirements")
+"""What decides the numbers: a change here, not yet committed, makes the checkout dirty."""
+
+
 def checkout() -> dict[str, Any]:
+    """The commit of this checkout, and whether the measured files differ from it."""
+
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
         ).stdout.strip()
 
-    return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": bool(git("status", "-s"))}
+    changed = git("status", "--porcelain", "--", *MEASURED)
+    return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": bool(changed)}
 
 
 def main() -> None:
