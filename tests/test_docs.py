@@ -22,6 +22,7 @@ KEY_PAGES = [
     "redis-key-layout/index.html",
     "timing-metrics/index.html",
     "tuning/index.html",
+    "performance/index.html",
     "operations/index.html",
     "prometheus/index.html",
     "examples/index.html",

@@ -2,9 +2,9 @@
 
 A driver supplies a :class:`Peer` (a :class:`BulkPeer` if its system has a bulk
 call): how to open fresh clients, enqueue one task (or many), start the worker,
-and close it all. Everything here is the same for
-every peer, so the systems differ only in those few calls, each of which is
-the system's documented public API.
+and close it all. Everything here is the same for every peer, so the systems
+differ only in those few calls, each of which is the system's documented public
+API.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ system's processing rate, see ``run.py``) says the rate it was measured at.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 ALSO_NAMED = {"taskiq": ("taskiq-redis", "stream broker")}
@@ -102,6 +103,21 @@ def table_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rerun_command(command: str) -> str:
+    """The recorded command without its ``--note`` (the note is quoted on its own)."""
+    words = shlex.split(command)
+    kept = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--note":
+            skip = True
+        elif not word.startswith("--note="):
+            kept.append(word)
+    return shlex.join(kept)
+
+
 def facts_markdown(results: dict[str, Any]) -> str:
     """Where and how the numbers were taken, as one paragraph."""
     machine, redis, params = results["machine"], results["redis"], results["params"]
@@ -114,7 +130,7 @@ def facts_markdown(results: dict[str, Any]) -> str:
         f"{params['tasks']:,} no-op tasks, one worker process with concurrency "
         f"{params['concurrency']}, median of {rounds(params['repeat'])}; start latency at "
         f"{rate(params['latency_rate'])} tasks/s for {params['latency_seconds']:g} s. "
-        f"Command: `{results['command']}`."
+        f"Command: `{rerun_command(results['command'])}`."
     )
     if results.get("note"):
         text += f" Note: {results['note']}"
