@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s tests lint typecheck docs bench`."""
+"""Developer sessions: `nox -s tests lint typecheck docs bench peers`."""
 
 from __future__ import annotations
 
@@ -51,3 +51,11 @@ def bench(session: nox.Session) -> None:
     )
     for name in names:
         session.run("python", f"benchmarks/{name}.py")
+
+
+@nox.session
+def peers(session: nox.Session) -> None:
+    """The comparison with arq, saq, streaq and taskiq (benchmarks/peers/run.py; its
+    options after `--`, e.g. `nox -s peers -- --only saq,taskrunner --repeat 1`)."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/peers/run.py", *session.posargs)

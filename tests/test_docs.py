@@ -23,6 +23,7 @@ KEY_PAGES = [
     "go-interop/index.html",
     "timing-metrics/index.html",
     "tuning/index.html",
+    "performance/index.html",
     "operations/index.html",
     "prometheus/index.html",
     "examples/index.html",
