@@ -40,9 +40,14 @@ def _lacks(backend: object, names: list[str]) -> list[str]:
     return [name for name in names if not callable(getattr(backend, name, None))]
 
 
+def missing_inspection(backend: object) -> list[str]:
+    """The methods of :class:`~taskrunner.backends.Inspection` that ``backend`` lacks."""
+    return _lacks(backend, INSPECTION_METHODS)
+
+
 def implements_inspection(backend: object) -> bool:
     """Whether ``backend`` has every method of :class:`~taskrunner.backends.Inspection`."""
-    return not _lacks(backend, INSPECTION_METHODS)
+    return not missing_inspection(backend)
 
 
 def require_inspection(backend: object, tool: str) -> Inspection:
@@ -52,7 +57,7 @@ def require_inspection(backend: object, tool: str) -> Inspection:
         TypeError: ``backend`` lacks methods of the protocol; the one line names
             the tool, the protocol and the methods missing.
     """
-    missing = _lacks(backend, INSPECTION_METHODS)
+    missing = missing_inspection(backend)
     if missing:
         raise TypeError(
             f"{tool} needs a backend implementing taskrunner.backends.Inspection; "

@@ -116,7 +116,9 @@ class RedisInspection(RedisQueue, RedisState):
                     found.append((raw, name, kind))
         return found
 
-    async def list_keys(self, group: str) -> list[KeyInfo]:
+    async def _list(self, group: str) -> list[tuple[CommandArg, KeyInfo]]:
+        """:meth:`list_keys`, each key with its name as sent (bytes, for a name
+        found that is not UTF-8 and so is listed escaped)."""
         found = await self._layout_keys(group)
         commands: list[tuple[CommandArg, ...]] = []
         for raw, _, kind in found:
@@ -132,8 +134,13 @@ class RedisInspection(RedisQueue, RedisState):
                 command = SIZE_COMMANDS.get(key_type)
                 size = await self._client.execute(command, raw) if command else 0
             size = int(_checked(size))
-            out.append(KeyInfo(name=name, kind=kind, type=key_type, size=size, ttl=_ttl(pttl)))
+            out.append(
+                (raw, KeyInfo(name=name, kind=kind, type=key_type, size=size, ttl=_ttl(pttl)))
+            )
         return out
+
+    async def list_keys(self, group: str) -> list[KeyInfo]:
+        return [key for _, key in await self._list(group)]
 
     async def count_keys(self, group: str) -> KeyCounts:
         found = await self._layout_keys(group)
@@ -173,12 +180,14 @@ class RedisInspection(RedisQueue, RedisState):
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         stream = self.stream_keys(group).stream
         others = [g for g in await self.stream_groups(group) if g != group]
+        listed = await self._list(group)
         doomed = keys_to_flush(
-            await self.list_keys(group), stream_shared=bool(others), heartbeats=heartbeats
+            [key for _, key in listed], stream_shared=bool(others), heartbeats=heartbeats
         )
+        sent_as = {key.name: raw for raw, key in listed}
         commands: list[Sequence[CommandArg]] = [("XGROUP", "DESTROY", stream, group)]
         if doomed:
-            commands.append(("DEL", *doomed))
+            commands.append(("DEL", *(sent_as[name] for name in doomed)))
         # XGROUP DESTROY answers an error when there is no stream or no such group:
         # nothing to destroy. DEL's errors are real.
         replies = await self._client.pipeline(commands, raise_on_error=False)
