@@ -5,7 +5,8 @@ what ``taskrunner stats`` reads (the metrics hash, the published tuning
 capacity, the heartbeats through the backend's
 :class:`~taskrunner.backends.Inspection`, the leader lease, the queue metrics) into a
 :class:`~taskrunner._views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
-from the hash (task names from its ``<task>_sum``/``_count`` fields; the pool size is
+from the hash (task names from its ``<task>_sum``/``_count`` fields, by
+:func:`taskrunner._wire.task_names_in` as ``stats`` reads them; the pool size is
 the published tuning capacity, else ``--workers``), and adds a sample to a
 :class:`~taskrunner._views.History` ring, from which the view draws throughput
 (the change of the hash's run counts, over at least two seconds) and queue length over

@@ -4,9 +4,8 @@ Theory of operation: the runner object (and so its backend and tasks) comes
 from the user's module; the command line only overrides ``num_workers`` /
 ``num_fetchers`` through :meth:`TaskRunner.configure`. Before serving, the
 backend is asked for one cheap reply (its inspection's ``ping``: ``PING`` on
-Redis), so a wrong URL or a
-server that is down is one line on stderr and exit 1, not a retry loop that
-logs forever. Then, in one nursery under ``trio.run``:
+Redis), so a wrong URL or a server that is down is one line on stderr and
+exit 1, not a retry loop that logs forever. Then, in one nursery under ``trio.run``:
 
 - a signal watcher (``SIGINT``/``SIGTERM``): the first signal asks the runner
   for a graceful shutdown (:meth:`TaskRunner.shutdown`: stop fetching, let
@@ -30,7 +29,7 @@ import signal
 import socket
 import sys
 from functools import partial
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import trio
 
@@ -38,7 +37,6 @@ from taskrunner._cli_base import Command, fail, positive_int
 from taskrunner._guards import implements_inspection
 from taskrunner._imports import ImportTargetError, load_runner
 from taskrunner._runner import TaskRunner
-from taskrunner.backends import Inspection
 from taskrunner.errors import BackendError, DuplicateHost, SharedStreamError
 
 log = logging.getLogger("taskrunner.worker")
@@ -122,7 +120,7 @@ async def check_backend(runner: TaskRunner) -> None:
     backend = runner.backend
     with trio.move_on_after(CONNECT_TIMEOUT) as scope:
         if implements_inspection(backend):
-            await cast(Inspection, backend).ping()
+            await backend.ping()
         else:  # a backend of one's own may serve without the operator reads
             await backend.length(runner.config.consumer_group)
     if scope.cancelled_caught:

@@ -10,7 +10,7 @@ under asyncio its coroutines would otherwise fail deep inside with asyncio's
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TypeGuard, cast
 
 import sniffio
 import trio
@@ -45,7 +45,7 @@ def missing_inspection(backend: object) -> list[str]:
     return _lacks(backend, INSPECTION_METHODS)
 
 
-def implements_inspection(backend: object) -> bool:
+def implements_inspection(backend: object) -> TypeGuard[Inspection]:
     """Whether ``backend`` has every method of :class:`~taskrunner.backends.Inspection`."""
     return not missing_inspection(backend)
 

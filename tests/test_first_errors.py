@@ -402,7 +402,7 @@ async def two_applications(url: str) -> None:
         await backend.client.execute("SET", "taskrunner:unique:send_mail:metrics", "token")
 
 
-async def test_find_groups_sees_served_and_waiting_groups(redis_url: str) -> None:
+async def test_list_groups_sees_served_and_waiting_groups(redis_url: str) -> None:
     await two_applications(redis_url)
     async with RedisBackend.from_url(redis_url) as backend:
         assert await backend.list_groups() == ["mail", "shop"]
