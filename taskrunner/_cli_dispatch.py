@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from datetime import datetime
 from typing import Any
 
 import trio
 
-from taskrunner._cli_base import EXIT_FAILURE, Command
+from taskrunner._cli_base import Command, fail
 from taskrunner._imports import ImportTargetError, load_runner
 from taskrunner._runner import TaskRunner
 from taskrunner.errors import BackendError, TaskRunnerError
@@ -76,29 +75,23 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(message: str) -> int:
-    one_line = message.replace("\n", " ")
-    print(f"{PROG}: error: {one_line}", file=sys.stderr)
-    return EXIT_FAILURE
-
-
 def _run(args: argparse.Namespace) -> int:
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
-        return _fail(f"--payload is not valid JSON: {exc}")
+        return fail(PROG, f"--payload is not valid JSON: {exc}")
     try:
         runner = load_runner(args.runner)
     except ImportTargetError as exc:
-        return _fail(str(exc))
+        return fail(PROG, str(exc))
     try:
         ident = trio.run(_dispatch, runner, args.task, payload, args.delay, args.at)
     except BackendError as exc:
-        return _fail(f"{runner.backend!r}: {exc}")
+        return fail(PROG, f"{runner.backend!r}: {exc}")
     except TaskRunnerError as exc:
-        return _fail(str(exc))
+        return fail(PROG, str(exc))
     except ValueError as exc:  # a delay or time dispatch refuses
-        return _fail(str(exc))
+        return fail(PROG, str(exc))
     print(ident)
     return 0
 

@@ -1,8 +1,9 @@
 """``taskrunner keys --url URL --group G``: every documented key of a group.
 
-Lists the keys :func:`taskrunner.admin.list_keys` finds (the group's fixed
-keys, plus every heartbeat and unique-lock key), each with its type, size and
-TTL, and sets the counts found beside what the key layout's "Key count"
+Lists the keys the backend's
+:meth:`Inspection.list_keys <taskrunner.backends.Inspection.list_keys>` finds (the
+group's fixed keys, plus every heartbeat and unique-lock key), each with its type,
+size and TTL, and sets the counts of that listing beside what the key layout's "Key count"
 section predicts for one group (G = 1). Per-group keys are "at most one":
 Redis deletes an empty ZSET, the lease exists only while a leader lives, the
 tuning key only while tuning publishes, and the stream, ring and metrics hash
@@ -17,26 +18,29 @@ import argparse
 import json
 from typing import Any
 
-from taskrunner import _keys, admin
 from taskrunner._cli_base import Command
 from taskrunner._cli_groups import require_group
 from taskrunner._cli_stats import redis_arguments, run_on_redis
+from taskrunner.backends import KeyCounts, KeyKind
 from taskrunner.backends.redis import RedisBackend
 
-# (category, the "Key count" formula of docs/redis-key-layout.md, what it means for one group)
 EXTRA = "dead-letter streams"
 """Our addition to the original layout (``<prefix>:<queue>:dead``)."""
 LAYOUT = (
-    ("streams", "G", "1"),
-    ("ZSETs", "<= G", "0-1"),
-    ("leader keys", "<= G", "0-1"),
-    ("tuning keys", "<= G", "0-1"),
-    ("metrics hashes", "<= G", "0-1"),
-    ("replication", "I", "I"),
-    ("unique locks", "U", "U"),
-    ("metric rings", "<= G", "0-1"),
-    (EXTRA, "<= G", "0-1"),
+    # (kind, its category, the "Key count" formula of docs/redis-key-layout.md,
+    # what the formula means for one group)
+    (KeyKind.STREAM, "streams", "G", "1"),
+    (KeyKind.DELAYED_TASKS, "ZSETs", "<= G", "0-1"),
+    (KeyKind.LEADER, "leader keys", "<= G", "0-1"),
+    (KeyKind.TUNING, "tuning keys", "<= G", "0-1"),
+    (KeyKind.METRICS, "metrics hashes", "<= G", "0-1"),
+    (KeyKind.HEARTBEAT, "replication", "I", "I"),
+    (KeyKind.UNIQUE_LOCK, "unique locks", "U", "U"),
+    (KeyKind.CLAIM_DELAY_RING, "metric rings", "<= G", "0-1"),
+    (KeyKind.DEAD_LETTER, EXTRA, "<= G", "0-1"),
 )
+CATEGORIES = {kind: category for kind, category, _, _ in LAYOUT}
+"""The "Key count" category of each kind of key."""
 NOTES = {
     "replication": "live instances, every group on this Redis",
     "unique locks": "in-flight unique jobs, every group on this Redis",
@@ -44,32 +48,9 @@ NOTES = {
 }
 
 
-def categories(backend: RedisBackend, group: str) -> dict[str, str]:
-    """Fixed key name -> its "Key count" category."""
-    keys = backend.stream_keys(group)
-    return {
-        keys.stream: "streams",
-        keys.dead_letter: EXTRA,
-        keys.claim_delay_ring: "metric rings",
-        _keys.delayed_tasks(group): "ZSETs",
-        _keys.leader(group): "leader keys",
-        _keys.worker_tuning_capacity(group): "tuning keys",
-        _keys.metrics(group): "metrics hashes",
-    }
-
-
-def category_of(name: str, fixed: dict[str, str]) -> str:
-    if name in fixed:
-        return fixed[name]
-    if name.startswith(_keys.replication("")):
-        return "replication"
-    return "unique locks"
-
-
 async def collect(backend: RedisBackend, group: str) -> dict[str, Any]:
     """The ``keys --json`` document (see docs/operations.md)."""
-    fixed = categories(backend, group)
-    found = await admin.list_keys(backend, group)
+    found = await backend.list_keys(group)
     keys = [
         {
             "name": k.name,
@@ -77,20 +58,22 @@ async def collect(backend: RedisBackend, group: str) -> dict[str, Any]:
             "size": k.size,
             "ttl": k.ttl,
             "purpose": k.purpose,
-            "category": category_of(k.name, fixed),
+            "category": CATEGORIES[k.kind],
         }
         for k in found
     ]
+    # Counted from the listing itself, so the table always adds up to the keys shown.
+    found_counts = KeyCounts.of(k.kind for k in found)
     counts = [
         {
             "category": category,
             "layout": formula,
             "expected": expected,
-            "found": sum(k["category"] == category for k in keys),
+            "found": found_counts[kind],
         }
-        for category, formula, expected in LAYOUT
+        for kind, category, formula, expected in LAYOUT
     ]
-    return {"group": group, "keys": keys, "counts": counts, "total": len(keys)}
+    return {"group": group, "keys": keys, "counts": counts, "total": found_counts.total}
 
 
 def _ttl(value: float | None) -> str:

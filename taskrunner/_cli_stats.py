@@ -9,13 +9,16 @@ parse, a server that does not answer, a ``--group`` the server does not hold:
 see :mod:`taskrunner._cli_groups`) is one line on stderr and exit 1.
 
 ``stats`` reads, in this order: the timing-metrics hash, the published
-tuning capacity, the heartbeat keys (``SCAN``, never ``KEYS``), the leader
-lease, and the queue metrics (``XLEN``, the claim-delay ring, ``XINFO``).
+tuning capacity, the heartbeats and the leader lease (through the backend's
+:class:`~taskrunner.backends.Inspection`: ``SCAN``, never ``KEYS``), and the
+queue metrics (``XLEN``, the claim-delay ring, ``XINFO``).
 :class:`~taskrunner.Stats` needs a pool capacity that only a live process
 knows; from outside we take the leader's published tuning capacity when one
 is live, else ``--workers`` (default 32, the ``num_workers`` default), and
 say which (``workers_source``). The task names are those found in the
-metrics hash (``<task>_sum``/``_count`` fields), since no registry is loaded.
+metrics hash (``<task>_sum``/``_count`` fields,
+:func:`taskrunner._wire.task_names_in`, as ``top`` reads them), since no
+registry is loaded.
 
 The ``--json`` document is the stable interface (see docs/operations.md);
 the human-readable layout may change.
@@ -25,14 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import trio
 
-from taskrunner import _keys, _wire
-from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
+from taskrunner import _wire
+from taskrunner._cli_base import DEFAULT_WORKERS, Command, fail, positive_int
 from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._stats import Stats, compute_stats
 from taskrunner.backends.redis import RedisBackend
@@ -40,8 +42,6 @@ from taskrunner.errors import BackendError
 
 T = TypeVar("T")
 
-DEFAULT_WORKERS = 32
-"""``--workers`` default: ``TaskRunnerConfig.num_workers``'s default."""
 TIMEOUT = 30.0
 """Longest a read-only operator command may take."""
 
@@ -107,49 +107,15 @@ def run_on_redis(
         return None, fail(prog, str(exc))
 
 
-def fail(prog: str, message: str) -> int:
-    one_line = message.replace("\n", " ")
-    print(f"{prog}: error: {one_line}", file=sys.stderr)
-    return EXIT_FAILURE
-
-
-async def scan(backend: RedisBackend, pattern: str) -> list[str]:
-    """Every key matching ``pattern`` (a ``SCAN MATCH`` loop), sorted."""
-    cursor: Any = b"0"
-    found: set[str] = set()
-    while True:
-        cursor, batch = await backend.client.execute(
-            "SCAN", cursor, "MATCH", pattern, "COUNT", 1000
-        )
-        found.update(k.decode() if isinstance(k, bytes) else str(k) for k in batch)
-        if int(cursor) == 0:
-            return sorted(found)
-
-
-def ttl_seconds(pttl: int) -> float | None:
-    """``PTTL``'s reply as seconds; ``None`` for no expiry (or no key)."""
-    return pttl / 1000 if pttl >= 0 else None
-
-
 # stats ------------------------------------------------------------------------------
 
 
 async def instances(backend: RedisBackend) -> list[dict[str, Any]]:
     """Live heartbeat keys: ``[{"host", "instance_id", "ttl"}]`` sorted by host."""
-    prefix = _keys.replication("")
-    out = []
-    for name in await scan(backend, _keys.REPLICATION_PATTERN):
-        value, pttl = await backend.client.pipeline([("GET", name), ("PTTL", name)])
-        if value is None:
-            continue  # expired between the scan and the read
-        out.append(
-            {
-                "host": name.removeprefix(prefix),
-                "instance_id": bytes(value).decode(errors="replace"),
-                "ttl": ttl_seconds(int(pttl)),
-            }
-        )
-    return out
+    return [
+        {"host": beat.host, "instance_id": beat.instance_id, "ttl": beat.ttl}
+        for beat in await backend.list_heartbeats()
+    ]
 
 
 def _task_document(metrics: dict[str, float], name: str, stats: Stats) -> dict[str, Any]:
@@ -167,8 +133,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     names = _wire.task_names_in(metrics, group)
     published = await backend.read_tuning(group)
     live = await instances(backend)
-    owner = await backend.lease_owner(group)
-    lease_ttl = await backend.client.execute("PTTL", _keys.leader(group))
+    lease = await backend.read_lease(group)
     queue = await backend.get_metrics(group)
 
     if published is not None:
@@ -187,9 +152,10 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
         replication=replication,
     )
     leader = None
-    if owner is not None:
+    owner = lease.owner if lease is not None else None
+    if lease is not None:
         host = next((i["host"] for i in live if i["instance_id"] == owner), None)
-        leader = {"instance_id": owner, "host": host, "ttl": ttl_seconds(int(lease_ttl))}
+        leader = {"instance_id": owner, "host": host, "ttl": lease.ttl}
     for instance in live:
         instance["leader"] = instance["instance_id"] == owner
     ns_to_ms = 1e-6

@@ -2,9 +2,11 @@
 
 Theory of operation: every ``--interval`` seconds :func:`read_snapshot` reads
 what ``taskrunner stats`` reads (the metrics hash, the published tuning
-capacity, the heartbeat keys, the leader lease, the queue metrics) into a
+capacity, the heartbeats through the backend's
+:class:`~taskrunner.backends.Inspection`, the leader lease, the queue metrics) into a
 :class:`~taskrunner._views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
-from the hash (task names from its ``<task>_sum``/``_count`` fields; the pool size is
+from the hash (task names from its ``<task>_sum``/``_count`` fields, by
+:func:`taskrunner._wire.task_names_in` as ``stats`` reads them; the pool size is
 the published tuning capacity, else ``--workers``), and adds a sample to a
 :class:`~taskrunner._views.History` ring, from which the view draws throughput
 (the change of the hash's run counts, over at least two seconds) and queue length over
@@ -28,8 +30,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from taskrunner import _keys, _wire
-from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int, positive_seconds
+from taskrunner import _wire
+from taskrunner._cli_base import DEFAULT_WORKERS, Command, fail, positive_int, positive_seconds
 from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._cli_stats import redis_arguments
 from taskrunner._stats import compute_stats
@@ -37,35 +39,11 @@ from taskrunner._views import FleetSnapshot, History, top_line, top_view
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.errors import BackendError
 
-DEFAULT_WORKERS = 32
-"""Pool size per instance assumed when no tuning capacity is published (``num_workers``'s
-default)."""
 HISTORY_SECONDS = 300.0
 """How far back the trends reach."""
 READ_TIMEOUT = 10.0
 """Longest one refresh may take before it counts as failed."""
 PROG = "taskrunner top"
-
-
-async def _instances(backend: RedisBackend) -> tuple[tuple[str, str], ...]:
-    """Live heartbeat keys as ``(host, instance_id)`` (``SCAN``, never ``KEYS``)."""
-    client: Any = backend.client
-    cursor: Any = b"0"
-    names: set[str] = set()
-    while True:
-        cursor, batch = await client.execute(
-            "SCAN", cursor, "MATCH", _keys.REPLICATION_PATTERN, "COUNT", 1000
-        )
-        names.update(k.decode() if isinstance(k, bytes) else str(k) for k in batch)
-        if int(cursor) == 0:
-            break
-    prefix = _keys.replication("")
-    found = []
-    for name in sorted(names):
-        value = await client.execute("GET", name)
-        if value is not None:  # expired between the scan and the read
-            found.append((name.removeprefix(prefix), bytes(value).decode(errors="replace")))
-    return tuple(found)
 
 
 async def read_snapshot(
@@ -82,7 +60,7 @@ async def read_snapshot(
     """
     metrics = await backend.read_metrics(group)
     published = await backend.read_tuning(group)
-    instances = await _instances(backend)
+    instances = tuple((beat.host, beat.instance_id) for beat in await backend.list_heartbeats())
     owner = await backend.lease_owner(group)
     queue = await backend.get_metrics(group)
     pool = published if published is not None else (workers or DEFAULT_WORKERS)
@@ -114,8 +92,7 @@ async def run_top(args: argparse.Namespace, console: Console) -> int:
     try:
         backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
     except ValueError as exc:
-        print(f"{PROG}: error: invalid --url: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return fail(PROG, f"invalid --url: {exc}")
     history = History(size=max(10, int(HISTORY_SECONDS / args.interval)))
     spark_width = max(10, min(60, console.width - 50))
 
@@ -130,17 +107,14 @@ async def run_top(args: argparse.Namespace, console: Console) -> int:
             with trio.fail_after(READ_TIMEOUT):
                 await require_group(backend, args.group)
         except UnknownGroup as exc:
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-            return EXIT_FAILURE
+            return fail(PROG, str(exc))
         except (BackendError, trio.TooSlowError) as exc:
-            print(f"{PROG}: error: Redis at {args.url}: {exc or 'timed out'}", file=sys.stderr)
-            return EXIT_FAILURE
+            return fail(PROG, f"Redis at {args.url}: {exc or 'timed out'}")
         if args.once:
             try:
                 snapshot = await refresh()
             except (BackendError, trio.TooSlowError) as exc:
-                print(f"{PROG}: error: Redis at {args.url}: {exc or 'timed out'}", file=sys.stderr)
-                return EXIT_FAILURE
+                return fail(PROG, f"Redis at {args.url}: {exc or 'timed out'}")
             console.print(top_view(snapshot, history, width=spark_width))
             return 0
         live = console.is_terminal

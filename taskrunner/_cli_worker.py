@@ -3,9 +3,9 @@
 Theory of operation: the runner object (and so its backend and tasks) comes
 from the user's module; the command line only overrides ``num_workers`` /
 ``num_fetchers`` through :meth:`TaskRunner.configure`. Before serving, the
-backend is asked for one cheap reply (``PING`` on Redis), so a wrong URL or a
-server that is down is one line on stderr and exit 1, not a retry loop that
-logs forever. Then, in one nursery under ``trio.run``:
+backend is asked for one cheap reply (its inspection's ``ping``: ``PING`` on
+Redis), so a wrong URL or a server that is down is one line on stderr and
+exit 1, not a retry loop that logs forever. Then, in one nursery under ``trio.run``:
 
 - a signal watcher (``SIGINT``/``SIGTERM``): the first signal asks the runner
   for a graceful shutdown (:meth:`TaskRunner.shutdown`: stop fetching, let
@@ -33,7 +33,8 @@ from typing import Any, TextIO
 
 import trio
 
-from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
+from taskrunner._cli_base import Command, fail, positive_int
+from taskrunner._guards import implements_inspection
 from taskrunner._imports import ImportTargetError, load_runner
 from taskrunner._runner import TaskRunner
 from taskrunner.errors import BackendError, DuplicateHost, SharedStreamError
@@ -88,18 +89,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(default_log_level="info")
 
 
-def _fail(stderr: TextIO, message: str) -> int:
-    one_line = message.replace("\n", " ")
-    print(f"{PROG}: error: {one_line}", file=stderr)
-    return EXIT_FAILURE
-
-
 def _run(args: argparse.Namespace) -> int:
     try:
         runner = load_runner(args.runner)
     except ImportTargetError as exc:
         log.debug("import failed", exc_info=exc.__cause__ or exc)
-        return _fail(sys.stderr, str(exc))
+        return fail(PROG, str(exc))
     changes: dict[str, Any] = {}
     if args.workers is not None:
         changes["num_workers"] = args.workers
@@ -109,23 +104,24 @@ def _run(args: argparse.Namespace) -> int:
         try:
             runner.configure(**changes)
         except (ValueError, TypeError) as exc:
-            return _fail(sys.stderr, f"invalid configuration: {exc}")
+            return fail(PROG, f"invalid configuration: {exc}")
     return trio.run(serve_worker, runner, args.metrics_port, args.metrics_host, sys.stderr)
 
 
 async def check_backend(runner: TaskRunner) -> None:
-    """One cheap round trip to the runner's backend.
+    """One cheap round trip to the runner's backend: its
+    :meth:`~taskrunner.backends.Inspection.ping`, or for a backend without an
+    inspection, the length of the group's stream.
 
     Raises:
         BackendError: the backend cannot be reached (or did not answer in
             :data:`CONNECT_TIMEOUT`).
     """
     backend = runner.backend
-    client = getattr(backend, "client", None)
     with trio.move_on_after(CONNECT_TIMEOUT) as scope:
-        if client is not None and callable(getattr(client, "execute", None)):
-            await client.execute("PING")
-        else:
+        if implements_inspection(backend):
+            await backend.ping()
+        else:  # a backend of one's own may serve without the operator reads
             await backend.length(runner.config.consumer_group)
     if scope.cancelled_caught:
         raise BackendError(f"no answer within {CONNECT_TIMEOUT:g}s")
@@ -203,7 +199,7 @@ async def serve_worker(
                     await check_backend(runner)
                 except BackendError as exc:
                     nursery.cancel_scope.cancel()
-                    return _fail(err, f"cannot reach the backend ({runner.backend!r}): {exc}")
+                    return fail(PROG, f"cannot reach the backend ({runner.backend!r}): {exc}", err)
                 cfg = runner.config
                 log.info(
                     "worker pid %d on %s: instance %s, group %s, host %s, stream %s",
@@ -228,9 +224,10 @@ async def serve_worker(
                         if problem is None:
                             raise
                         nursery.cancel_scope.cancel()
-                        return _fail(
-                            err,
+                        return fail(
+                            PROG,
                             f"cannot serve metrics on {metrics_host}:{metrics_port}: {problem}",
+                            err,
                         )
                     log.info(
                         "Prometheus metrics on http://%s:%d/metrics", metrics_host, metrics_port
@@ -242,7 +239,7 @@ async def serve_worker(
                         await runner.serve()
                     except (DuplicateHost, SharedStreamError) as exc:
                         nursery.cancel_scope.cancel()
-                        return _fail(err, str(exc))
+                        return fail(PROG, str(exc), err)
                 nursery.cancel_scope.cancel()
     finally:
         with trio.move_on_after(5, shield=True):

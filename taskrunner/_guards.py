@@ -1,19 +1,22 @@
 """Turning the first mistakes a new user makes into one-line errors that say what to do.
 
-Two checks, both cheap enough for where they run: :func:`check_runner_arguments`
-once per :class:`~taskrunner.TaskRunner`, and :func:`require_trio` at the top of
-every public ``async`` method of the runner. taskrunner runs on trio; awaited
+Three checks, each cheap enough for where it runs: :func:`check_runner_arguments`
+once per :class:`~taskrunner.TaskRunner`, :func:`require_trio` at the top of
+every public ``async`` method of the runner, and :func:`require_inspection` where
+an operator tool is handed a backend. taskrunner runs on trio; awaited
 under asyncio its coroutines would otherwise fail deep inside with asyncio's
 ``RuntimeError: Task got bad yield``, which names neither the cause nor the cure.
 """
 
 from __future__ import annotations
 
+from typing import TypeGuard, cast
+
 import sniffio
 import trio
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner.backends import Backend, MessageQueue, SharedState
+from taskrunner.backends import Backend, Inspection, MessageQueue, SharedState
 from taskrunner.errors import WrongAsyncLibrary
 
 BACKEND_METHODS = sorted(
@@ -25,6 +28,42 @@ BACKEND_METHODS = sorted(
 """What an object needs to serve as a backend. Looked up with ``getattr`` rather than
 ``isinstance(x, Backend)``, which on Python >= 3.12 does not see attributes a wrapper
 provides through ``__getattr__`` (as ``PartitionedBackend`` does)."""
+
+
+INSPECTION_METHODS = sorted(
+    name for name, value in vars(Inspection).items() if callable(value) and not name.startswith("_")
+)
+"""What an object needs to serve the operator tools (looked up as :data:`BACKEND_METHODS` is)."""
+
+
+def _lacks(backend: object, names: list[str]) -> list[str]:
+    return [name for name in names if not callable(getattr(backend, name, None))]
+
+
+def missing_inspection(backend: object) -> list[str]:
+    """The methods of :class:`~taskrunner.backends.Inspection` that ``backend`` lacks."""
+    return _lacks(backend, INSPECTION_METHODS)
+
+
+def implements_inspection(backend: object) -> TypeGuard[Inspection]:
+    """Whether ``backend`` has every method of :class:`~taskrunner.backends.Inspection`."""
+    return not missing_inspection(backend)
+
+
+def require_inspection(backend: object, tool: str) -> Inspection:
+    """``backend``, for ``tool`` (``"taskrunner.admin.flush"``), which needs its inspection.
+
+    Raises:
+        TypeError: ``backend`` lacks methods of the protocol; the one line names
+            the tool, the protocol and the methods missing.
+    """
+    missing = missing_inspection(backend)
+    if missing:
+        raise TypeError(
+            f"{tool} needs a backend implementing taskrunner.backends.Inspection; "
+            f"{type(backend).__name__} {backend!r} has no {', '.join(missing)}"
+        )
+    return cast(Inspection, backend)
 
 
 def check_runner_arguments(config: object, backend: object) -> None:
@@ -45,7 +84,7 @@ def check_runner_arguments(config: object, backend: object) -> None:
             f"TaskRunner's config must be a TaskRunnerConfig, got {type(config).__name__} "
             f"{config!r}; pass {hint}"
         )
-    missing = [name for name in BACKEND_METHODS if not callable(getattr(backend, name, None))]
+    missing = _lacks(backend, BACKEND_METHODS)
     if not missing:
         return
     if isinstance(backend, str):

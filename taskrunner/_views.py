@@ -26,8 +26,7 @@ from rich.text import Text
 from taskrunner import _wire
 from taskrunner._runner import RunnerStatistics
 from taskrunner._stats import Stats
-from taskrunner.admin import KeyInfo
-from taskrunner.backends import QueueMetrics
+from taskrunner.backends import KeyInfo, QueueMetrics
 
 __all__ = [
     "DemoFrame",

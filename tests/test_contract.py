@@ -11,7 +11,16 @@ import pytest
 import trio.testing
 
 from taskrunner import _keys
-from taskrunner.backends import DeadLetter, DelayedMove, QueueEntry, TimingIncrement
+from taskrunner.backends import (
+    DeadLetter,
+    DelayedMove,
+    Heartbeat,
+    KeyCounts,
+    KeyInfo,
+    Lease,
+    QueueEntry,
+    TimingIncrement,
+)
 from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
@@ -454,28 +463,155 @@ def _flush_clears_every_string(b: MemoryBackend) -> None:
     """The old ``flush_group``: every group's leases, locks and tuning values went."""
 
     def make(orig: Any) -> Any:
-        def flush_keys(group: str, names: Any) -> None:
-            orig(group, names)
+        async def flush_group(group: str, *, heartbeats: bool) -> list[str]:
+            deleted: list[str] = await orig(group, heartbeats=heartbeats)
             b._strings.clear()
+            return deleted
 
-        return flush_keys
+        return flush_group
 
-    _wrap(b, "flush_keys", make)
+    _wrap(b, "flush_group", make)
 
 
 def _flush_ignores_replication(b: MemoryBackend) -> None:
     """The old ``flush_group``: heartbeats went even with ``replication=False``."""
 
     def make(orig: Any) -> Any:
-        def flush_keys(group: str, names: Any) -> None:
-            orig(group, names)
+        async def flush_group(group: str, *, heartbeats: bool) -> list[str]:
+            deleted: list[str] = await orig(group, heartbeats=heartbeats)
             for key in b.keys():
                 if key.startswith(_keys.replication("")):
                     del b._strings[key]
+            return deleted
 
-        return flush_keys
+        return flush_group
 
-    _wrap(b, "flush_keys", make)
+    _wrap(b, "flush_group", make)
+
+
+def _flush_reports_kept_keys(b: MemoryBackend) -> None:
+    """Reports the whole listing as deleted, the keys kept for other groups included."""
+
+    def make(orig: Any) -> Any:
+        async def flush_group(group: str, *, heartbeats: bool) -> list[str]:
+            listed = [k.name for k in await b.list_keys(group)]
+            await orig(group, heartbeats=heartbeats)
+            return listed
+
+        return flush_group
+
+    _wrap(b, "flush_group", make)
+
+
+def _ping_is_no_checkpoint(b: MemoryBackend) -> None:
+    async def ping() -> float:
+        return 0.0
+
+    b.ping = ping  # type: ignore[method-assign]
+
+
+def _ping_returns_nothing(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def ping() -> Any:
+            await orig()
+
+        return ping
+
+    _wrap(b, "ping", make)
+
+
+def _groups_only_consumer_groups(b: MemoryBackend) -> None:
+    """The groups of the streams only: a group that never served is not found."""
+
+    async def list_groups() -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return sorted({name for stream in b._streams.values() for name in stream.groups})
+
+    b.list_groups = list_groups  # type: ignore[method-assign]
+
+
+def _groups_from_every_metrics_key(b: MemoryBackend) -> None:
+    """Any ``taskrunner:<x>:metrics`` names a group, unique locks and heartbeats too."""
+
+    def make(orig: Any) -> Any:
+        async def list_groups() -> list[str]:
+            found = set(await orig())
+            for name in b.keys():
+                if name.endswith(":metrics"):
+                    found.add(name.removeprefix("taskrunner:").removesuffix(":metrics"))
+            return sorted(found)
+
+        return list_groups
+
+    _wrap(b, "list_groups", make)
+
+
+def _keys_never_expire(b: MemoryBackend) -> None:
+    """Every key listed as without expiry (a PTTL read as -1)."""
+
+    def make(orig: Any) -> Any:
+        async def list_keys(group: str) -> list[KeyInfo]:
+            return [attrs.evolve(k, ttl=None) for k in await orig(group)]
+
+        return list_keys
+
+    _wrap(b, "list_keys", make)
+
+
+def _keys_in_scan_order(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def list_keys(group: str) -> list[KeyInfo]:
+            return list(reversed(await orig(group)))
+
+        return list_keys
+
+    _wrap(b, "list_keys", make)
+
+
+def _counts_miss_unique_locks(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def count_keys(group: str) -> KeyCounts:
+            return attrs.evolve(await orig(group), unique_lock=0)
+
+        return count_keys
+
+    _wrap(b, "count_keys", make)
+
+
+def _heartbeats_keep_expired(b: MemoryBackend) -> None:
+    """Heartbeats read from the raw store, expired keys included."""
+
+    async def list_heartbeats() -> list[Heartbeat]:
+        await trio.lowlevel.checkpoint()
+        prefix = _keys.replication("")
+        return [
+            Heartbeat(host=k.removeprefix(prefix), instance_id=v, ttl=max(0.0, at - b.now()))
+            for k, (v, at) in sorted(b._strings.items())
+            if k.startswith(prefix)
+        ]
+
+    b.list_heartbeats = list_heartbeats  # type: ignore[method-assign]
+
+
+def _heartbeats_unsorted(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def list_heartbeats() -> list[Heartbeat]:
+            return list(reversed(await orig()))
+
+        return list_heartbeats
+
+    _wrap(b, "list_heartbeats", make)
+
+
+def _lease_ttl_never_runs_down(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read_lease(group: str) -> Lease | None:
+            lease = await orig(group)
+            return None if lease is None else attrs.evolve(lease, ttl=1.0)
+
+        return read_lease
+
+    _wrap(b, "read_lease", make)
 
 
 def _tuning_never_expires(b: MemoryBackend) -> None:
@@ -556,6 +692,17 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
     "flush_clears_every_string": ("check_flush", _flush_clears_every_string),
     "flush_ignores_replication": ("check_flush", _flush_ignores_replication),
+    "flush_reports_kept_keys": ("check_flush", _flush_reports_kept_keys),
+    "ping_is_no_checkpoint": ("check_ping", _ping_is_no_checkpoint),
+    "ping_returns_nothing": ("check_ping", _ping_returns_nothing),
+    "groups_only_consumer_groups": ("check_list_groups", _groups_only_consumer_groups),
+    "groups_from_every_metrics_key": ("check_list_groups", _groups_from_every_metrics_key),
+    "keys_never_expire": ("check_list_keys", _keys_never_expire),
+    "keys_in_scan_order": ("check_list_keys", _keys_in_scan_order),
+    "counts_miss_unique_locks": ("check_count_keys", _counts_miss_unique_locks),
+    "heartbeats_keep_expired": ("check_list_heartbeats", _heartbeats_keep_expired),
+    "heartbeats_unsorted": ("check_list_heartbeats", _heartbeats_unsorted),
+    "lease_ttl_never_runs_down": ("check_read_lease", _lease_ttl_never_runs_down),
     "release_accepts_surrogates": (
         "check_unencodable_text_is_refused",
         _release_accepts_surrogates,

@@ -46,7 +46,12 @@ REFERENCED = {
         "taskrunner.Stats",
     ],
     "reference/errors/index.html": ["taskrunner.errors.TaskRunnerError"],
-    "reference/backends/index.html": ["taskrunner.backends.MessageQueue"],
+    "reference/backends/index.html": [
+        "taskrunner.backends.MessageQueue",
+        "taskrunner.backends.Inspection",
+        "taskrunner.backends.Inspection.list_keys",
+        "taskrunner.backends.KeyInfo",
+    ],
     "reference/memory/index.html": ["taskrunner.backends.memory.MemoryBackend"],
     "reference/redis/index.html": ["taskrunner.backends.redis.RedisBackend.from_client"],
     "reference/admin/index.html": ["taskrunner.admin.flush"],

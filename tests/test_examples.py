@@ -91,6 +91,12 @@ EXPECTED: dict[str, list[str]] = {
         "taskrunner:unique:invoice:A-17     string size 32  ttl 60 s   unique-job lock",
         "flushed 3 key(s); left: []",
     ],
+    "inspect_fleet.py": [
+        "groups on the store: ['billing']",
+        "instance on worker-1, heartbeat 15 s left",
+        "leader lease: held, 5.0 s left",
+        "keys of billing: 4 (stream 1, delayed_tasks 1, leader 1, heartbeat 1)",
+    ],
     "go_interop.py": [
         "our message: unique_key 'echo:C-3', lock taskrunner:unique:echo:C-3 held: True",
         "our delayed member: time 4102444800, score 4102444800.25",

@@ -26,7 +26,7 @@ from taskrunner import (
     TaskRunnerConfig,
     WrongAsyncLibrary,
 )
-from taskrunner._cli_groups import UnknownGroup, find_groups, require_group
+from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._wire import encode_message
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
@@ -402,10 +402,10 @@ async def two_applications(url: str) -> None:
         await backend.client.execute("SET", "taskrunner:unique:send_mail:metrics", "token")
 
 
-async def test_find_groups_sees_served_and_waiting_groups(redis_url: str) -> None:
+async def test_list_groups_sees_served_and_waiting_groups(redis_url: str) -> None:
     await two_applications(redis_url)
     async with RedisBackend.from_url(redis_url) as backend:
-        assert await find_groups(backend) == ["mail", "shop"]
+        assert await backend.list_groups() == ["mail", "shop"]
         await require_group(backend, "shop")
         with pytest.raises(UnknownGroup) as info:
             await require_group(backend, "typo")

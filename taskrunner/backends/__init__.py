@@ -1,5 +1,7 @@
 """Backend interfaces and value types.
 
+- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState`): what a runner serves on.
+- :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
 """
@@ -7,11 +9,17 @@
 from taskrunner._keys import StreamKeys as StreamKeys
 from taskrunner._wire import TimingFields as TimingFields
 from taskrunner._wire import TimingIncrement as TimingIncrement
+from taskrunner.backends._inspection import Heartbeat as Heartbeat
+from taskrunner.backends._inspection import KeyCounts as KeyCounts
+from taskrunner.backends._inspection import KeyInfo as KeyInfo
+from taskrunner.backends._inspection import KeyKind as KeyKind
+from taskrunner.backends._inspection import Lease as Lease
 from taskrunner.backends._protocols import Backend as Backend
 from taskrunner.backends._protocols import ConsumerInfo as ConsumerInfo
 from taskrunner.backends._protocols import DeadLetter as DeadLetter
 from taskrunner.backends._protocols import DelayedMove as DelayedMove
 from taskrunner.backends._protocols import GroupInfo as GroupInfo
+from taskrunner.backends._protocols import Inspection as Inspection
 from taskrunner.backends._protocols import MessageQueue as MessageQueue
 from taskrunner.backends._protocols import QueueEntry as QueueEntry
 from taskrunner.backends._protocols import QueueMetrics as QueueMetrics

@@ -1,10 +1,14 @@
-"""The two interfaces a backend implements; their docstrings are the spec.
+"""The interfaces a backend implements; their docstrings are the spec.
 
 A backend is one object that is both a :class:`MessageQueue` (streams with
 consumer groups, like Redis streams) and a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
-locks, the published pool size). ``taskrunner.testing`` holds the contract
-suite every backend must pass.
+locks, the published pool size). That is all a runner needs to serve. The
+operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
+``flush`` commands) also need an :class:`Inspection`: reads and operations
+across the whole store, which both shipped backends implement and a backend
+of one's own may leave out. ``taskrunner.testing`` holds the contract suite
+every backend must pass.
 
 Every queue method takes the consumer ``group`` first: the backend resolves
 it to the stream that group reads (:meth:`MessageQueue.stream_keys`). By
@@ -33,6 +37,7 @@ import attrs
 
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
+from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
 
 
 @attrs.frozen(kw_only=True)
@@ -380,4 +385,106 @@ class Backend(MessageQueue, SharedState, Protocol):
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Inspection(Protocol):
+    """Operator reads and operations over the whole store, for tools, not for serving.
+
+    ``taskrunner.admin`` and the operator commands use only this (never a
+    client of the store), so they work on any backend that implements it;
+    a backend that does not still serves tasks. The values returned are
+    frozen snapshots (:mod:`taskrunner.backends._inspection`).
+
+    Cost: the listings walk the store's key space. On Redis that is ``SCAN``
+    (never ``KEYS``, so the server is never blocked), in pages, and then one
+    pipelined round trip for the keys found, whatever their number: cheap
+    enough for a refresh every few seconds, not for the per-task path.
+
+    Keys that expire (or are deleted) while a listing runs: a key that is
+    gone by the time it is read is left out, never reported with made-up
+    values; a key added meanwhile may or may not be listed. Names are
+    reported as text, bytes that are not UTF-8 escaped.
+    """
+
+    async def ping(self) -> float:
+        """One round trip to the store.
+
+        Returns:
+            The seconds it took (trio's clock).
+
+        Raises:
+            BackendError: The store cannot be reached.
+        """
+        ...
+
+    async def list_groups(self) -> list[str]:
+        """Every consumer group on the store, sorted.
+
+        A group is on the store when a stream has a consumer group of that
+        name (every group that ever read), or when a key is named after it
+        (see :func:`~taskrunner.backends._inspection.group_named_by`): its own
+        stream in the default layout, its metrics hash, delayed set or
+        published tuning capacity (a group that has delayed tasks waiting but
+        never served, or whose stream was flushed but not its metrics). The
+        leader lease is named by a hash, so it names no group.
+
+        Cost: two walks of the key space (the streams, then the names under
+        ``taskrunner:``) and one round trip for the groups of every stream.
+        """
+        ...
+
+    async def list_keys(self, group: str) -> list[KeyInfo]:
+        """Every key of the layout that exists now for ``group``, with its type,
+        size and TTL: the group's fixed keys, then every heartbeat and unique
+        lock (not per group: every group's), each kind in the order of
+        :class:`~taskrunner.backends._inspection.KeyKind`, heartbeats and locks
+        by name.
+
+        Cost: two pattern walks (heartbeats, unique locks) and one round trip
+        for every key found.
+        """
+        ...
+
+    async def count_keys(self, group: str) -> KeyCounts:
+        """How many keys of each kind :meth:`list_keys` would list now; on a
+        store nobody changes meanwhile, ``KeyCounts.of(await list_keys(group))``.
+
+        Cost: the same two walks, then one round trip for the fixed keys only:
+        nothing is read per heartbeat or unique lock.
+        """
+        ...
+
+    async def list_heartbeats(self) -> list[Heartbeat]:
+        """Every live instance (heartbeat key) of every group, sorted by host,
+        with the instance id it holds and its seconds left.
+
+        Cost: one pattern walk and one round trip for every key found.
+        """
+        ...
+
+    async def read_lease(self, group: str) -> Lease | None:
+        """The group's leader lease, owner and seconds left, read together in one
+        round trip; ``None`` when nobody holds it."""
+        ...
+
+    async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
+        """Delete every key of ``group`` and the consumer group itself.
+
+        The group is destroyed on its stream (``XGROUP DESTROY``: its pending
+        entries and cursor go). When other consumer groups read the same stream
+        (an explicit shared prefix), the stream, the dead-letter stream and the
+        claim-delay ring are kept for them; otherwise they are deleted too, with
+        the group's delayed set, lease, tuning value and metrics hash. Other
+        groups' keys are never touched. Unique locks and (with ``heartbeats``)
+        heartbeat keys are not per group: every one is deleted.
+
+        Returns:
+            The names deleted (those :meth:`list_keys` found, less those kept),
+            in its order.
+
+        Cancellation: some of the keys may have been deleted; a repeat deletes
+        the rest.
+        """
         ...

@@ -24,6 +24,11 @@ know nothing about pytest; :func:`contract_parametrize` turns
         finally:
             await backend.aclose()
 
+The operator reads (:class:`~taskrunner.backends.Inspection`: ping, groups,
+keys, heartbeats, the lease, flushing a group) have checks of their own,
+:data:`INSPECTION_CHECKS`; a backend that only serves tasks leaves them out
+with ``contract_parametrize(inspection=False)``.
+
 It also offers :class:`PartitionedBackend`, a backend wrapper whose link can
 be cut, to simulate partitions and crashed processes in fleet tests.
 
@@ -65,8 +70,16 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from taskrunner._partition import PartitionedBackend
-from taskrunner.testing._admin_checks import check_flush  # noqa: F401 - registers the check
 from taskrunner.testing._harness import CHECK_TIMEOUT, ContractCheck, _registry
+from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing registers the checks
+    check_count_keys,
+    check_flush,
+    check_list_groups,
+    check_list_heartbeats,
+    check_list_keys,
+    check_ping,
+    check_read_lease,
+)
 from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing registers the checks
     check_claim_stale,
     check_claim_stale_drops_deleted_entries,
@@ -112,13 +125,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECK_TIMEOUT",
     "CONTRACT_CHECKS",
+    "INSPECTION_CHECKS",
     "ContractCheck",
     "PartitionedBackend",
     "contract_parametrize",
 ]
 
 
-_MODULE_ORDER = ("_stream_checks", "_reclaim_checks", "_state_checks", "_admin_checks")
+_MODULE_ORDER = ("_stream_checks", "_reclaim_checks", "_state_checks", "_inspection_checks")
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     sorted(
         _registry,
@@ -126,10 +140,17 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
                            _registry.index(check)),
     )
 )  # fmt: skip
-"""Every check, in a stable order (stream first, then shared state)."""
+"""Every check, in a stable order (stream first, then shared state, then inspection)."""
+INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
+    check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
+)
+"""The checks of the :class:`~taskrunner.backends.Inspection` protocol (the operator
+reads), which a backend that serves tasks only may leave out."""
 
 
-def contract_parametrize(*, exclude: Collection[str] = ()) -> pytest.MarkDecorator:
+def contract_parametrize(
+    *, exclude: Collection[str] = (), inspection: bool = True
+) -> pytest.MarkDecorator:
     """A ``pytest.mark.parametrize("check", ...)`` over :data:`CONTRACT_CHECKS`.
 
     Test ids are the check names without ``check_``. Give the test a fresh
@@ -138,6 +159,10 @@ def contract_parametrize(*, exclude: Collection[str] = ()) -> pytest.MarkDecorat
     Args:
         exclude: Names of checks to leave out (``"check_heartbeats"``), e.g. one a
             shared server cannot support. Prefer an ``xfail`` with a reason.
+        inspection: Include :data:`INSPECTION_CHECKS`; pass ``False`` for a backend
+            that does not implement :class:`~taskrunner.backends.Inspection` (it
+            serves tasks, but ``taskrunner.admin`` and the operator commands
+            cannot use it).
 
     Raises:
         ValueError: ``exclude`` names a check that does not exist.
@@ -148,7 +173,10 @@ def contract_parametrize(*, exclude: Collection[str] = ()) -> pytest.MarkDecorat
     unknown = set(exclude) - known
     if unknown:
         raise ValueError(f"no such contract checks: {sorted(unknown)!r}")
-    checks = [check for check in CONTRACT_CHECKS if check.__name__ not in exclude]
+    left_out = set(exclude)
+    if not inspection:
+        left_out |= {check.__name__ for check in INSPECTION_CHECKS}
+    checks = [check for check in CONTRACT_CHECKS if check.__name__ not in left_out]
     return pytest.mark.parametrize(
         "check", checks, ids=[check.__name__.removeprefix("check_") for check in checks]
     )

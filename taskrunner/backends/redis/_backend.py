@@ -12,14 +12,16 @@ from types import TracebackType
 from typing import Any
 
 from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
 from taskrunner.backends.redis._state import RedisState
 
 
-class RedisBackend(RedisQueue, RedisState):
-    """Queue and shared state on Redis (>= 6.2; 7+ recommended).
+class RedisBackend(RedisInspection):
+    """Queue and shared state on Redis (>= 6.2; 7+ recommended), and their
+    :class:`~taskrunner.backends.Inspection`.
 
     Args:
         client: Any :class:`RedisClient` (native or redis-py transport).

@@ -52,7 +52,7 @@ from ._connection import CommandArg
 from ._protocol import RedisClient
 from ._scripts import load_script
 
-__all__ = ["RedisState"]
+__all__ = ["RedisState", "scan"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,27 @@ MOVE_DELAYED = load_script("move_delayed.lua")
 ADD_TIMINGS = load_script("add_timings.lua")
 """Add a flush's timings to the metrics hash, keeping every field an integer."""
 
-_SCAN_COUNT = 1000
+SCAN_COUNT = 1000
+"""Keys a ``SCAN`` step looks at (its ``COUNT`` hint)."""
+
+
+async def scan(client: RedisClient, pattern: str, *, kind: str | None = None) -> set[bytes]:
+    """Every key name matching ``pattern`` (and of type ``kind``, if given): a
+    ``SCAN MATCH`` loop, never ``KEYS``, so the server is never blocked.
+
+    ``SCAN`` may return a name twice; each is in the set once. A key added or
+    removed during the loop may or may not be in it.
+    """
+    extra: tuple[CommandArg, ...] = ("TYPE", kind) if kind is not None else ()
+    found: set[bytes] = set()
+    cursor: CommandArg = 0
+    while True:
+        cursor, batch = await client.execute(
+            "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT, *extra
+        )
+        found.update(batch)
+        if int(cursor) == 0:
+            return found
 
 
 def _ms(seconds: float) -> int:
@@ -276,18 +296,9 @@ class RedisState:
     async def count_heartbeats(self) -> int:
         """Live heartbeat keys, counted with a ``SCAN MATCH`` loop (never ``KEYS``).
 
-        ``SCAN`` may return a key twice, so distinct names are counted; a key
-        added or removed during the scan may or may not be counted.
+        A key added or removed during the scan may or may not be counted.
         """
-        seen: set[bytes] = set()
-        cursor: bytes | int = 0
-        while True:
-            cursor, batch = await self._client.execute(
-                "SCAN", cursor, "MATCH", _keys.REPLICATION_PATTERN, "COUNT", _SCAN_COUNT
-            )
-            seen.update(batch)
-            if int(cursor) == 0:
-                return len(seen)
+        return len(await scan(self._client, _keys.REPLICATION_PATTERN))
 
     # Unique locks ---------------------------------------------------------
 

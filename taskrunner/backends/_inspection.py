@@ -1,0 +1,252 @@
+"""What the :class:`~taskrunner.backends.Inspection` protocol reports, and the layout
+decisions every backend shares.
+
+Theory of operation: operator tools (``taskrunner.admin``, the ``stats``, ``top``,
+``keys`` and ``flush`` commands, a dashboard) read the store only through the
+inspection protocol, and get frozen value objects back: :class:`KeyInfo` and
+:class:`KeyCounts` for a group's keys, :class:`Heartbeat` for a live instance,
+:class:`Lease` for the leader lease. What a key *is* follows from its name alone
+(the documented layout, docs/redis-key-layout.md), so the decisions are pure
+functions of names here, and the memory backend, which keeps its state under the
+same names, answers exactly as Redis does:
+
+- :func:`group_keys`: the fixed keys of a group and their :class:`KeyKind`;
+- :func:`kind_of`: the kind of any key a listing meets (fixed, heartbeat, unique lock);
+- :func:`group_named_by`: the group a key's name contains, if any (how a group that
+  never served is still found);
+- :func:`keys_to_flush`: what a flush deletes of the keys a listing found.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+
+import attrs
+
+from taskrunner import _keys, _wire
+from taskrunner._keys import StreamKeys
+
+__all__ = [
+    "Heartbeat",
+    "KeyCounts",
+    "KeyInfo",
+    "KeyKind",
+    "Lease",
+    "group_keys",
+    "group_named_by",
+    "keys_to_flush",
+    "kind_of",
+]
+
+
+class KeyKind(enum.StrEnum):
+    """What a key is for, in the order a listing reports them (the key layout's order)."""
+
+    STREAM = "stream"
+    """The group's stream (``<prefix>:<queue>``), with its consumer groups."""
+    DEAD_LETTER = "dead_letter"
+    """Its dead-letter stream (``<prefix>:<queue>:dead``)."""
+    CLAIM_DELAY_RING = "claim_delay_ring"
+    """Its claim-delay ring (``ring:<prefix>:metrics:<queue>``)."""
+    DELAYED_TASKS = "delayed_tasks"
+    """The group's delayed set (``taskrunner:<group>:delayed_tasks``)."""
+    LEADER = "leader"
+    """The group's leader lease (``taskrunner:leader:<base32(sha1(group))>``)."""
+    TUNING = "tuning"
+    """The published pool capacity (``taskrunner:<group>:worker_tuning_capacity``)."""
+    METRICS = "metrics"
+    """The timing-metrics hash (``taskrunner:<group>:metrics``)."""
+    HEARTBEAT = "heartbeat"
+    """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
+    UNIQUE_LOCK = "unique_lock"
+    """A unique job's lock (``taskrunner:unique:...``); not per group."""
+
+
+PURPOSES: Mapping[KeyKind, str] = {
+    KeyKind.STREAM: "main stream (+ consumer group state)",
+    KeyKind.DEAD_LETTER: "dead-letter stream",
+    KeyKind.CLAIM_DELAY_RING: "claim-delay ring (newest 1000, ns)",
+    KeyKind.DELAYED_TASKS: "delayed tasks (score = run-at)",
+    KeyKind.LEADER: "leader lease",
+    KeyKind.TUNING: "published pool capacity",
+    KeyKind.METRICS: "timing metrics",
+    KeyKind.HEARTBEAT: "instance heartbeat",
+    KeyKind.UNIQUE_LOCK: "unique-job lock",
+}
+"""One line per kind, as ``taskrunner keys`` prints it."""
+
+REDIS_TYPES: Mapping[KeyKind, str] = {
+    KeyKind.STREAM: "stream",
+    KeyKind.DEAD_LETTER: "stream",
+    KeyKind.CLAIM_DELAY_RING: "list",
+    KeyKind.DELAYED_TASKS: "zset",
+    KeyKind.LEADER: "string",
+    KeyKind.TUNING: "string",
+    KeyKind.METRICS: "hash",
+    KeyKind.HEARTBEAT: "string",
+    KeyKind.UNIQUE_LOCK: "string",
+}
+"""The Redis type each kind of key has (what ``TYPE`` answers when nobody misused it)."""
+
+_ORDER = {kind: index for index, kind in enumerate(KeyKind)}
+
+
+@attrs.frozen(kw_only=True)
+class KeyInfo:
+    """One key as found on the store."""
+
+    name: str
+    kind: KeyKind
+    type: str
+    """``stream``, ``zset``, ``string``, ``hash`` or ``list`` (Redis's ``TYPE``)."""
+    size: int
+    """Entries (stream, zset, hash, list) or bytes (string)."""
+    ttl: float | None
+    """Seconds left, or ``None`` when the key does not expire."""
+
+    @property
+    def purpose(self) -> str:
+        """What the key is for, from the key layout."""
+        return PURPOSES[self.kind]
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """Where the key goes in a listing: by kind, then by name."""
+        return _ORDER[self.kind], self.name
+
+
+@attrs.frozen(kw_only=True)
+class KeyCounts:
+    """How many keys of each kind a group has on the store (see :class:`KeyKind`).
+
+    ``heartbeat`` and ``unique_lock`` count every group's (those keys are not per
+    group); every other count is 0 or 1.
+    """
+
+    stream: int = 0
+    dead_letter: int = 0
+    claim_delay_ring: int = 0
+    delayed_tasks: int = 0
+    leader: int = 0
+    tuning: int = 0
+    metrics: int = 0
+    heartbeat: int = 0
+    unique_lock: int = 0
+
+    @classmethod
+    def of(cls, kinds: Iterable[KeyKind]) -> KeyCounts:
+        """The counts of the kinds of some keys (``KeyCounts.of(k.kind for k in listing)``)."""
+        counts = dict.fromkeys(KeyKind, 0)
+        for kind in kinds:
+            counts[kind] += 1
+        return cls(**{kind.value: n for kind, n in counts.items()})
+
+    def __getitem__(self, kind: KeyKind) -> int:
+        count: int = getattr(self, kind.value)
+        return count
+
+    @property
+    def total(self) -> int:
+        return sum(self[kind] for kind in KeyKind)
+
+
+@attrs.frozen(kw_only=True)
+class Heartbeat:
+    """One live instance, from its heartbeat key."""
+
+    host: str
+    """The instance's ``host`` (its key is ``taskrunner:replication:<host>``)."""
+    instance_id: str
+    """The id of the instance that holds the key."""
+    ttl: float | None
+    """Seconds until the key expires unless renewed (``None``: it never does, set by hand)."""
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """A group's leader lease, as held now."""
+
+    owner: str
+    """The leader's instance id."""
+    ttl: float | None
+    """Seconds until it expires unless renewed (``None``: it never does, set by hand)."""
+
+
+def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
+    """The fixed key names of ``group`` whose stream keys are ``keys``, in layout order.
+
+    Heartbeats and unique locks are not per group: a listing finds them by
+    pattern (:func:`kind_of`).
+    """
+    return {
+        keys.stream: KeyKind.STREAM,
+        keys.dead_letter: KeyKind.DEAD_LETTER,
+        keys.claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
+        _keys.delayed_tasks(group): KeyKind.DELAYED_TASKS,
+        _keys.leader(group): KeyKind.LEADER,
+        _keys.worker_tuning_capacity(group): KeyKind.TUNING,
+        _keys.metrics(group): KeyKind.METRICS,
+    }
+
+
+HEARTBEAT_PREFIX = _keys.replication("")
+"""``taskrunner:replication:``, the head of every heartbeat key."""
+UNIQUE_LOCK_PATTERN = f"{_wire.UNIQUE_LOCK_PREFIX}*"
+"""``SCAN MATCH`` pattern for every unique lock."""
+
+
+def kind_of(name: str, fixed: Mapping[str, KeyKind]) -> KeyKind | None:
+    """The kind of key ``name``: one of ``fixed`` (:func:`group_keys`), a heartbeat, a
+    unique lock, or ``None`` (not a key of the layout)."""
+    if name in fixed:
+        return fixed[name]
+    if name.startswith(HEARTBEAT_PREFIX):
+        return KeyKind.HEARTBEAT
+    if name.startswith(_wire.UNIQUE_LOCK_PREFIX):
+        return KeyKind.UNIQUE_LOCK
+    return None
+
+
+NOT_GROUPS = ("unique:", "replication:", "leader:")
+"""Heads of the names under ``taskrunner:`` that belong to no group (a unique lock's
+key may well end in ``:metrics``)."""
+
+_GROUP_TAILS = (":metrics", ":delayed_tasks", ":worker_tuning_capacity")
+
+
+def group_named_by(name: str, queue: str) -> str | None:
+    """The group whose name ``name`` contains, if it is a key named after one.
+
+    Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
+    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``
+    and ``:worker_tuning_capacity``. The leader lease is named by a hash of the
+    group, so it names none.
+    """
+    head = f"{_keys.PREFIX}:"
+    if not name.startswith(head):
+        return None
+    for tail in (f":{queue}", *_GROUP_TAILS):
+        if name.endswith(tail):
+            group = name[len(head) : len(name) - len(tail)]
+            if group and not group.startswith(NOT_GROUPS):
+                return group
+    return None
+
+
+_STREAM_KINDS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER, KeyKind.CLAIM_DELAY_RING})
+
+
+def keys_to_flush(keys: Sequence[KeyInfo], *, stream_shared: bool, heartbeats: bool) -> list[str]:
+    """The names a flush of a group deletes, of the keys its listing found, in order.
+
+    Args:
+        keys: The group's listing (``Inspection.list_keys``).
+        stream_shared: Other consumer groups read the group's stream: its stream,
+            dead-letter stream and claim-delay ring are kept for them.
+        heartbeats: Delete the heartbeat keys too.
+    """
+    kept = set(_STREAM_KINDS) if stream_shared else set()
+    if not heartbeats:
+        kept.add(KeyKind.HEARTBEAT)
+    return [key.name for key in keys if key.kind not in kept]

@@ -1,0 +1,150 @@
+"""The :class:`~taskrunner.backends.Inspection` protocol over the in-memory stream and state.
+
+Theory of operation: the in-memory backend keeps its state under the names
+Redis would hold it by (``taskrunner._keys``), so inspection lists, for each
+name, what Redis would report: a key exists exactly when Redis would keep it
+(a stream with entries or a consumer group, a non-empty ring, delayed set,
+metrics hash or dead-letter stream, a string that has not expired), with the
+same type and size (bytes of a string). The decisions (which kind a key is,
+which names name a group, what a flush deletes) are the pure functions of
+:mod:`taskrunner.backends._inspection` that the Redis backend uses too.
+Nothing here waits: each call is one checkpoint, like one round trip.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from taskrunner import _keys
+from taskrunner.backends._inspection import (
+    REDIS_TYPES,
+    Heartbeat,
+    KeyCounts,
+    KeyInfo,
+    KeyKind,
+    Lease,
+    group_keys,
+    group_named_by,
+    keys_to_flush,
+    kind_of,
+)
+from taskrunner.backends._memory_state import MemoryState
+from taskrunner.backends._memory_stream import MemoryStream
+
+
+class MemoryInspection(MemoryStream, MemoryState):
+    """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
+
+    async def ping(self) -> float:
+        start = trio.current_time()
+        await trio.lowlevel.checkpoint()
+        return trio.current_time() - start
+
+    def _names(self) -> list[str]:
+        """Every key name Redis would hold now (streams, hashes, sets, strings)."""
+        names = []
+        for key, stream in self._streams.items():
+            if stream.entries or stream.groups:
+                names.append(key)
+        names += [_keys.delayed_tasks(g) for g, members in self._delayed.items() if members]
+        names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
+        return names + self.keys()
+
+    async def list_groups(self) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        found = {name for stream in self._streams.values() for name in stream.groups}
+        for name in self._names():
+            group = group_named_by(name, self.queue)
+            if group is not None:
+                found.add(group)
+        return sorted(found)
+
+    def _sizes(self, group: str) -> dict[str, tuple[int, float | None]]:
+        """``{name: (size, ttl)}`` of ``group``'s fixed keys that exist."""
+        keys = self.stream_keys(group)
+        found: dict[str, tuple[int, float | None]] = {}
+        stream = self._streams.get(keys.stream)
+        if stream is not None:
+            if stream.entries or stream.groups:
+                found[keys.stream] = len(stream.entries), None
+            if stream.dead:
+                found[keys.dead_letter] = len(stream.dead), None
+            if stream.ring:
+                found[keys.claim_delay_ring] = len(stream.ring), None
+        if self._delayed.get(group):
+            found[_keys.delayed_tasks(group)] = len(self._delayed[group]), None
+        if self._metrics.get(group):
+            found[_keys.metrics(group)] = len(self._metrics[group]), None
+        for name in (_keys.leader(group), _keys.worker_tuning_capacity(group)):
+            value = self._get(name)
+            if value is not None:
+                found[name] = len(value.encode()), self.ttl(name)
+        return found
+
+    def _key_infos(self, group: str) -> list[KeyInfo]:
+        fixed = group_keys(self.stream_keys(group), group)
+        found = [
+            KeyInfo(name=name, kind=fixed[name], type=REDIS_TYPES[fixed[name]], size=size, ttl=ttl)
+            for name, (size, ttl) in self._sizes(group).items()
+        ]
+        for name in self.keys():
+            kind = kind_of(name, {})
+            if kind is not None and name not in fixed:
+                value = self._strings[name][0]
+                size = len(value.encode())
+                found.append(
+                    KeyInfo(name=name, kind=kind, type="string", size=size, ttl=self.ttl(name))
+                )
+        return sorted(found, key=lambda key: key.order)
+
+    async def list_keys(self, group: str) -> list[KeyInfo]:
+        await trio.lowlevel.checkpoint()
+        return self._key_infos(group)
+
+    async def count_keys(self, group: str) -> KeyCounts:
+        await trio.lowlevel.checkpoint()
+        return KeyCounts.of(key.kind for key in self._key_infos(group))
+
+    async def list_heartbeats(self) -> list[Heartbeat]:
+        await trio.lowlevel.checkpoint()
+        found = []
+        for name in sorted(self.keys()):
+            if kind_of(name, {}) is KeyKind.HEARTBEAT:
+                host = name.removeprefix(_keys.replication(""))
+                found.append(
+                    Heartbeat(host=host, instance_id=self._strings[name][0], ttl=self.ttl(name))
+                )
+        return found
+
+    async def read_lease(self, group: str) -> Lease | None:
+        await trio.lowlevel.checkpoint()
+        name = _keys.leader(group)
+        owner = self._get(name)
+        return None if owner is None else Lease(owner=owner, ttl=self.ttl(name))
+
+    async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        keys = self.stream_keys(group)
+        stream = self._streams.get(keys.stream)
+        others = [g for g in (stream.groups if stream else ()) if g != group]
+        doomed = keys_to_flush(
+            self._key_infos(group), stream_shared=bool(others), heartbeats=heartbeats
+        )
+        if stream is not None:
+            stream.groups.pop(group, None)  # XGROUP DESTROY
+        for name in doomed:
+            if stream is not None and name == keys.stream:
+                stream.entries.clear()
+                stream.seq_of.clear()
+                stream.groups.clear()
+            elif stream is not None and name == keys.dead_letter:
+                stream.dead.clear()
+            elif stream is not None and name == keys.claim_delay_ring:
+                stream.ring.clear()
+            elif name == _keys.delayed_tasks(group):
+                self._delayed.pop(group, None)
+            elif name == _keys.metrics(group):
+                self._metrics.pop(group, None)
+            else:
+                self._strings.pop(name, None)
+        return doomed
