@@ -501,7 +501,7 @@ def test_metrics_port_in_use_fails_cleanly(env: dict[str, str]) -> None:
 
 
 def test_resolve_reports_what_went_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from taskrunner._imports import ImportTargetError, load_runner, resolve
+    from taskrunner.cli.imports import ImportTargetError, load_runner, resolve
 
     (tmp_path / "pkg_ok").mkdir()
     (tmp_path / "pkg_ok" / "__init__.py").write_text("")

@@ -147,7 +147,7 @@ async def test_the_worker_command_exits_1_with_one_line(
 ) -> None:
     import io
 
-    from taskrunner._cli_worker import serve_worker
+    from taskrunner.cli.worker import serve_worker
 
     backend = MemoryBackend()
     first, second = make_runner(backend, host="h"), make_runner(backend, host="h")

@@ -46,13 +46,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from taskrunner import _views, _wire, admin
+from taskrunner import _wire, admin
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._runner import RunnerStatistics, TaskRunner
 from taskrunner._stats import Stats
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.cli import views as _views
 from taskrunner.errors import BackendError, InvalidTaskPayload, TaskAlreadyDispatched
 
 log = logging.getLogger("taskrunner.demo")
@@ -381,7 +382,7 @@ async def _watch_stats(runners: Sequence[TaskRunner], state: _RunState) -> None:
 
 
 class _Display:
-    """Draws :class:`~taskrunner._views.DemoFrame` s: a live screen, or plain lines."""
+    """Draws :class:`~taskrunner.cli.views.DemoFrame` s: a live screen, or plain lines."""
 
     def __init__(self, console: Console, out: TextIO, *, live: bool) -> None:
         self.console = console

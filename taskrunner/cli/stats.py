@@ -6,7 +6,7 @@ need no user code, only the Redis URL and the names that make up the keys
 :class:`~taskrunner.backends.redis.RedisBackend` for one command's worth of
 reads and close it. Everything that can fail on the way (a URL that does not
 parse, a server that does not answer, a ``--group`` the server does not hold:
-see :mod:`taskrunner._cli_groups`) is one line on stderr and exit 1.
+see :mod:`taskrunner.cli.groups`) is one line on stderr and exit 1.
 
 ``stats`` reads, in this order: the timing-metrics hash, the published
 tuning capacity, the heartbeat keys (``SCAN``, never ``KEYS``), the leader
@@ -32,10 +32,10 @@ from typing import Any, TypeVar
 import trio
 
 from taskrunner import _keys, _wire
-from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
-from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._stats import Stats, compute_stats
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.cli.base import EXIT_FAILURE, Command, positive_int
+from taskrunner.cli.groups import UnknownGroup, require_group
 from taskrunner.errors import BackendError
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ def run_on_redis(
     Returns:
         ``(result, 0)``, or ``(None, 1)`` after one line on stderr when the URL
         is invalid, the server cannot be reached, it takes too long, or ``job``
-        raised :class:`~taskrunner._cli_groups.UnknownGroup`.
+        raised :class:`~taskrunner.cli.groups.UnknownGroup`.
     """
     try:
         backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)

@@ -18,9 +18,9 @@ from typing import Any
 
 import trio
 
-from taskrunner._cli_base import EXIT_FAILURE, Command
-from taskrunner._imports import ImportTargetError, load_runner
 from taskrunner._runner import TaskRunner
+from taskrunner.cli.base import EXIT_FAILURE, Command
+from taskrunner.cli.imports import ImportTargetError, load_runner
 from taskrunner.errors import BackendError, TaskRunnerError
 
 PROG = "taskrunner dispatch"

@@ -7,7 +7,7 @@ section predicts for one group (G = 1). Per-group keys are "at most one":
 Redis deletes an empty ZSET, the lease exists only while a leader lives, the
 tuning key only while tuning publishes, and the stream, ring and metrics hash
 appear with first use. Heartbeats (I) and unique locks (U) are not per group.
-A ``--group`` the server does not hold (see :mod:`taskrunner._cli_groups`) is
+A ``--group`` the server does not hold (see :mod:`taskrunner.cli.groups`) is
 one line on stderr and exit 1.
 """
 
@@ -18,10 +18,10 @@ import json
 from typing import Any
 
 from taskrunner import _keys, admin
-from taskrunner._cli_base import Command
-from taskrunner._cli_groups import require_group
-from taskrunner._cli_stats import redis_arguments, run_on_redis
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.cli.base import Command
+from taskrunner.cli.groups import require_group
+from taskrunner.cli.stats import redis_arguments, run_on_redis
 
 # (category, the "Key count" formula of docs/redis-key-layout.md, what it means for one group)
 EXTRA = "dead-letter streams"

@@ -33,9 +33,9 @@ from typing import Any, TextIO
 
 import trio
 
-from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int
-from taskrunner._imports import ImportTargetError, load_runner
 from taskrunner._runner import TaskRunner
+from taskrunner.cli.base import EXIT_FAILURE, Command, positive_int
+from taskrunner.cli.imports import ImportTargetError, load_runner
 from taskrunner.errors import BackendError, DuplicateHost, SharedStreamError
 
 log = logging.getLogger("taskrunner.worker")

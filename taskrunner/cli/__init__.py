@@ -1,10 +1,10 @@
 """The ``taskrunner`` command line (also ``python -m taskrunner``).
 
 Theory of operation: one ``argparse`` parser with a subparser per command.
-Each command is a :class:`~taskrunner._cli_base.Command`: a name, a one-line
+Each command is a :class:`~taskrunner.cli.base.Command`: a name, a one-line
 help, a function that adds its arguments, and a function that runs it from the
 parsed namespace and returns the exit code. A command lives in its own module
-(``_cli_<name>.py``, exposing ``COMMAND``) and is listed in :data:`COMMANDS`.
+(``cli/<name>.py``, exposing ``COMMAND``) and is listed in :data:`COMMANDS`.
 Bad arguments are argparse's one-line error and exit code 2; a command's own
 failures are its exit code and one line on stderr.
 """
@@ -19,17 +19,9 @@ from typing import Any, NoReturn
 
 import trio
 
-from taskrunner import (
-    __version__,
-    _cli_dispatch,
-    _cli_flush,
-    _cli_keys,
-    _cli_stats,
-    _cli_top,
-    _cli_worker,
-    _demo,
-)
-from taskrunner._cli_base import EXIT_USAGE, Command, positive_int, positive_seconds
+from taskrunner import __version__
+from taskrunner.cli import demo, dispatch, flush, keys, stats, top, worker
+from taskrunner.cli.base import EXIT_USAGE, Command, positive_int, positive_seconds
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -43,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 # demo --------------------------------------------------------------------------
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = _demo.DemoOptions()
+    defaults = demo.DemoOptions()
     parser.add_argument(
         "--tasks",
         type=positive_int,
@@ -60,7 +52,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=sorted(_demo.BACKENDS),
+        choices=sorted(demo.BACKENDS),
         default=defaults.backend,
         help="where the queue lives (default: %(default)s)",
     )
@@ -70,10 +62,10 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    options = _demo.DemoOptions(
+    options = demo.DemoOptions(
         tasks=args.tasks, timeout=args.timeout, backend=args.backend, seed=args.seed
     )
-    return trio.run(_demo.run_demo, options, sys.stdout, sys.stderr)
+    return trio.run(demo.run_demo, options, sys.stdout, sys.stderr)
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -83,12 +75,12 @@ COMMANDS: tuple[Command, ...] = (
         add_arguments=_demo_arguments,
         run=_run_demo,
     ),
-    _cli_worker.COMMAND,
-    _cli_dispatch.COMMAND,
-    _cli_stats.COMMAND,
-    _cli_top.COMMAND,
-    _cli_keys.COMMAND,
-    _cli_flush.COMMAND,
+    worker.COMMAND,
+    dispatch.COMMAND,
+    stats.COMMAND,
+    top.COMMAND,
+    keys.COMMAND,
+    flush.COMMAND,
 )
 
 

@@ -47,7 +47,7 @@ def _library_dirs() -> tuple[str, ...]:
     and taskrunner itself (installed editable, it is in neither)."""
     paths = sysconfig.get_paths()
     dirs = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths}
-    dirs.add(os.path.dirname(__file__))
+    dirs.add(os.path.dirname(os.path.dirname(__file__)))  # taskrunner/, not just cli/
     return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
 
 

@@ -13,8 +13,8 @@ import argparse
 import sys
 
 from taskrunner import admin
-from taskrunner._cli_base import EXIT_USAGE, Command
-from taskrunner._cli_stats import redis_arguments, run_on_redis
+from taskrunner.cli.base import EXIT_USAGE, Command
+from taskrunner.cli.stats import redis_arguments, run_on_redis
 
 PROG = "taskrunner flush"
 

@@ -3,17 +3,17 @@
 Theory of operation: every ``--interval`` seconds :func:`read_snapshot` reads
 what ``taskrunner stats`` reads (the metrics hash, the published tuning
 capacity, the heartbeat keys, the leader lease, the queue metrics) into a
-:class:`~taskrunner._views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
+:class:`~taskrunner.cli.views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
 from the hash (task names from its ``<task>_sum``/``_count`` fields; the pool size is
 the published tuning capacity, else ``--workers``), and adds a sample to a
-:class:`~taskrunner._views.History` ring, from which the view draws throughput
+:class:`~taskrunner.cli.views.History` ring, from which the view draws throughput
 (the change of the hash's run counts, over at least two seconds) and queue length over
-the last minutes. Rendering is :func:`taskrunner._views.top_view`, pure; here
+the last minutes. Rendering is :func:`taskrunner.cli.views.top_view`, pure; here
 is only the loop: ``rich.live.Live`` on a terminal, one plain line per refresh
 otherwise, one frame with ``--once``. A failed refresh keeps the last frame on
 screen with the error under it and tries again at the next tick. Before the
 first one, a ``--group`` the server does not hold (see
-:mod:`taskrunner._cli_groups`) is one line on stderr and exit 1.
+:mod:`taskrunner.cli.groups`) is one line on stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from rich.live import Live
 from rich.text import Text
 
 from taskrunner import _keys, _wire
-from taskrunner._cli_base import EXIT_FAILURE, Command, positive_int, positive_seconds
-from taskrunner._cli_groups import UnknownGroup, require_group
-from taskrunner._cli_stats import redis_arguments
 from taskrunner._stats import compute_stats
-from taskrunner._views import FleetSnapshot, History, top_line, top_view
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.cli.base import EXIT_FAILURE, Command, positive_int, positive_seconds
+from taskrunner.cli.groups import UnknownGroup, require_group
+from taskrunner.cli.stats import redis_arguments
+from taskrunner.cli.views import FleetSnapshot, History, top_line, top_view
 from taskrunner.errors import BackendError
 
 DEFAULT_WORKERS = 32

@@ -1,5 +1,5 @@
 """What every ``taskrunner`` subcommand module shares: the command record and
-argument types. (Kept apart from ``_cli`` so command modules can import it.)"""
+argument types. (Kept apart from ``taskrunner.cli`` so command modules can import it.)"""
 
 from __future__ import annotations
 
