@@ -22,7 +22,7 @@ from taskrunner import _wire
 from taskrunner._codec import encode_payload
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._guards import require_trio
-from taskrunner._scheduler import Scheduler
+from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound

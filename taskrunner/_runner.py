@@ -6,7 +6,7 @@ Theory of operation. ``serve`` owns every subsystem through nurseries::
     │                            (cancel or shutdown()); the checks, before anything
     │                            starts: no other group on a stream deleted on ack
     │                            (_sharing), no other live instance of this host
-    │                            (_heartbeat.claim)
+    │                            (heartbeat.claim)
     └── shielded scope           outside cancellation cannot reach below here
         ├── services nursery     stops last, each service ending with a bounded flush
         │   ├── heartbeat        replication key, deleted at the end; another
@@ -42,30 +42,30 @@ from typing import Any
 import attrs
 import trio
 
-from taskrunner import (
-    _aggregator,
-    _bulk_writer,
-    _cleanup,
-    _fetcher,
-    _heartbeat,
-    _leadership,
-    _refresher,
-    _sharing,
-)
-from taskrunner._acker import Acker
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._dispatch import Dispatching
 from taskrunner._guards import check_runner_arguments, require_trio
-from taskrunner._heartbeat import ReplicationCounter
 from taskrunner._inflight import InFlight
-from taskrunner._leadership import Leadership
-from taskrunner._pool import WorkerPool
 from taskrunner._registry import Registering, check_reservation
-from taskrunner._scheduler import Scheduler
+from taskrunner._serve import (
+    aggregator,
+    bulk_writer,
+    cleanup,
+    fetcher,
+    heartbeat,
+    leadership,
+    refresher,
+    sharing,
+)
+from taskrunner._serve.acker import Acker
+from taskrunner._serve.heartbeat import ReplicationCounter
+from taskrunner._serve.leadership import Leadership
+from taskrunner._serve.pool import WorkerPool
+from taskrunner._serve.scheduler import Scheduler
+from taskrunner._serve.worker import Worker
 from taskrunner._stats import Stats
 from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
-from taskrunner._worker import Worker
 from taskrunner.backends import Backend
 from taskrunner.errors import AlreadyServing, DuplicateHost
 
@@ -131,7 +131,7 @@ class TaskRunner(Registering, Dispatching):
         self._inflight = InFlight()
         self._timings = TimingRecorder()
         self._acker = Acker(backend, config.consumer_group)
-        self._fetch_counters = _fetcher.FetcherCounters()
+        self._fetch_counters = fetcher.FetcherCounters()
         self._worker = Worker(
             config, backend, self._tasks, self._pool, self._acker, self._inflight, self._timings
         )
@@ -190,7 +190,7 @@ class TaskRunner(Registering, Dispatching):
         """
         require_trio("TaskRunner.get_timing_statistics")
         replication = await self.get_number_of_replications()
-        return await _aggregator.timing_statistics(
+        return await aggregator.timing_statistics(
             self.backend,
             self.config.consumer_group,
             self._tasks,
@@ -241,7 +241,7 @@ class TaskRunner(Registering, Dispatching):
         self._scheduler = self._new_scheduler()
         self._acker = Acker(self.backend, config.consumer_group)
         self._worker._acker = self._acker
-        self._worker.sharing = _sharing.StreamSharing(self.backend, config.consumer_group)
+        self._worker.sharing = sharing.StreamSharing(self.backend, config.consumer_group)
         if "num_workers" in changes:
             self._pool.resize(config.num_workers)
 
@@ -332,7 +332,7 @@ class TaskRunner(Registering, Dispatching):
         ready = trio.Event()
         try:
             await self._worker.sharing.check_start()
-            await _heartbeat.claim(self.backend, cfg.host, self.instance_id)
+            await heartbeat.claim(self.backend, cfg.host, self.instance_id)
             async with trio.open_nursery() as top:
                 # start_soon, not start: a serve cancelled while starting must still
                 # reach the finally below (the stop event), or the shielded child
@@ -360,11 +360,11 @@ class TaskRunner(Registering, Dispatching):
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as services:
                 await services.start(
-                    _heartbeat.run, self.backend, cfg.host, self.instance_id, self._lost_host
+                    heartbeat.run, self.backend, cfg.host, self.instance_id, self._lost_host
                 )
                 await services.start(
                     partial(
-                        _leadership.run,
+                        leadership.run,
                         self.backend,
                         cfg.consumer_group,
                         self.instance_id,
@@ -376,18 +376,18 @@ class TaskRunner(Registering, Dispatching):
                 services.start_soon(self._scheduler.run_local, lambda: self.is_leader)
                 services.start_soon(
                     self._leadership.run_as_leader,
-                    partial(_cleanup.run, self.backend, cfg.consumer_group),
+                    partial(cleanup.run, self.backend, cfg.consumer_group),
                 )
                 await services.start(
-                    _bulk_writer.run, self.backend, cfg.consumer_group, self._timings
+                    bulk_writer.run, self.backend, cfg.consumer_group, self._timings
                 )
-                await services.start(_aggregator.run, self)
+                await services.start(aggregator.run, self)
                 await services.start(
-                    _sharing.run, self._worker.sharing, self.backend, cfg.consumer_group
+                    sharing.run, self._worker.sharing, self.backend, cfg.consumer_group
                 )
                 await services.start(self._acker.run)
                 await services.start(
-                    _refresher.run,
+                    refresher.run,
                     self.backend,
                     cfg.consumer_group,
                     self._inflight,
@@ -403,7 +403,7 @@ class TaskRunner(Registering, Dispatching):
             async with trio.open_nursery() as fetchers:
                 for fetcher_id in range(1, cfg.num_fetchers + 1):
                     await fetchers.start(
-                        _fetcher.run,
+                        fetcher.run,
                         fetcher_id,
                         cfg,
                         self.backend,

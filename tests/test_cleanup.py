@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner import _cleanup
+from taskrunner._serve import cleanup
 from taskrunner.backends import Backend, GroupInfo
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
@@ -51,7 +51,7 @@ def _late_reads_after_the_check(backend: Any, monkeypatch: pytest.MonkeyPatch) -
 
 async def _one_pass(backend: Backend) -> None:
     with trio.move_on_after(1):  # run() sleeps a minute after its first pass
-        await _cleanup.run(backend, GROUP)
+        await cleanup.run(backend, GROUP)
 
 
 async def _check_nothing_was_lost(backend: Backend, new_id: str, read: list[str]) -> None:
@@ -68,7 +68,7 @@ async def test_a_read_between_check_and_delete_keeps_its_entry(
 ) -> None:
     backend = MemoryBackend()
     await _two_quiet_consumers(backend)
-    await trio.sleep(_cleanup.CONSUMER_MAX_IDLE + 1)
+    await trio.sleep(cleanup.CONSUMER_MAX_IDLE + 1)
     (new_id,) = await backend.add(GROUP, [b"read by late after the check"])
     read = _late_reads_after_the_check(backend, monkeypatch)
 
@@ -81,9 +81,9 @@ async def test_a_read_between_check_and_delete_keeps_its_entry_on_redis(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Real time: consumers count as gone after 0.3 s instead of 10 minutes.
-    original = _cleanup.consumers_to_delete
-    monkeypatch.setattr(_cleanup, "CONSUMER_MAX_IDLE", 0.3)
-    monkeypatch.setattr(_cleanup, "consumers_to_delete", lambda info, *_: original(info, 0.3))
+    original = cleanup.consumers_to_delete
+    monkeypatch.setattr(cleanup, "CONSUMER_MAX_IDLE", 0.3)
+    monkeypatch.setattr(cleanup, "consumers_to_delete", lambda info, *_: original(info, 0.3))
     async with RedisBackend.from_url(redis_url, queue=f"q{uuid.uuid4().hex[:8]}") as backend:
         await _two_quiet_consumers(backend)
         await trio.sleep(0.5)
@@ -108,6 +108,6 @@ async def test_clean_once_deletes_only_idle_consumers_with_nothing_pending(
         if pending == 0:
             await backend.ack(GROUP, [entry.id])
     await trio.sleep(idle)
-    assert await _cleanup.clean_once(backend, GROUP) == int(deleted)
+    assert await cleanup.clean_once(backend, GROUP) == int(deleted)
     names = [c.name for c in (await backend.group_info(GROUP)).consumers]
     assert names == ([] if deleted else ["c"])

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from taskrunner import DuplicateHost, TaskRunner, _keys
-from taskrunner._heartbeat import HEARTBEAT_TTL, Sighting, Verdict, holder_verdict
+from taskrunner._serve.heartbeat import HEARTBEAT_TTL, Sighting, Verdict, holder_verdict
 from taskrunner.backends.memory import MemoryBackend
 from tests._fleet import Partition, make_runner, wait_until
 

@@ -14,9 +14,9 @@ import trio.testing
 from _fleet import Partition, make_runner, serving, start_each, wait_until
 
 from taskrunner import TaskRunner, _keys
-from taskrunner._cleanup import consumers_to_delete
-from taskrunner._leadership import lease_intervals
-from taskrunner._scheduler import sleep_time
+from taskrunner._serve.cleanup import consumers_to_delete
+from taskrunner._serve.leadership import lease_intervals
+from taskrunner._serve.scheduler import sleep_time
 from taskrunner.backends import ConsumerInfo, GroupInfo
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
@@ -349,9 +349,9 @@ async def test_schedule_for_and_dispatch_delayed_forms_and_errors(
 async def test_a_held_unique_lock_neither_spins_the_scheduler_nor_blocks_others(
     autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from taskrunner import _scheduler
+    from taskrunner._serve import scheduler
 
-    monkeypatch.setattr(_scheduler, "BATCH", 2)
+    monkeypatch.setattr(scheduler, "BATCH", 2)
     backend = MemoryBackend()
     runner = make_runner(backend)
     release = trio.Event()

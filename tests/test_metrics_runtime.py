@@ -12,15 +12,15 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner import _aggregator, _bulk_writer
-from taskrunner._aggregator import (
+from taskrunner._config import TaskRunnerConfig
+from taskrunner._serve import aggregator, bulk_writer
+from taskrunner._serve.aggregator import (
     AggregatorState,
     follow_capacity,
     hook_due,
     timing_statistics,
     tune,
 )
-from taskrunner._config import TaskRunnerConfig
 from taskrunner._stats import Stats
 from taskrunner._timings import TimingRecorder
 from taskrunner._wire import TimingIncrement, task_fields
@@ -97,7 +97,7 @@ async def test_flushes_once_per_interval_pre_aggregated(
     backend = FlakyBackend()
     recorder = TimingRecorder()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_bulk_writer.run, backend, GROUP, recorder)
+        await nursery.start(bulk_writer.run, backend, GROUP, recorder)
         for _ in range(3):
             recorder.record("a", 0.1)
         recorder.record("b", 0.0004)
@@ -125,7 +125,7 @@ async def test_failed_flush_restores_the_batch(
     recorder = TimingRecorder()
     caplog.set_level(logging.INFO, "taskrunner.metrics")
     async with trio.open_nursery() as nursery:
-        await nursery.start(_bulk_writer.run, backend, GROUP, recorder)
+        await nursery.start(bulk_writer.run, backend, GROUP, recorder)
         recorder.record("a", 0.01)
         await trio.sleep(1.5)  # first flush failed
         assert recorder.pending() == 1
@@ -148,7 +148,7 @@ async def test_final_flush_on_cancel(autojump_clock: trio.testing.MockClock) -> 
     recorder = TimingRecorder()
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
-            await nursery.start(_bulk_writer.run, backend, GROUP, recorder)
+            await nursery.start(bulk_writer.run, backend, GROUP, recorder)
             for _ in range(5):
                 recorder.record("a", 0.001)
             await trio.sleep(0.3)
@@ -164,7 +164,7 @@ async def test_final_flush_retries_a_transient_failure(
     backend = FlakyBackend()
     recorder = TimingRecorder()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_bulk_writer.run, backend, GROUP, recorder)
+        await nursery.start(bulk_writer.run, backend, GROUP, recorder)
         recorder.record("a", 0.5)
         backend.fail_increments = 2
         nursery.cancel_scope.cancel()
@@ -178,13 +178,13 @@ async def test_final_flush_is_bounded_and_reports_what_it_lost(
     backend.fail_increments = -1
     recorder = TimingRecorder()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_bulk_writer.run, backend, GROUP, recorder)
+        await nursery.start(bulk_writer.run, backend, GROUP, recorder)
         recorder.record("a", 0.5)
         recorder.record("b", 0.5)
         start = trio.current_time()
         nursery.cancel_scope.cancel()
     took = trio.current_time() - start
-    assert _bulk_writer.FINAL_FLUSH_TIMEOUT <= took < _bulk_writer.FINAL_FLUSH_TIMEOUT + 1.5
+    assert bulk_writer.FINAL_FLUSH_TIMEOUT <= took < bulk_writer.FINAL_FLUSH_TIMEOUT + 1.5
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == [
         "2 timing sample(s) could not be written to the metrics hash of group g "
@@ -201,7 +201,7 @@ async def test_a_write_in_flight_is_not_cut_by_cancellation(
     backend.increment_delay = 0.5
     recorder = TimingRecorder()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_bulk_writer.run, backend, GROUP, recorder)
+        await nursery.start(bulk_writer.run, backend, GROUP, recorder)
         recorder.record("a", 0.1)
         await trio.sleep(1.2)  # the write started at t = 1.0 and is in flight
         assert backend.increment_calls == []
@@ -217,9 +217,9 @@ async def test_a_stalled_write_is_abandoned_and_its_batch_kept(
     backend.increment_delay = 3600.0
     recorder = TimingRecorder()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_bulk_writer.run, backend, GROUP, recorder)
+        await nursery.start(bulk_writer.run, backend, GROUP, recorder)
         recorder.record("a", 0.1)
-        await trio.sleep(1 + _bulk_writer.FLUSH_TIMEOUT + 0.1)
+        await trio.sleep(1 + bulk_writer.FLUSH_TIMEOUT + 0.1)
         assert recorder.pending() == 1
         assert any("abandoned it" in r.getMessage() for r in caplog.records)
         backend.increment_delay = 0.0
@@ -236,10 +236,10 @@ async def test_flush_drops_unwritable_entries_instead_of_restoring_them() -> Non
     recorder.record("good", 0.001)
     backend.fail_increments = 1
     with pytest.raises(BackendError):
-        await _bulk_writer.flush(backend, GROUP, recorder)
+        await bulk_writer.flush(backend, GROUP, recorder)
     assert recorder.drain() == {"good": (pytest.approx(1.0), 1)}
     recorder.record("bad", math.nan)
-    assert await _bulk_writer.flush(backend, GROUP, recorder) == 0
+    assert await bulk_writer.flush(backend, GROUP, recorder) == 0
     assert recorder.pending() == 0
     assert backend.increment_calls == []
 
@@ -397,7 +397,7 @@ async def test_leader_tunes_publishes_and_logs(
     await add_runs(backend, work=(100.0, 10))
     await backend.add("g", [b"x"] * 160)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(0.9)
         assert host.resizes == []
         await trio.sleep(0.2)
@@ -416,7 +416,7 @@ async def test_cooldown_holds_back_the_next_change(autojump_clock: trio.testing.
     await add_runs(backend, work=(100.0, 10))
     await backend.add("g", [b"x"] * 1000)  # pwt 1000 ms at 10 workers: 100 -> max 20
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(1.1)
         assert host.capacity == 20
         # Queue drains: pwt 0 -> shrink 10% per decision, once per cooldown.
@@ -437,7 +437,7 @@ async def test_follower_applies_published_value_and_never_tunes(
     host = FakeHost(backend, config(long_queue_threshold=2.0, max_workers=16), leader=False)
     await backend.add("g", [b"x"] * 1000)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(3.5)
         assert host.resizes == []  # nothing published, and followers do not tune
         await backend.publish_tuning(GROUP, 30, 20.0)
@@ -458,7 +458,7 @@ async def test_tuning_off_follows_nothing_and_publishes_nothing(
     await backend.publish_tuning(GROUP, 3, 3600.0)
     await backend.add("g", [b"x"] * 1000)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(10)
         nursery.cancel_scope.cancel()
     assert host.resizes == []
@@ -481,7 +481,7 @@ async def test_long_queue_hook_fires_with_stats_and_a_raising_hook_is_not_fatal(
     await add_runs(backend, work=(100.0, 1))
     await backend.add("g", [b"x"] * 60)  # 100 ms * 60 / 10 = 600 ms > 500 ms
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(0.6)
         assert len(seen) == 2  # ticks at 0.25 and 0.5
         assert seen[0][1].predicted_wait_time == 600.0
@@ -502,10 +502,10 @@ async def test_plain_hook_is_called() -> None:
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=0.1, long_queue_hook=seen.append))
     await backend.add("g", [b"x"] * 5)  # no timings: 1 ms fallback, 5 * 1 / 10 = 0.5 ms
-    await _aggregator.tick(host, AggregatorState(last_reset=0.0))
+    await aggregator.tick(host, AggregatorState(last_reset=0.0))
     assert seen == []
     await backend.add("g", [b"x"] * 1000)
-    await _aggregator.tick(host, AggregatorState(last_reset=0.0))
+    await aggregator.tick(host, AggregatorState(last_reset=0.0))
     assert len(seen) == 1
 
 
@@ -518,8 +518,8 @@ async def test_reset_after_the_interval_not_before_and_only_by_the_leader(
     follower = FakeHost(backend, cfg, leader=False)
     await add_runs(backend, work=(5.0, 1), foreign=(7.0, 1))
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, leader)
-        await nursery.start(_aggregator.run, follower)
+        await nursery.start(aggregator.run, leader)
+        await nursery.start(aggregator.run, follower)
         await trio.sleep(100.5)  # ticks at 10..100: 100 - 0 is not > 100
         assert backend.reset_calls == []
         await trio.sleep(10)  # tick at 110
@@ -552,7 +552,7 @@ async def test_no_reset_when_the_interval_is_zero(autojump_clock: trio.testing.M
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=0.0, metrics_reset_interval=0.0))
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(7 * 24 * 3600)
         nursery.cancel_scope.cancel()
     assert backend.reset_calls == []
@@ -564,8 +564,8 @@ async def test_new_leader_does_not_reset_at_once(autojump_clock: trio.testing.Mo
     old_leader = FakeHost(backend, cfg)
     follower = FakeHost(backend, cfg, leader=False)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, old_leader)
-        await nursery.start(_aggregator.run, follower)
+        await nursery.start(aggregator.run, old_leader)
+        await nursery.start(aggregator.run, follower)
         await trio.sleep(115)  # reset at 110; both clocks moved to 110
         assert [t for t, _ in backend.reset_calls] == [pytest.approx(110.0)]
         await trio.sleep(90)  # t = 205: the old leader stops; the follower leads
@@ -583,7 +583,7 @@ async def test_failed_reset_is_retried_next_tick(autojump_clock: trio.testing.Mo
     backend.fail_reset = True
     host = FakeHost(backend, config(long_queue_threshold=20.0, metrics_reset_interval=100.0))
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(115)
         backend.fail_reset = False
         await trio.sleep(10)
@@ -602,7 +602,7 @@ async def test_backend_errors_are_never_fatal(
     await add_runs(backend, work=(100.0, 10))
     await backend.add("g", [b"x"] * 1000)
     async with trio.open_nursery() as nursery:
-        await nursery.start(_aggregator.run, host)
+        await nursery.start(aggregator.run, host)
         await trio.sleep(3.5)
         assert host.resizes == []
         backend.fail_reads = False

@@ -19,8 +19,9 @@ import trio
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import Task, TaskMessage, TaskRunnerConfig, _worker
-from taskrunner._acker import Acker
+from taskrunner import Task, TaskMessage, TaskRunnerConfig
+from taskrunner._serve import worker
+from taskrunner._serve.acker import Acker
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis._errors import RedisConnectionError, error_from_reply
 from taskrunner.errors import InvalidTaskPayload
@@ -44,13 +45,13 @@ async def ghost_claim(backend: MemoryBackend, times: int = 1) -> None:
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes | None]:
     """Every raw entry the worker decodes, in order."""
     seen: list[bytes | None] = []
-    decode = _worker.decode_message
+    decode = worker.decode_message
 
     def counting(raw: bytes | None) -> TaskMessage:
         seen.append(raw)
         return decode(raw)
 
-    monkeypatch.setattr(_worker, "decode_message", counting)
+    monkeypatch.setattr(worker, "decode_message", counting)
     return seen
 
 

@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from taskrunner._inflight import InFlight
-from taskrunner._pool import WorkerPool
+from taskrunner._serve.pool import WorkerPool
 
 
 async def test_reserve_takes_what_is_free_up_to_the_ask() -> None:

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner import _sharing
+from taskrunner._serve import sharing
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import SharedStreamError
 from tests._fleet import serving
@@ -32,7 +32,7 @@ LIMIT = 60.0
     ],
 )
 def test_sharing_problem(groups: list[str], deletes: bool, others: tuple[str, ...] | None) -> None:
-    problem = _sharing.sharing_problem("s", "shop", groups, deletes_on_ack=deletes)
+    problem = sharing.sharing_problem("s", "shop", groups, deletes_on_ack=deletes)
     assert (problem.other_groups if problem else None) == others
 
 
@@ -99,7 +99,7 @@ async def test_a_group_that_appears_while_deleting_on_ack_is_an_error(
     with caplog.at_level(logging.ERROR, "taskrunner.sharing"):
         async with serving(apps.shop):
             await backend.read("audit", "auditor", 10, 0)  # a new group on the stream
-            await trio.sleep(_sharing.RECHECK_INTERVAL * 3)
+            await trio.sleep(sharing.RECHECK_INTERVAL * 3)
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, errors
     assert "'shared:tasks' is also read by consumer group(s) audit" in errors[0]

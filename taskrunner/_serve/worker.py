@@ -32,14 +32,14 @@ from collections.abc import Callable, Mapping
 
 import trio
 
-from taskrunner._acker import Acker
 from taskrunner._codec import decode_payload
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._inflight import InFlight
 from taskrunner._poison import delivery_limit
-from taskrunner._pool import WorkerPool
-from taskrunner._sharing import StreamSharing
+from taskrunner._serve.acker import Acker
+from taskrunner._serve.pool import WorkerPool
+from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
 from taskrunner._timings import TimingRecorder
 from taskrunner._wire import TaskMessage, decode_message, unique_lock

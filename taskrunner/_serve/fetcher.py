@@ -17,7 +17,7 @@ import trio
 
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._pool import WorkerPool
+from taskrunner._serve.pool import WorkerPool
 from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import BackendError
 
