@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from taskrunner._embedded import ServerProcess, free_port, sync_command
+from taskrunner.testing import ServerProcess, free_port, sync_command
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "tests" / "apps"

