@@ -1,4 +1,5 @@
-"""Consumer cleanup never drops a pending entry (issue 10, point 4).
+"""Consumer cleanup: which consumers go, that a runner's leader removes them, and that
+it never drops a pending entry (issue 10, point 4).
 
 The cleanup reads the group's consumers, then deletes the idle ones with
 nothing pending. ``XGROUP DELCONSUMER`` drops a consumer's pending entries for
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from _fleet import make_runner, serving
 
 from taskrunner._serve import cleanup
-from taskrunner.backends import Backend, GroupInfo
+from taskrunner.backends import Backend, ConsumerInfo, GroupInfo
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
 
@@ -111,3 +113,34 @@ async def test_clean_once_deletes_only_idle_consumers_with_nothing_pending(
     assert await cleanup.clean_once(backend, GROUP) == int(deleted)
     names = [c.name for c in (await backend.group_info(GROUP)).consumers]
     assert names == ([] if deleted else ["c"])
+
+
+def test_cleanup_keeps_consumers_with_pending_entries() -> None:
+    info = GroupInfo(
+        name="g",
+        pending=1,
+        lag=0,
+        consumers=(
+            ConsumerInfo(name="a", pending=0, idle=601),
+            ConsumerInfo(name="b", pending=1, idle=9000),
+            ConsumerInfo(name="c", pending=0, idle=600),
+        ),
+    )
+    assert cleanup.consumers_to_delete(info) == ["a"]
+
+
+async def test_idle_consumers_without_pending_are_cleaned_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    gone = make_runner(backend, host="gone", num_fetchers=2)
+    async with serving(gone):
+        await trio.sleep(1)
+    runner = make_runner(backend, host="live")
+    async with serving(runner):
+        await trio.sleep(300)
+        names = {c.name for c in (await backend.group_info("g")).consumers}
+        assert {"g_gone_1", "g_gone_2"} <= names
+        await trio.sleep(400)
+        names = {c.name for c in (await backend.group_info("g")).consumers}
+    assert names == {"g_live_1"}

@@ -103,3 +103,20 @@ async def test_a_group_that_appears_while_deleting_on_ack_is_an_error(
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, errors
     assert "'shared:tasks' is also read by consumer group(s) audit" in errors[0]
+
+
+async def test_memory_flush_keeps_a_stream_another_group_reads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from taskrunner import admin
+
+    backend = MemoryBackend(prefix="shared", delete_on_ack=False)
+    await backend.add("A", [b"a", b"b"])
+    await backend.read("A", "ca", 10, 0)
+    await backend.read("B", "cb", 1, 0)
+    await admin.flush(backend, "A", confirm=True)
+    assert await backend.length("B") == 2
+    info = await backend.group_info("B")
+    assert (info.pending, info.lag) == (1, 1)
+    await admin.flush(backend, "B", confirm=True)
+    assert await backend.length("B") == 0

@@ -19,8 +19,8 @@ import trio.testing
 from _fleet import make_runner, serving, wait_until
 
 from taskrunner import InvalidTaskPayload, Task, TaskMessage, _wire
+from taskrunner._schedule import build_move
 from taskrunner._serve import bulk_writer
-from taskrunner._serve.scheduler import build_move
 from taskrunner._stats import compute_stats
 from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (

@@ -6,7 +6,7 @@ Theory of operation: one service per instance ticks every
 
 1. *Every instance* reads the capacity the leader published (if it is live)
    and, when tuning is on here, resizes its own pool to it, clamped to its own
-   ``[min_workers, max_workers]`` (:func:`follow_capacity`).
+   ``[min_workers, max_workers]`` (:func:`~taskrunner._tuning.follow_capacity`).
 2. *Every instance* asks whether ``metrics_reset_interval`` has passed on its
    own reset clock. When it has, the leader zeroes the metrics hash and every
    instance moves its clock to now. Followers keeping the clock in step is
@@ -14,14 +14,14 @@ Theory of operation: one service per instance ticks every
    over (:func:`taskrunner._stats.should_reset_metrics`).
 3. *The leader only* computes :class:`~taskrunner._stats.Stats`; when tuning
    is on and ``tuning_cooldown`` has passed since the pool last changed, it
-   picks a capacity with :func:`~taskrunner._tuning.compute_tuned_workers`,
+   picks a capacity (:func:`~taskrunner._tuning.tune`),
    applies it at once and publishes it (TTL
    :func:`~taskrunner._tuning.tuning_ttl`) for the followers; and when the
    predicted wait exceeds ``long_queue_threshold`` it calls
-   ``long_queue_hook(stats)`` (:func:`hook_due`).
+   ``long_queue_hook(stats)`` (:func:`~taskrunner._stats.hook_due`).
 
-The decisions are the pure functions of this module and of ``_tuning`` /
-``_stats``; :func:`run` is the I/O shell around them. Nothing that goes wrong
+The decisions are the pure functions of :mod:`taskrunner._tuning` and
+:mod:`taskrunner._stats`; this module is the I/O shell around them. Nothing that goes wrong
 in a tick is fatal: backend errors and hook exceptions are logged and the
 next tick starts afresh. Leadership is read once per tick, so a leader that
 loses its lease mid-tick may finish that tick's publish: harmless, since the
@@ -40,28 +40,17 @@ import trio
 from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._hooks import call_hook_safely
-from taskrunner._stats import Stats, compute_stats, should_reset_metrics
-from taskrunner._tuning import (
-    TuningDecision,
-    aggregator_interval,
-    compute_tuned_workers,
-    cooldown_elapsed,
-    tuning_enabled,
-    tuning_ttl,
-)
+from taskrunner._stats import Stats, compute_stats, hook_due, should_reset_metrics
+from taskrunner._tuning import aggregator_interval, follow_capacity, tune, tuning_on, tuning_ttl
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
 __all__ = [
     "AggregatorHost",
     "AggregatorState",
-    "follow_capacity",
-    "hook_due",
     "run",
     "tick",
     "timing_statistics",
-    "tune",
-    "tuning_on",
 ]
 
 log = logging.getLogger("taskrunner.tuner")
@@ -135,9 +124,6 @@ async def timing_statistics(
     )
 
 
-# Pure decisions ------------------------------------------------------------
-
-
 @attrs.define(kw_only=True)
 class AggregatorState:
     """What one instance's aggregator remembers between ticks (trio clock, seconds)."""
@@ -147,77 +133,6 @@ class AggregatorState:
 
     last_change: float | None = None
     """When the aggregator last changed the pool capacity (tuned or followed), if ever."""
-
-
-def tuning_on(config: TaskRunnerConfig) -> bool:
-    """Whether ``config`` turns the worker tuner on."""
-    return tuning_enabled(
-        min_workers=config.min_workers,
-        max_workers=config.max_workers,
-        desired_wait_time=config.desired_wait_time,
-        tolerance=config.desired_wait_time_tolerance,
-    )
-
-
-def follow_capacity(published: int | None, *, current: int, config: TaskRunnerConfig) -> int | None:
-    """The capacity a published tuning value asks this instance to take, if any.
-
-    Args:
-        published: The live published capacity, or None when there is none.
-        current: This instance's pool capacity.
-        config: This instance's configuration (its own limits apply).
-
-    Returns:
-        The new capacity, clamped to this instance's ``[min_workers,
-        max_workers]``; None when there is nothing to do (no value, tuning
-        off here, or the clamped value is the current one).
-    """
-    if published is None or not tuning_on(config):
-        return None
-    target = min(config.max_workers, max(config.min_workers, published))
-    return None if target == current else target
-
-
-def tune(
-    *, now: float, state: AggregatorState, config: TaskRunnerConfig, cur: int, rf: int, pwt: float
-) -> TuningDecision | None:
-    """The leader's tuning decision for this tick, or None when it may not decide.
-
-    Args:
-        now: The current time (same clock as ``state``).
-        state: This instance's aggregator state (for the cooldown).
-        config: The instance's configuration.
-        cur: Current pool capacity.
-        rf: Replication count.
-        pwt: Predicted wait time in ms (:attr:`Stats.predicted_wait_time`).
-
-    Returns:
-        None when tuning is off or ``tuning_cooldown`` has not passed since
-        the last change; otherwise the decision (whose capacity may equal
-        ``cur``). ``desired_wait_time`` and its tolerance are converted from
-        seconds to the ms of ``pwt``.
-    """
-    if not tuning_on(config):
-        return None
-    if not cooldown_elapsed(
-        now=now, last_change=state.last_change, cooldown=config.tuning_cooldown
-    ):
-        return None
-    return compute_tuned_workers(
-        cur=cur,
-        rf=rf,
-        min_workers=config.min_workers,
-        max_workers=config.max_workers,
-        pwt=pwt,
-        desired=config.desired_wait_time * 1000.0,
-        tolerance=config.desired_wait_time_tolerance * 1000.0,
-    )
-
-
-def hook_due(stats: Stats, long_queue_threshold: float) -> bool:
-    """Whether ``long_queue_hook`` fires: a threshold is set (seconds) and the
-    predicted wait (ms) is strictly above it."""
-    return long_queue_threshold > 0 and stats.predicted_wait_time > long_queue_threshold * 1000.0
 
 
 # The I/O shell ---------------------------------------------------------------
@@ -267,11 +182,11 @@ async def tick(host: AggregatorHost, state: AggregatorState) -> None:
         return
     try:
         stats = await host.get_timing_statistics()
-        rf = await host.get_number_of_replications()
+        replicas = await host.get_number_of_replications()
     except BackendError as exc:
         log.warning("timing statistics of group %s unavailable: %s", group, exc)
         return
-    await _tune(host, state, stats, rf)
+    await _tune(host, state, stats, replicas)
     if hook_due(stats, config.long_queue_threshold):
         await call_hook_safely("long_queue_hook", config.long_queue_hook, stats)
 
@@ -294,12 +209,17 @@ async def _follow(host: AggregatorHost, state: AggregatorState) -> None:
     log.info("worker pool follows the published capacity: %d -> %d", old, new)
 
 
-async def _tune(host: AggregatorHost, state: AggregatorState, stats: Stats, rf: int) -> None:
+async def _tune(host: AggregatorHost, state: AggregatorState, stats: Stats, replicas: int) -> None:
     config = host.config
     now = trio.current_time()
     old = host.capacity
     decision = tune(
-        now=now, state=state, config=config, cur=old, rf=rf, pwt=stats.predicted_wait_time
+        now=now,
+        last_change=state.last_change,
+        config=config,
+        capacity=old,
+        replicas=replicas,
+        predicted_wait=stats.predicted_wait_time,
     )
     if decision is None:
         return

@@ -18,6 +18,7 @@ import trio
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._serve.pool import WorkerPool
+from taskrunner._slots import slot_request
 from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import BackendError
 
@@ -61,15 +62,13 @@ async def run(
     log.debug("fetcher %s started", consumer)
     busy = False
     while True:
-        # At most a fair share of the pool each, so one fetcher blocked in a
-        # read cannot hold every slot while the others starve.
-        share = -(-pool.capacity // config.num_fetchers)
-        want = min(config.batch_size, share)
-        # Busy queue (the last read was full): wait a moment for a quarter of a
-        # batch to free up rather than reading one message per freed slot.
-        slots = await pool.reserve(
-            want, at_least=max(1, want // 4) if busy else 1, linger=BATCH_LINGER
+        ask = slot_request(
+            capacity=pool.capacity,
+            fetchers=config.num_fetchers,
+            batch_size=config.batch_size,
+            busy=busy,
         )
+        slots = await pool.reserve(ask.most, at_least=ask.at_least, linger=BATCH_LINGER)
         entries: list[QueueEntry] = []
         try:
             if trio.current_time() >= next_claim:

@@ -12,16 +12,17 @@ the key. :attr:`Leadership.is_leader` is false past that instant, and every
 leader-only job runs in a cancel scope whose deadline is that instant, so
 even a leader cut off mid-call stops its jobs before any other instance can
 acquire the lease. Demotion is immediate and cancels those scopes.
+The intervals and the validity are the pure decisions of :mod:`taskrunner._lease`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Awaitable, Callable
 
 import trio
 
+from taskrunner._lease import lease_intervals, term_valid_until
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
@@ -29,22 +30,6 @@ log = logging.getLogger("taskrunner.leader")
 
 LEASE_TTL = 5.0
 RESIGN_TIMEOUT = 2.0
-
-
-def lease_intervals(ttl: float, rng: random.Random | None = None) -> tuple[float, float]:
-    """(renew interval, follower retry interval) for a lease of ``ttl`` seconds.
-
-    Both about ``ttl / 2`` with +-10 % jitter, so a fleet started together
-    does not knock in lockstep.
-    """
-    r = rng or random
-    return ttl / 2 * r.uniform(0.9, 1.0), ttl / 2 * r.uniform(0.9, 1.1)
-
-
-def validity_margin(ttl: float) -> float:
-    """How long before the store's expiry a leader considers its term over
-    (room for clock-rate differences between this process and the store)."""
-    return min(0.25, ttl * 0.05)
 
 
 class Leadership:
@@ -134,7 +119,6 @@ async def run(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Keep trying to lead; renew while leading; resign when cancelled."""
-    margin = validity_margin(ttl)
     task_status.started()
     try:
         while True:
@@ -148,7 +132,7 @@ async def run(
                     log.warning("lease acquire for group %s failed: %s", group, exc)
                     acquired = False
                 if acquired:
-                    leadership.promote(sent + ttl - margin)
+                    leadership.promote(term_valid_until(sent, ttl))
                     log.info("became leader of group %s (instance %s)", group, owner)
                     continue
                 await trio.sleep(retry_every)
@@ -162,7 +146,7 @@ async def run(
                 except BackendError as exc:
                     log.warning("lease renew for group %s failed: %s", group, exc)
             if renewed:
-                leadership.extend(sent + ttl - margin)
+                leadership.extend(term_valid_until(sent, ttl))
             else:
                 leadership.demote()
                 log.warning("lost leadership of group %s (renew failed or timed out)", group)

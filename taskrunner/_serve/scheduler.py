@@ -16,122 +16,34 @@ while another instance leads, runs a pass of its own. The move being atomic,
 two passes at once never move a member twice. (A process that dispatches but
 does not serve relies on the leader's poll.)
 
-A member that cannot be decoded (whatever the decoder raises), names an
-unknown task, or would need a lock key with no UTF-8 form, is still moved,
-as it is and without a lock: the worker that reads it sends it down the
-failure path (dead letter or ``failed_task_handler``), so nothing disappears
-silently and no bad member holds up the batch it is in.
+What each due member becomes, and how long to sleep, are the pure decisions
+of :mod:`taskrunner._schedule`: a member that cannot become a message is
+still moved, as it is and without a lock, so the worker that reads it sends
+it down the failure path and no bad member holds up the batch it is in.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 
 import trio
 
-from taskrunner import _wire
 from taskrunner._backoff import backoff_delay
-from taskrunner._codec import decode_payload
-from taskrunner._config import is_utf8_text
+from taskrunner._schedule import build_move, sleep_time
 from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
-from taskrunner.backends import Backend, DelayedMove
-from taskrunner.errors import BackendError, InvalidTaskPayload
+from taskrunner.backends import Backend
+from taskrunner.errors import BackendError
 
 log = logging.getLogger("taskrunner.scheduler")
 
 BATCH = 500
 MAX_BATCHES_PER_PASS = 20
-HELD_RECHECK = 1.0
-"""Seconds between looks at due unique tasks whose lock is still held."""
 LOCAL_RETRY_BASE = 0.1
 LOCAL_RETRY_CAP = 5.0
 """Backoff bounds (seconds) for retrying a failed local pass."""
-
-
-def sleep_time(now: float, next_at: float | None, poll_interval: float, *, held: bool) -> float:
-    """How long to sleep before the next pass (pure).
-
-    Until the earliest run-at time, at most ``poll_interval``. A member already
-    due after a pass is either new (pass again at once) or a unique task whose
-    lock is held (``held``: look again in :data:`HELD_RECHECK`, not in a loop).
-    """
-    if next_at is None:
-        return poll_interval
-    if next_at <= now and held:
-        return min(poll_interval, HELD_RECHECK)
-    return min(poll_interval, max(0.0, next_at - now))
-
-
-def _undeliverable(raw: bytes, why: str) -> DelayedMove:
-    # Moved as it is: the worker cannot decode it as a task message either, so it
-    # goes down the failure path (dead letter or failed_task_handler) with the raw
-    # member attached, never silently away and never stuck in the set.
-    log.error(
-        "delayed member %r cannot be scheduled (%s); moving it to the failure path", raw[:200], why
-    )
-    return DelayedMove(member=raw, message=raw)
-
-
-def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = None) -> DelayedMove:
-    """The stream message a delayed member becomes (pure but for a fresh lock token).
-
-    Only the member's task, payload and (ours) precomputed ``unique_key`` are
-    used; its ``time`` is Go's and the run-at time is the score.
-
-    Args:
-        raw: The member as stored.
-        tasks: The registered tasks.
-        token: The lock token of a unique task; a random one by default.
-
-    Never raises: a member that cannot be turned into a message is moved as it
-    is, for the worker's failure path to report.
-    """
-    try:
-        delayed = _wire.decode_delayed(raw)
-    except InvalidTaskPayload as exc:
-        return _undeliverable(raw, f"not a delayed task: {exc}")
-    except Exception as exc:  # RecursionError too: JSON nested 100,000 deep
-        return _undeliverable(raw, f"not a delayed task: {type(exc).__name__}: {exc}")
-    task = tasks.get(delayed.task)
-    if task is None:
-        # Go's zero values: the worker that knows the task (another deployment,
-        # a Go fleet) runs it with its own settings, or dead-letters it.
-        message = _wire.TaskMessage(task_name=delayed.task, payload=delayed.payload)
-        return DelayedMove(member=raw, message=_encode(message, raw))
-    if not task.unique:
-        message = _wire.new_message(task, delayed.payload)
-        return DelayedMove(member=raw, message=_encode(message, raw))
-    unique_key = delayed.unique_key
-    if unique_key is None:  # written by the Go library: compute it
-        try:
-            payload = decode_payload(delayed.payload, task.payload_type, task.name, task.extra_keys)
-            unique_key = _wire.unique_key_for(task, payload)
-        except InvalidTaskPayload as exc:
-            return _undeliverable(raw, str(exc))
-        except Exception as exc:  # whatever else decoding raised (a RecursionError)
-            return _undeliverable(raw, f"{type(exc).__name__}: {exc}")
-    if not is_utf8_text(unique_key):  # the lock key could never be sent to the backend
-        return _undeliverable(raw, f"unique_key {unique_key!r} is not valid UTF-8 text")
-    token = uuid.uuid4().hex if token is None else token
-    message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token)
-    return DelayedMove(
-        member=raw,
-        message=_encode(message, raw),
-        lock_key=_wire.unique_lock(task.name, unique_key),
-        lock_token=token,
-        lock_ttl=task.unique_for,
-    )
-
-
-def _encode(message: _wire.TaskMessage, raw: bytes) -> bytes:
-    try:
-        return _wire.encode_message(message)
-    except Exception:  # not encodable (a RecursionError too): the worker reports the raw member
-        return raw
 
 
 class Scheduler:
