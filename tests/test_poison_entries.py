@@ -20,6 +20,7 @@ import trio.testing
 from _fleet import make_runner, serving, wait_until
 
 from taskrunner import Task, TaskMessage, TaskRunnerConfig
+from taskrunner._config import ConfigHolder
 from taskrunner._serve import worker
 from taskrunner._serve.acker import Acker
 from taskrunner.backends.memory import MemoryBackend
@@ -267,7 +268,7 @@ async def test_an_ack_refused_for_good_drops_only_the_refused_message(
     backend.refused = {ids[1]}
     for i in range(3):
         assert await backend.acquire_lock(f"lock{i}", "t", 60)
-    acker = Acker(backend, "g")
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
     for i, entry_id in enumerate(ids):
         acker.ack(entry_id, (f"lock{i}", "t"))
 

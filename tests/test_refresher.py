@@ -1,5 +1,5 @@
-"""The refresher: a long run is never reclaimed, and a failed refresh is retried
-(MemoryBackend, MockClock)."""
+"""The refresher: which running messages are due (InFlight), a long run is never
+reclaimed, and a failed refresh is retried (MemoryBackend, MockClock)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from _fleet import make_runner, serving, wait_until
 from taskrunner import (
     Task,
 )
+from taskrunner._inflight import InFlight
 from taskrunner.backends.memory import MemoryBackend
 
 
@@ -79,3 +80,18 @@ async def test_a_failed_refresh_is_retried_on_the_next_tick(
     assert runs == ["first"], "the running message was reclaimed and ran twice"
     assert await backend.dead_letters("g") == []
     assert second.statistics().reclaimed == 0
+
+
+def test_inflight_due_refreshes_early_never_late() -> None:
+    table = InFlight()
+    table.add("1-1", "c1", reservation_timeout=10, now=0)
+    table.add("1-2", "c2", reservation_timeout=4, now=0)
+    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}  # due at 4, within the slack
+    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}, "due() only reads"
+    table.refreshed(["1-2"], at=2)
+    assert table.due(now=3, slack=2) == {}  # next at 2 + 4
+    assert table.due(now=8, slack=2) == {"c1": ["1-1"], "c2": ["1-2"]}
+    table.remove("1-1")
+    table.refreshed(["1-1"], at=8)  # no longer running: ignored
+    assert "1-1" not in table
+    assert len(table) == 1

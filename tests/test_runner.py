@@ -11,10 +11,7 @@ import trio.lowlevel
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import (
-    AlreadyServing,
-    Task,
-)
+from taskrunner import AlreadyServing, Delivery, Task, TaskRunnerError
 from taskrunner.backends.memory import MemoryBackend
 
 
@@ -185,6 +182,71 @@ async def test_configure_overrides_before_serving_and_refuses_while_serving(
             runner.configure(num_workers=3)
         consumers = {c.name for c in (await backend.group_info("g")).consumers}
     assert consumers == {runner.config.consumer_name(1), runner.config.consumer_name(2)}
+
+
+async def test_every_part_serves_with_the_configuration_given_to_configure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """configure() replaces the configuration every part reads: the dispatcher, the
+    worker's hooks and failure path, the acker and the stream sharing all follow."""
+    backend = MemoryBackend()
+    runner = make_runner(backend, consumer_group="before")
+    errors: list[str] = []
+    handled: list[str] = []
+
+    async def on_error(error: TaskRunnerError, delivery: Delivery) -> None:
+        errors.append(delivery.id)
+
+    async def handler(delivery: Delivery, error: TaskRunnerError) -> None:
+        handled.append(delivery.id)
+
+    runner.configure(consumer_group="after", on_error=on_error, failed_task_handler=handler)
+
+    @runner.task()
+    async def fails(payload: None) -> None:
+        raise RuntimeError("no")
+
+    @runner.task()
+    async def works(payload: None) -> None:
+        pass
+
+    failing = await runner.dispatch("fails")
+    await runner.dispatch_many("works", [None] * 3)
+    assert await backend.length("after") == 4
+    assert await backend.length("before") == 0
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().acked == 4)
+    assert errors == [failing]
+    assert handled == [failing]
+    info = await backend.group_info("after")
+    assert (info.pending, info.lag) == (0, 0)
+    assert await backend.stream_groups("after") == ["after"]
+
+
+async def test_a_delayed_task_dispatched_before_configure_still_fires_on_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The scheduler is one part for the runner's whole life: configure() does not
+    replace it, so the run-at times it keeps for a follower's own pass survive."""
+    backend = MemoryBackend()
+    leader = make_runner(backend)  # delayed_poll_interval 5 s
+    follower = make_runner(backend)
+    ran: list[float] = []
+    for runner in (leader, follower):
+
+        @runner.task(name="ping")
+        async def ping(payload: None) -> None:
+            ran.append(trio.current_time())
+
+    async with serving(leader):
+        await wait_until(lambda: leader.is_leader)
+        await trio.sleep(1.3)  # the leader's scheduler is asleep until its next poll
+        sent = trio.current_time()
+        await follower.dispatch_delayed("ping", None, 0.2)
+        follower.configure(num_workers=4)  # as `taskrunner worker --workers 4` does
+        async with serving(follower):
+            await wait_until(lambda: bool(ran))
+    assert ran[0] - sent == pytest.approx(0.2, abs=0.05), "fired at the leader's poll"
 
 
 async def test_serve_cancelled_while_starting_returns(

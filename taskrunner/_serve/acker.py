@@ -29,6 +29,7 @@ from collections.abc import Collection
 import trio
 
 from taskrunner._backoff import backoff_delay
+from taskrunner._config import ConfigHolder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
@@ -38,15 +39,26 @@ FINAL_FLUSH_TIMEOUT = 10.0
 
 
 class Acker:
-    def __init__(self, backend: Backend, group: str) -> None:
+    """Batches a runner's acks (see the module docstring).
+
+    Args:
+        backend: Where to ack.
+        config: The runner's configuration (the group acked in).
+    """
+
+    def __init__(self, backend: Backend, config: ConfigHolder) -> None:
         self._backend = backend
-        self._group = group
+        self._config = config
         self._ids: list[str] = []
         # (entry id, (key, token)): each lock is released after its entry's ack
         self._locks: list[tuple[str, tuple[str, str]]] = []
         self._wake = trio.Event()
         self.acked = 0
         self.dropped = 0
+
+    @property
+    def _group(self) -> str:
+        return self._config.current.consumer_group
 
     def ack(self, entry_id: str, lock: tuple[str, str] | None = None) -> None:
         """Queue ``entry_id`` for acknowledgement (and ``lock`` for release after it)."""

@@ -59,8 +59,19 @@ async def clean_once(backend: Backend, group: str, max_idle: float | None = None
     return deleted
 
 
-async def run(backend: Backend, group: str) -> None:
-    """Clean up every minute until cancelled (at the end of the term)."""
+async def run(
+    backend: Backend,
+    group: str,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Clean up every minute until cancelled (at the end of the term).
+
+    The leader's job (:meth:`Leadership.run_as_leader
+    <taskrunner._serve.leadership.Leadership.run_as_leader>` runs it in every
+    term). Calls ``task_status.started()`` before the first pass.
+    """
+    task_status.started()
     while True:
         try:
             await clean_once(backend, group)

@@ -1,11 +1,14 @@
 """A fetcher: reserves pool slots, reads that many messages, starts them.
 
 Each fetcher is one consumer of the group (``<group>_<host>_<id>``). Before
-each read it reserves free pool slots (at most ``batch_size``, and at most its
-fair share of the pool), so it never holds a message the pool cannot start at
-once (back-pressure). Every ``reclaim_interval`` it first
-claims messages left idle by dead consumers for longer than ``reclaim_delay``.
-Backend errors are logged and retried with backoff; they never end the loop.
+each read it reserves free pool slots (how many is :mod:`taskrunner._slots`'s
+decision: at most ``batch_size``, and at most its fair share of the pool), so
+it never holds a message the pool cannot start at once (back-pressure). Every
+``reclaim_interval`` it first claims messages left idle by dead consumers for
+longer than ``reclaim_delay``. Backend errors are logged and retried with
+backoff; they never end the loop. The fetchers run inside the workers nursery
+(:func:`taskrunner._serve.worker.run`), which starts one task per message
+they hand it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import attrs
 import trio
 
 from taskrunner._backoff import backoff_delay
@@ -24,7 +28,9 @@ from taskrunner.errors import BackendError
 
 log = logging.getLogger("taskrunner.fetcher")
 
-Start = Callable[[QueueEntry, str], Awaitable[None]]
+Execute = Callable[[QueueEntry, str], Awaitable[None]]
+"""Runs one message read by consumer ``str`` (:meth:`Worker.execute
+<taskrunner._serve.worker.Worker.execute>`); frees its pool slot when done."""
 
 BATCH_LINGER = 0.005
 """Longest a fetcher of a busy queue waits for more free slots before reading."""
@@ -38,22 +44,36 @@ class FetcherCounters:
         self.reclaimed = 0
 
 
+@attrs.frozen(kw_only=True)
+class FetcherContext:
+    """What every fetcher of one ``serve`` shares."""
+
+    config: TaskRunnerConfig
+    backend: Backend
+    pool: WorkerPool
+    """Where slots are reserved before a read."""
+    execute: Execute
+    """Started once per message read, in the workers nursery."""
+    counters: FetcherCounters
+
+
 async def run(
-    fetcher_id: int,
-    config: TaskRunnerConfig,
-    backend: Backend,
-    pool: WorkerPool,
+    context: FetcherContext,
     workers: trio.Nursery,
-    execute: Start,
-    counters: FetcherCounters,
+    fetcher_id: int,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Fetch and start messages until cancelled.
+    """Fetch messages as consumer ``fetcher_id`` and start each in ``workers``,
+    until cancelled.
+
+    Calls ``task_status.started()`` before the first read.
 
     Cancellation: a read cancelled in flight may have delivered messages that
     are never started; they stay pending and are reclaimed after ``reclaim_delay``.
     """
+    config, backend, pool = context.config, context.backend, context.pool
+    execute, counters = context.execute, context.counters
     consumer = config.consumer_name(fetcher_id)
     group = config.consumer_group
     next_claim = trio.current_time()

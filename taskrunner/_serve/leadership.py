@@ -40,7 +40,6 @@ class Leadership:
         self._leader = False
         self._changed = trio.Event()
         self._scopes: set[trio.CancelScope] = set()
-        self.terms = 0
 
     @property
     def is_leader(self) -> bool:
@@ -67,7 +66,6 @@ class Leadership:
 
     def promote(self, valid_until: float) -> None:
         self._leader = True
-        self.terms += 1
         self.extend(valid_until)
         self._notify()
 
@@ -90,11 +88,18 @@ class Leadership:
         while not self.is_leader:
             await self.wait_changed()
 
-    async def run_as_leader(self, job: Callable[[], Awaitable[object]]) -> None:
+    async def run_as_leader(
+        self,
+        job: Callable[[], Awaitable[object]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Run ``job()`` during every term, cancelled when the term ends; forever.
 
+        Calls ``task_status.started()`` at once (the first term may be far off).
         If ``job`` returns during a term, it is not restarted until the next one.
         """
+        task_status.started()
         while True:
             await self.wait_leader()
             with trio.CancelScope(deadline=self._valid_until) as scope:

@@ -8,6 +8,10 @@ only changes the limit: growing wakes waiting fetchers at once, shrinking
 lets running tasks finish and simply refuses new reservations until the
 count falls below the new limit. Nothing here awaits except the wait for a
 free slot, so the bookkeeping cannot be torn by cancellation.
+
+Unlike the other modules of ``_serve``, this one has no ``run``: the pool is
+state, with nothing to do on its own. The workers nursery it bounds is
+:func:`taskrunner._serve.worker.run`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ class WorkerPool:
         self._capacity = capacity
         self._used = 0
         self._lot = trio.lowlevel.ParkingLot()
-        self._idle = trio.lowlevel.ParkingLot()
 
     @property
     def capacity(self) -> int:
@@ -88,10 +91,3 @@ class WorkerPool:
         self._used -= count
         if self._used < self._capacity:
             self._lot.unpark_all()
-        if self._used == 0:
-            self._idle.unpark_all()
-
-    async def wait_idle(self) -> None:
-        """Wait until no slot is in use."""
-        while self._used:
-            await self._idle.park()

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 import trio
 
 from taskrunner._backoff import backoff_delay
+from taskrunner._config import ConfigHolder
 from taskrunner._schedule import build_move, sleep_time
 from taskrunner._task import Task
 from taskrunner._timings import TimingRecorder
@@ -52,20 +53,21 @@ class Scheduler:
     def __init__(
         self,
         backend: Backend,
-        group: str,
-        tasks: Callable[[], Mapping[str, Task]],
+        config: ConfigHolder,
+        tasks: Mapping[str, Task],
         timings: TimingRecorder,
-        poll_interval: float,
     ) -> None:
         self._backend = backend
-        self._group = group
+        self._config = config
         self._tasks = tasks
         self._timings = timings
-        self._poll_interval = poll_interval
         self._wake = trio.Event()
         self._local: list[float] = []  # run-at times dispatched here, a heap
         self._local_wake = trio.Event()
-        self.moved = 0
+
+    @property
+    def _group(self) -> str:
+        return self._config.current.consumer_group
 
     def nudge(self, run_at: float) -> None:
         """A delayed task due at ``run_at`` was added here: the leader's loop (if it
@@ -75,7 +77,12 @@ class Scheduler:
         heapq.heappush(self._local, run_at)
         self._local_wake.set()
 
-    async def run_local(self, is_leader: Callable[[], bool]) -> None:
+    async def run_local(
+        self,
+        is_leader: Callable[[], bool],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         """On every serving instance: when a delayed task dispatched here falls
         due and this instance does not lead, run a pass itself.
 
@@ -84,7 +91,10 @@ class Scheduler:
         move is atomic (a member moves once, whoever moves it), so this is safe
         beside the leader's own passes. A run-at time is forgotten only once a
         pass after it succeeded: a failed pass is retried with backoff.
+
+        Calls ``task_status.started()`` at once.
         """
+        task_status.started()
         failures = 0
         while True:
             self._local_wake = trio.Event()
@@ -117,8 +127,14 @@ class Scheduler:
             while self._local and self._local[0] <= now:  # moved by that pass (or the leader)
                 heapq.heappop(self._local)
 
-    async def run(self) -> None:
-        """Pass, sleep, repeat, until cancelled (at the end of the term)."""
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Pass, sleep, repeat, until cancelled (at the end of the term).
+
+        The leader's job (:meth:`Leadership.run_as_leader
+        <taskrunner._serve.leadership.Leadership.run_as_leader>` runs it in every
+        term). Calls ``task_status.started()`` before the first pass.
+        """
+        task_status.started()
         log.info("delayed-task scheduler running for group %s", self._group)
         while True:
             self._wake = trio.Event()
@@ -129,7 +145,12 @@ class Scheduler:
                 next_at = await self._backend.next_delayed_at(self._group)
             except BackendError as exc:
                 log.warning("delayed-task pass for group %s failed: %s", self._group, exc)
-            delay = sleep_time(self._backend.now(), next_at, self._poll_interval, held=held > 0)
+            delay = sleep_time(
+                self._backend.now(),
+                next_at,
+                self._config.current.delayed_poll_interval,
+                held=held > 0,
+            )
             with trio.move_on_after(delay):
                 await self._wake.wait()
 
@@ -150,7 +171,7 @@ class Scheduler:
             )
             if not due:
                 break
-            tasks = self._tasks()
+            tasks = self._tasks
             got = await self._backend.move_delayed(
                 self._group, [build_move(raw, tasks) for raw in due]
             )
@@ -160,6 +181,5 @@ class Scheduler:
                 break
         self._timings.record_schedule(trio.current_time() - started)
         if moved:
-            self.moved += moved
             log.debug("moved %d delayed task(s) to the stream", moved)
         return moved, held

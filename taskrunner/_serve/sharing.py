@@ -28,6 +28,7 @@ import logging
 
 import trio
 
+from taskrunner._config import ConfigHolder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, SharedStreamError
 
@@ -65,15 +66,19 @@ class StreamSharing:
 
     Args:
         backend: The runner's backend.
-        group: The runner's consumer group.
+        config: The runner's configuration (its consumer group).
     """
 
-    def __init__(self, backend: Backend, group: str) -> None:
+    def __init__(self, backend: Backend, config: ConfigHolder) -> None:
         self._backend = backend
-        self._group = group
+        self._config = config
         self.seen: tuple[str, ...] = ()
         """The other groups, as of the last look."""
         self._skipped: set[str] = set()
+
+    @property
+    def _group(self) -> str:
+        return self._config.current.consumer_group
 
     async def others(self) -> tuple[str, ...]:
         """Look now: the other groups reading the stream.

@@ -7,7 +7,7 @@ Outcomes, exactly as docs/behaviour:
   leave the message pending, so it comes back after ``reclaim_delay`` with a
   higher delivery count;
 - unknown task on a stream that other consumer groups also read: the entry is
-  theirs; ack it for this group only (see ``_sharing``);
+  theirs; ack it for this group only (see :mod:`taskrunner._serve.sharing`);
 - unknown task, undecodable entry, or attempts exhausted: the failure path.
   ``failed_task_handler(delivery, error)`` returning means handled (ack);
   raising leaves the message pending for a later try. Without a handler the
@@ -33,11 +33,13 @@ from collections.abc import Callable, Mapping
 import trio
 
 from taskrunner._codec import decode_payload
-from taskrunner._config import TaskRunnerConfig
+from taskrunner._config import ConfigHolder
 from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._inflight import InFlight
 from taskrunner._poison import delivery_limit
+from taskrunner._serve import fetcher
 from taskrunner._serve.acker import Acker
+from taskrunner._serve.fetcher import FetcherContext
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
@@ -104,15 +106,27 @@ def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> 
 
 
 class Worker:
-    """Executes messages for one runner; :meth:`execute` is started once per message."""
+    """Executes messages for one runner; :meth:`execute` is started once per message.
+
+    Args:
+        config: The runner's configuration (hooks, handler, group).
+        backend: Where failed messages are dead-lettered.
+        tasks: The registered tasks by name, read as it is.
+        pool: Whose slot each run frees when it ends.
+        acker: Where finished messages are acked.
+        sharing: The other groups on the stream (an unknown task may be theirs).
+        inflight: Running messages, for the refresher.
+        timings: Where every run's duration is recorded.
+    """
 
     def __init__(
         self,
-        config: TaskRunnerConfig,
+        config: ConfigHolder,
         backend: Backend,
         tasks: Mapping[str, Task],
         pool: WorkerPool,
         acker: Acker,
+        sharing: StreamSharing,
         inflight: InFlight,
         timings: TimingRecorder,
     ) -> None:
@@ -124,7 +138,7 @@ class Worker:
         self._inflight = inflight
         self._timings = timings
         self.counters = WorkerCounters()
-        self.sharing = StreamSharing(backend, config.consumer_group)
+        self._sharing = sharing
         self.observers: list[Callable[[str, float, bool], object]] = []
 
     async def execute(self, entry: QueueEntry, consumer: str) -> None:
@@ -195,7 +209,7 @@ class Worker:
         path) and then remembered; an error leaves the entry pending.
         """
         try:
-            others = self.sharing.seen or await self.sharing.others()
+            others = self._sharing.seen or await self._sharing.others()
         except BackendError as exc:
             log.warning(
                 "message %s names unknown task %s and the stream's groups could not be "
@@ -207,7 +221,7 @@ class Worker:
             return True
         if not others:
             return False
-        self.sharing.skip_unknown(message.task_name, entry.id)
+        self._sharing.skip_unknown(message.task_name, entry.id)
         self._acker.ack(entry.id, None)
         return True
 
@@ -259,7 +273,7 @@ class Worker:
             "" if final else "; it will be retried after reclaim_delay",
             exc_info=exc,
         )
-        await call_hook_safely("on_error", self._config.on_error, error, delivery)
+        await call_hook_safely("on_error", self._config.current.on_error, error, delivery)
         if final:
             exhausted = TaskMaxRetryExceeded(task.name, delivery.id, task.attempts, exc)
             exhausted.__cause__ = exc
@@ -279,8 +293,8 @@ class Worker:
                 brief(delivery.task_name or "?", 200),
                 reason,
             )
-            await call_hook_safely("on_error", self._config.on_error, error, delivery)
-        handler = self._config.failed_task_handler
+            await call_hook_safely("on_error", self._config.current.on_error, error, delivery)
+        handler = self._config.current.failed_task_handler
         if handler is not None:
             try:
                 await call_hook(handler, delivery, error)
@@ -295,7 +309,7 @@ class Worker:
         else:
             try:
                 dead_id = await self._backend.dead_letter(
-                    self._config.consumer_group, delivery.id, delivery.raw, reason
+                    self._config.current.consumer_group, delivery.id, delivery.raw, reason
                 )
             except BackendError as exc:
                 log.error(
@@ -306,3 +320,46 @@ class Worker:
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
         lock = _lock_of(delivery.message) if delivery.message is not None else None
         self._acker.ack(delivery.id, lock)
+
+
+async def run(
+    fetching: FetcherContext,
+    stop: trio.Event,
+    grace: Callable[[], float],
+    *,
+    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The workers nursery: the fetchers, and one task per message they read, until
+    ``stop`` is set; then drain.
+
+    Calls ``task_status.started(scope)`` once every fetcher runs, with the
+    workers nursery's cancel scope, whose deadline :meth:`TaskRunner.shutdown
+    <taskrunner.TaskRunner.shutdown>` moves to cut a drain short. After the
+    stop the fetchers are cancelled at once; running tasks get ``grace()``
+    seconds to finish, then are cancelled and stay pending for reclaim.
+
+    Args:
+        fetching: What the fetchers share (``config.num_fetchers`` of them start).
+        stop: Set to stop fetching and drain.
+        grace: Seconds running tasks get once stopped (read when the drain
+            starts, and again to report it).
+    """
+    async with trio.open_nursery() as workers:
+        async with trio.open_nursery() as fetchers:
+            for fetcher_id in range(1, fetching.config.num_fetchers + 1):
+                await fetchers.start(fetcher.run, fetching, workers, fetcher_id)
+            task_status.started(workers.cancel_scope)
+            await stop.wait()
+            fetchers.cancel_scope.cancel()
+        seconds = grace()
+        running = fetching.pool.in_use
+        if running:
+            log.info("shutting down: waiting up to %.1fs for %d running task(s)", seconds, running)
+        workers.cancel_scope.deadline = trio.current_time() + seconds
+    if workers.cancel_scope.cancelled_caught:
+        # (A hard stop may cut the body above short: read the grace again.)
+        log.warning(
+            "shutdown_grace (%.3gs) ran out; unfinished tasks were cancelled and "
+            "stay pending for reclaim",
+            grace(),
+        )
