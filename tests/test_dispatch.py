@@ -53,10 +53,10 @@ async def test_a_unique_lock_is_given_back_when_the_add_fails(
     backend = MemoryBackend()
 
     class FailingAdd(Partition):
-        async def add(self, group: str, payloads: list[bytes]) -> list[str]:
+        async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
             raise BackendError("add failed", maybe_applied=False)  # e.g. an error reply
 
-    runner = make_runner(FailingAdd(backend))  # type: ignore[arg-type]
+    runner = make_runner(FailingAdd(backend))
 
     @runner.task(unique=True, unique_for=60)
     async def job(payload: None) -> None:

@@ -47,7 +47,7 @@ async def test_crashed_leader_is_replaced_within_ttl_plus_one_retry(
 ) -> None:
     backend = MemoryBackend()
     links = [Partition(backend) for _ in range(3)]
-    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
+    runners = [make_runner(link) for link in links]
     leaders: list[set[int]] = []
     async with trio.open_nursery() as outer:
         outer.start_soon(monitor_single_leader, runners, leaders)
@@ -90,7 +90,7 @@ async def test_partitioned_leader_steps_down_before_its_lease_expires(
 ) -> None:
     backend = MemoryBackend()
     links = [Partition(backend) for _ in range(2)]
-    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
+    runners = [make_runner(link) for link in links]
     async with serving(*runners):
         await wait_until(lambda: any(r.is_leader for r in runners))
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
@@ -111,10 +111,7 @@ async def test_delayed_tasks_run_exactly_once_on_time_across_a_leader_crash(
     rng = random.Random(7)
     backend = MemoryBackend()
     links = [Partition(backend) for _ in range(3)]
-    runners = [
-        make_runner(link, delayed_poll_interval=1.0)  # type: ignore[arg-type]
-        for link in links
-    ]
+    runners = [make_runner(link, delayed_poll_interval=1.0) for link in links]
     runs: Counter[int] = Counter()
     late: list[float] = []
     due: dict[int, float] = {}
@@ -151,7 +148,7 @@ async def test_replication_count_follows_instances_joining_and_leaving(
 ) -> None:
     backend = MemoryBackend()
     links = [Partition(backend) for _ in range(3)]
-    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
+    runners = [make_runner(link) for link in links]
     assert await runners[0].get_number_of_replications() == 0  # not serving yet
     async with trio.open_nursery() as outer:
         await outer.start(runners[0].serve)

@@ -3,6 +3,8 @@ reclaimed, and a failed refresh is retried (MemoryBackend, MockClock)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import trio
 import trio.lowlevel
 import trio.testing
@@ -50,13 +52,13 @@ async def test_a_failed_refresh_is_retried_on_the_next_tick(
     class FlakyRefresh(PartitionedBackend):
         failures = 0
 
-        async def refresh(self, group: str, consumer: str, ids: list[str]) -> list[str]:
+        async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
             if trio.current_time() >= 24 and FlakyRefresh.failures == 0:
                 FlakyRefresh.failures += 1
                 raise BackendError("transient")
             return await backend.refresh(group, consumer, ids)
 
-    first = make_runner(FlakyRefresh(backend), reclaim_delay=30)  # type: ignore[arg-type]
+    first = make_runner(FlakyRefresh(backend), reclaim_delay=30)
     second = make_runner(backend, reclaim_delay=30)
     runs: list[str] = []
     for name, runner in (("first", first), ("second", second)):

@@ -5,7 +5,6 @@ MockClock)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import attrs
 import pytest
@@ -162,11 +161,13 @@ class _FailingDue(Partition):
 
     failures = 0
 
-    async def due_delayed(self, *args: Any, **kwargs: Any) -> list[bytes]:
+    async def due_delayed(
+        self, group: str, until: float, limit: int, offset: int = 0
+    ) -> list[bytes]:
         if self.failures:
             self.failures -= 1
             raise BackendError("due_delayed failed")
-        return await self._backend.due_delayed(*args, **kwargs)
+        return await self.backend.due_delayed(group, until, limit, offset)
 
 
 async def test_a_failed_local_pass_is_retried_not_left_to_the_leaders_poll(

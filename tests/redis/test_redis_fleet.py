@@ -38,7 +38,7 @@ def fleet(url: str, n: int, **config: Any) -> tuple[list[PartitionedBackend], li
                 shutdown_grace=1.0,
                 **config,
             ),
-            link,  # type: ignore[arg-type]
+            link,
         )
         for i, link in enumerate(links)
     ]
