@@ -29,7 +29,7 @@ from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
-log = logging.getLogger("taskrunner.dispatch")
+log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
 

@@ -92,7 +92,7 @@ async def test_timing_statistics_reads_hash_and_stream() -> None:
 async def test_leader_tunes_publishes_and_logs(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "taskrunner.tuner")
+    caplog.set_level(logging.INFO, "taskrunner._serve.aggregator")
     backend = FlakyBackend()
     host = FakeHost(backend, config(long_queue_threshold=2.0))  # tick every 1 s
     # avg 10 ms, 160 queued, 10 workers: pwt 160 ms (> 1.5 * 100 -> target 100): 16

@@ -47,7 +47,7 @@ async def test_failed_flush_restores_the_batch(
     backend = FlakyBackend()
     backend.fail_increments = 3
     recorder = TimingRecorder()
-    caplog.set_level(logging.INFO, "taskrunner.metrics")
+    caplog.set_level(logging.INFO, "taskrunner._serve.bulk_writer")
     async with trio.open_nursery() as nursery:
         await nursery.start(bulk_writer.run, backend, GROUP, recorder)
         recorder.record("a", 0.01)

@@ -67,7 +67,7 @@ async def test_a_restart_after_a_crash_waits_out_the_old_heartbeat(
     await backend.heartbeat("h", "crashed-instance", HEARTBEAT_TTL)  # its last beat
     await trio.sleep(2)  # it died; the restart comes 2 s later
     restarted = make_runner(backend, host="h")
-    with caplog.at_level(logging.INFO, "taskrunner.heartbeat"):
+    with caplog.at_level(logging.INFO, "taskrunner._serve.heartbeat"):
         async with trio.open_nursery() as nursery:
             started = trio.current_time()
             await _serving(nursery, restarted)

@@ -211,7 +211,7 @@ async def test_a_poison_delayed_member_is_dead_lettered_and_the_leader_lives(
 async def test_a_unique_key_with_a_lone_surrogate_runs_and_serve_lives(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "taskrunner.acker")
+    caplog.set_level(logging.WARNING, "taskrunner._serve.acker")
     backend = MemoryBackend()
     runner = make_runner(backend)
     done: list[object] = []

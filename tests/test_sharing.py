@@ -64,7 +64,7 @@ async def test_a_shared_stream_acks_another_groups_task_for_itself_only(
     backend = MemoryBackend(prefix="shared", delete_on_ack=False)
     apps = Apps(backend, backend)
     await apps.mail_ran_before(limit=LIMIT)
-    with caplog.at_level(logging.INFO, "taskrunner.sharing"):
+    with caplog.at_level(logging.INFO, "taskrunner._serve.sharing"):
         await apps.shop_serves_while_mail_is_dispatched(limit=LIMIT)
         await apps.mail.dispatch("send_mail", {"to": "bob@example.com"})
         async with serving(apps.shop):
@@ -96,7 +96,7 @@ async def test_a_group_that_appears_while_deleting_on_ack_is_an_error(
 ) -> None:
     backend = MemoryBackend(prefix="shared")
     apps = Apps(backend, backend)
-    with caplog.at_level(logging.ERROR, "taskrunner.sharing"):
+    with caplog.at_level(logging.ERROR, "taskrunner._serve.sharing"):
         async with serving(apps.shop):
             await backend.read("audit", "auditor", 10, 0)  # a new group on the stream
             await trio.sleep(sharing.RECHECK_INTERVAL * 3)

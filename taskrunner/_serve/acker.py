@@ -33,7 +33,7 @@ from taskrunner._config import ConfigHolder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
-log = logging.getLogger("taskrunner.acker")
+log = logging.getLogger(__name__)
 
 FINAL_FLUSH_TIMEOUT = 10.0
 

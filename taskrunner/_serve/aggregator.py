@@ -53,7 +53,7 @@ __all__ = [
     "timing_statistics",
 ]
 
-log = logging.getLogger("taskrunner.tuner")
+log = logging.getLogger(__name__)
 
 
 class AggregatorHost(Protocol):

@@ -50,7 +50,7 @@ from taskrunner.errors import BackendError
 
 __all__ = ["FINAL_FLUSH_TIMEOUT", "FLUSH_TIMEOUT", "FieldNames", "flush", "run"]
 
-log = logging.getLogger("taskrunner.metrics")
+log = logging.getLogger(__name__)
 
 FLUSH_TIMEOUT = 5.0
 """Longest one periodic write may take before it is abandoned and its batch restored."""

@@ -23,7 +23,7 @@ import trio
 from taskrunner.backends import Backend, GroupInfo
 from taskrunner.errors import BackendError
 
-log = logging.getLogger("taskrunner.cleanup")
+log = logging.getLogger(__name__)
 
 CONSUMER_MAX_IDLE = 600.0
 CLEANUP_INTERVAL = 60.0

@@ -26,7 +26,7 @@ from taskrunner._slots import slot_request
 from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import BackendError
 
-log = logging.getLogger("taskrunner.fetcher")
+log = logging.getLogger(__name__)
 
 Execute = Callable[[QueueEntry, str], Awaitable[None]]
 """Runs one message read by consumer ``str`` (:meth:`Worker.execute

@@ -41,7 +41,7 @@ import trio
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, DuplicateHost
 
-log = logging.getLogger("taskrunner.heartbeat")
+log = logging.getLogger(__name__)
 
 HEARTBEAT_TTL = 15.0
 HEARTBEAT_INTERVAL = 10.0

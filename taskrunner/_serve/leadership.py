@@ -26,7 +26,7 @@ from taskrunner._lease import lease_intervals, term_valid_until
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
-log = logging.getLogger("taskrunner.leader")
+log = logging.getLogger(__name__)
 
 LEASE_TTL = 5.0
 RESIGN_TIMEOUT = 2.0

@@ -21,7 +21,7 @@ from taskrunner._inflight import InFlight
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
-log = logging.getLogger("taskrunner.refresher")
+log = logging.getLogger(__name__)
 
 
 async def run(

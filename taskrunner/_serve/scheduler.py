@@ -38,7 +38,7 @@ from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
-log = logging.getLogger("taskrunner.scheduler")
+log = logging.getLogger(__name__)
 
 BATCH = 500
 MAX_BATCHES_PER_PASS = 20

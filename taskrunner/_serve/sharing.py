@@ -32,7 +32,7 @@ from taskrunner._config import ConfigHolder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, SharedStreamError
 
-log = logging.getLogger("taskrunner.sharing")
+log = logging.getLogger(__name__)
 
 RECHECK_INTERVAL = 60.0
 """Seconds between two looks at the groups reading the stream."""

@@ -55,7 +55,7 @@ from taskrunner.errors import (
     TaskRunnerError,
 )
 
-log = logging.getLogger("taskrunner.worker")
+log = logging.getLogger(__name__)
 
 REASON_CHARS = 1000
 """Longest error text logged or written to a dead letter (a bad entry's own text

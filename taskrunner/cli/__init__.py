@@ -17,11 +17,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-import trio
-
 from taskrunner import __version__
 from taskrunner.cli import demo, dispatch, flush, keys, stats, top, worker
-from taskrunner.cli.base import EXIT_USAGE, Command, positive_int, positive_seconds
+from taskrunner.cli.base import EXIT_USAGE, Command
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -33,48 +31,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-# demo --------------------------------------------------------------------------
-def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = demo.DemoOptions()
-    parser.add_argument(
-        "--tasks",
-        type=positive_int,
-        default=defaults.tasks,
-        metavar="N",
-        help="how many tasks to dispatch (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=defaults.timeout,
-        metavar="SECONDS",
-        help="fail (exit 1) if not every task reached an outcome by then (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--backend",
-        choices=sorted(demo.BACKENDS),
-        default=defaults.backend,
-        help="where the queue lives (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=None, help="seed for the flaky task's random failures"
-    )
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    options = demo.DemoOptions(
-        tasks=args.tasks, timeout=args.timeout, backend=args.backend, seed=args.seed
-    )
-    return trio.run(demo.run_demo, options, sys.stdout, sys.stderr)
-
-
 COMMANDS: tuple[Command, ...] = (
-    Command(
-        name="demo",
-        help="run a three-runner fleet on an embedded backend, with live progress",
-        add_arguments=_demo_arguments,
-        run=_run_demo,
-    ),
+    demo.COMMAND,
     worker.COMMAND,
     dispatch.COMMAND,
     stats.COMMAND,

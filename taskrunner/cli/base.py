@@ -1,10 +1,21 @@
-"""What every ``taskrunner`` subcommand module shares: the command record and
-argument types. (Kept apart from ``taskrunner.cli`` so command modules can import it.)"""
+"""What every ``taskrunner`` subcommand module shares: the command record, argument
+types, and the check for an optional dependency. (Kept apart from
+``taskrunner.cli`` so command modules can import it.)
+
+Theory of operation (optional dependencies). ``rich`` (``top``, ``demo``) and
+``prometheus-client`` (``worker --metrics-port``) come with extras, so no command
+module imports them at import time: building the parser imports every
+command, and ``taskrunner worker`` and ``dispatch`` must work without either.
+The command that needs one calls :func:`import_extra` first, which turns a
+missing module into :class:`MissingExtra`, one line naming the extra to install.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 
 import attrs
 
@@ -43,3 +54,34 @@ def positive_seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
     return value
+
+
+DISTRIBUTION = "trio-taskrunner"
+"""The name taskrunner is installed by (``pip install trio-taskrunner``)."""
+
+
+class MissingExtra(Exception):
+    """A command needs an optional dependency that is not installed; the message
+    names the extra that brings it."""
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(
+            f"{module} is not installed; it comes with the {extra!r} extra: "
+            f"python -m pip install '{DISTRIBUTION}[{extra}]'"
+        )
+        self.module = module
+        self.extra = extra
+
+
+def import_extra(module: str, extra: str) -> ModuleType:
+    """Import ``module``, an optional dependency that ``extra`` installs.
+
+    Raises:
+        MissingExtra: ``module`` is not installed.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] != module.partition(".")[0]:
+            raise  # a module it needs is missing: a broken install, not a missing extra
+        raise MissingExtra(module.partition(".")[0], extra) from exc

@@ -19,9 +19,11 @@ Meanwhile side tasks act on progress: halfway the smallest pool grows
 its running tasks stay pending) and rejoins two seconds later, so the
 display shows a follower taking the lease and the others reclaiming its
 messages. The main task waits until every accepted dispatch reached a final
-outcome (completed, dead-lettered or handled) or ``--timeout`` passes; a
-monitor redraws the display (``rich.live.Live`` on a terminal, a plain
-``progress:`` line every half second otherwise). Finally every runner shuts
+outcome (completed, dead-lettered or handled) or ``--timeout`` passes; the
+display redraws meanwhile (``rich.live.Live`` on a terminal, a plain
+``progress:`` line every half second otherwise: :mod:`taskrunner.cli.demo_screen`,
+which needs rich, the ``cli`` extra, and is imported only when the demo runs).
+Finally every runner shuts
 down gracefully, the summary shows the statistics, :class:`~taskrunner.Stats`
 and the keys the demo created (``admin.list_keys``), and the keys are flushed
 before the server stops.
@@ -31,32 +33,39 @@ Everything runs on real time: this is a demo of the real thing, not a test.
 
 from __future__ import annotations
 
-import functools
+import argparse
 import logging
 import random
 import signal
+import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from typing import Any, TextIO
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 import trio
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
 
-from taskrunner import _wire, admin
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._runner import RunnerStatistics, TaskRunner
 from taskrunner._stats import Stats
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
-from taskrunner.cli import views as _views
-from taskrunner.errors import BackendError, InvalidTaskPayload, TaskAlreadyDispatched
+from taskrunner.cli.base import (
+    EXIT_FAILURE,
+    Command,
+    MissingExtra,
+    import_extra,
+    positive_int,
+    positive_seconds,
+)
+from taskrunner.errors import BackendError, TaskAlreadyDispatched
 
-log = logging.getLogger("taskrunner.demo")
+if TYPE_CHECKING:
+    from taskrunner.cli.demo_screen import Display
+
+log = logging.getLogger(__name__)
 
 GROUP = "demo"
 PREFIX = "taskrunner-demo"
@@ -254,7 +263,7 @@ def _config(host: str, capacity: int) -> TaskRunnerConfig:
 
 # The run ---------------------------------------------------------------------
 @attrs.define
-class _RunState:
+class RunState:
     planned: int
     sent: int = 0
     """Accepted dispatches so far (delayed included): the outcomes to wait for."""
@@ -270,16 +279,16 @@ class _RunState:
     stats: Stats | None = None
 
 
-def _snapshot(runners: Sequence[TaskRunner]) -> list[RunnerStatistics]:
+def snapshot(runners: Sequence[TaskRunner]) -> list[RunnerStatistics]:
     return [r.statistics() for r in runners]
 
 
-def _outcomes(stats: Sequence[RunnerStatistics]) -> int:
+def outcomes(stats: Sequence[RunnerStatistics]) -> int:
     return sum(s.completed + s.dead_lettered + s.handled for s in stats)
 
 
 async def _dispatch_all(
-    producer: TaskRunner, counts: dict[str, int], state: _RunState, rng: random.Random
+    producer: TaskRunner, counts: dict[str, int], state: RunState, rng: random.Random
 ) -> None:
     """Dispatch the planned runs in rounds, counting them in ``state``."""
     for r in range(ROUNDS):
@@ -323,22 +332,22 @@ async def _poll_until(predicate: Callable[[], bool]) -> None:
         await trio.sleep(POLL_INTERVAL)
 
 
-async def _wait_outcomes(runners: Sequence[TaskRunner], state: _RunState) -> None:
-    await _poll_until(lambda: not state.dispatching and _outcomes(_snapshot(runners)) >= state.sent)
+async def _wait_outcomes(runners: Sequence[TaskRunner], state: RunState) -> None:
+    await _poll_until(lambda: not state.dispatching and outcomes(snapshot(runners)) >= state.sent)
 
 
-async def _wait_for_progress(runners: Sequence[TaskRunner], state: _RunState, share: float) -> None:
-    await _poll_until(lambda: _outcomes(_snapshot(runners)) >= state.planned * share)
+async def _wait_for_progress(runners: Sequence[TaskRunner], state: RunState, share: float) -> None:
+    await _poll_until(lambda: outcomes(snapshot(runners)) >= state.planned * share)
 
 
-async def _grow_pool(runners: Sequence[TaskRunner], state: _RunState) -> None:
+async def _grow_pool(runners: Sequence[TaskRunner], state: RunState) -> None:
     await _wait_for_progress(runners, state, 0.5)
     runners[0].resize(max(RUNNER_CAPACITIES))  # a pool grows while it runs
     state.events.append(f"{runners[0].config.host}: pool resized to {max(RUNNER_CAPACITIES)}")
 
 
 async def _leader_leaves(
-    runners: Sequence[TaskRunner], state: _RunState, fleet: trio.Nursery
+    runners: Sequence[TaskRunner], state: RunState, fleet: trio.Nursery
 ) -> None:
     """At a third of the work the leader leaves abruptly, and rejoins a little later."""
     await _wait_for_progress(runners, state, 1 / 3)
@@ -358,7 +367,7 @@ async def _leader_leaves(
     state.events.append(f"{leaving.config.host} rejoined")
 
 
-async def _watch_leaders(runners: Sequence[TaskRunner], state: _RunState) -> None:
+async def _watch_leaders(runners: Sequence[TaskRunner], state: RunState) -> None:
     start = trio.current_time()
     current: str | None = None
     while True:
@@ -371,7 +380,7 @@ async def _watch_leaders(runners: Sequence[TaskRunner], state: _RunState) -> Non
         await trio.sleep(POLL_INTERVAL)
 
 
-async def _watch_stats(runners: Sequence[TaskRunner], state: _RunState) -> None:
+async def _watch_stats(runners: Sequence[TaskRunner], state: RunState) -> None:
     while True:
         asking = next((r for r in runners if r.is_leader), runners[0])
         try:
@@ -381,117 +390,8 @@ async def _watch_stats(runners: Sequence[TaskRunner], state: _RunState) -> None:
         await trio.sleep(0.5)
 
 
-class _Display:
-    """Draws :class:`~taskrunner.cli.views.DemoFrame` s: a live screen, or plain lines."""
-
-    def __init__(self, console: Console, out: TextIO, *, live: bool) -> None:
-        self.console = console
-        self.out = out
-        self.live: Live | None = None
-        if live:
-            self.live = Live(
-                console=console,
-                auto_refresh=False,  # redrawn from trio, never from rich's thread
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-        self._printed_events = 0
-        self._samples: list[tuple[float, int]] = []
-
-    def _rate(self, now: float, attempts: int) -> float:
-        self._samples.append((now, attempts))
-        while len(self._samples) > 2 and now - self._samples[0][0] > 1.0:
-            self._samples.pop(0)
-        t0, a0 = self._samples[0]
-        return (attempts - a0) / (now - t0) if now > t0 else 0.0
-
-    def draw(self, runners: Sequence[TaskRunner], state: _RunState, elapsed: float) -> None:
-        stats = _snapshot(runners)
-        frame = _views.DemoFrame(
-            expected=state.sent,
-            planned=state.planned,
-            dispatched=state.sent,
-            refused=state.refused,
-            done=_outcomes(stats),
-            rate=self._rate(trio.current_time(), sum(s.completed + s.failed for s in stats)),
-            elapsed=elapsed,
-            runners=tuple(
-                _views.RunnerView(host=r.config.host, leader=r.is_leader, statistics=s)
-                for r, s in zip(runners, stats, strict=True)
-            ),
-            stats=state.stats,
-            events=tuple(state.events),
-        )
-        if self.live is not None:
-            self.live.update(_views.demo_view(frame), refresh=True)
-            return
-        for event in state.events[self._printed_events :]:
-            print(f"event: {event}", file=self.out)
-        self._printed_events = len(state.events)
-        print(_views.demo_line(frame), file=self.out, flush=True)
-
-    def log(self, text: str) -> None:
-        """Print a log line without tearing the display."""
-        if self.live is not None:
-            self.live.console.print(Text(text, style="dim"))
-
-
-async def _monitor(display: _Display, runners: Sequence[TaskRunner], state: _RunState) -> None:
-    start = trio.current_time()
-    interval = 0.1 if display.live is not None else 0.5
-    while True:
-        display.draw(runners, state, trio.current_time() - start)
-        await trio.sleep(interval)
-
-
-# Logging ------------------------------------------------------------------------
-class _LogFilter(logging.Filter):
-    """Hides deliberate failures and, on a live screen, prints log lines above it.
-
-    The flaky task's failures and the dead letters they lead to are expected
-    and counted on screen, so their records are dropped unless the level is
-    DEBUG.
-    """
-
-    def __init__(self, display: _Display, handler: logging.Handler, *, verbose: bool) -> None:
-        super().__init__()
-        self.display = display
-        self.handler = handler
-        self.verbose = verbose
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        expected = isinstance(exc, SimulatedFailure) or (
-            record.name == "taskrunner.worker"
-            and str(record.msg).startswith("message %s moved to the dead-letter stream")
-        )
-        if expected and not self.verbose:
-            return False
-        if self.display.live is not None:
-            self.display.log(self.handler.format(record))
-            return False
-        return True
-
-
-@contextmanager
-def _filtered_logs(display: _Display) -> Iterator[None]:
-    verbose = log.isEnabledFor(logging.DEBUG)
-    # With no handler configured, warnings go to logging.lastResort: filter it too.
-    handlers = list(logging.getLogger().handlers)
-    if not handlers and logging.lastResort is not None:
-        handlers = [logging.lastResort]
-    installed = [(handler, _LogFilter(display, handler, verbose=verbose)) for handler in handlers]
-    for handler, log_filter in installed:
-        handler.addFilter(log_filter)
-    try:
-        yield
-    finally:
-        for handler, log_filter in installed:
-            handler.removeFilter(log_filter)
-
-
 async def _watch_signals(
-    state: _RunState, stop: trio.CancelScope, runners: Sequence[TaskRunner]
+    state: RunState, stop: trio.CancelScope, runners: Sequence[TaskRunner]
 ) -> None:
     """First Ctrl-C (or SIGTERM): stop waiting and shut down gracefully; second: now."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -508,8 +408,8 @@ async def _drive(
     options: DemoOptions,
     producer: TaskRunner,
     runners: Sequence[TaskRunner],
-    display: _Display,
-    state: _RunState,
+    display: Display,
+    state: RunState,
     stop: trio.CancelScope,
     fleet: trio.Nursery,
     rng: random.Random,
@@ -519,7 +419,7 @@ async def _drive(
     async with trio.open_nursery() as side:
         side.start_soon(_watch_leaders, runners, state)
         side.start_soon(_watch_stats, runners, state)
-        side.start_soon(_monitor, display, runners, state)
+        side.start_soon(display.run, runners, state)
         side.start_soon(_grow_pool, runners, state)
         side.start_soon(_leader_leaves, runners, state, fleet)
         with stop, trio.move_on_after(options.timeout):
@@ -528,69 +428,6 @@ async def _drive(
         state.elapsed = trio.current_time() - start
         side.cancel_scope.cancel()
     display.draw(runners, state, trio.current_time() - start)
-
-
-# The summary ---------------------------------------------------------------------
-async def _summary(
-    console: Console,
-    backend: Backend,
-    runners: Sequence[TaskRunner],
-    state: _RunState,
-    tasks: DemoTasks,
-) -> None:
-    say = functools.partial(console.print, highlight=False, soft_wrap=True)
-    stats = _snapshot(runners)
-    views = [
-        _views.RunnerView(host=r.config.host, leader=False, statistics=s)
-        for r, s in zip(runners, stats, strict=True)
-    ]
-    say()
-    wide = console.width >= 120  # the full table needs about 115 columns
-    say(_views.runners_table(views, title="summary", mark_stopped=False, compact=not wide))
-    totals = {c: sum(getattr(s, c) for s in stats) for c in _views.STATISTICS_COLUMNS}
-    done = _outcomes(stats)
-    rate = done / state.elapsed if state.elapsed > 0 else 0.0
-    info = await backend.group_info(GROUP)
-    say(
-        f"dispatched: {state.sent} of {state.planned} ({state.delayed} delayed, "
-        f"{state.refused} unique duplicates refused)"
-    )
-    say(
-        f"outcomes: {done} of {state.sent} (completed {totals['completed']}, "
-        f"dead-lettered {totals['dead_lettered']}, handled {totals['handled']})"
-    )
-    say(
-        f"attempts: {totals['completed'] + totals['failed']} "
-        f"({totals['failed']} failed, {totals['retried']} retried after reclaim)"
-    )
-    say(f"typed payloads: {tasks.orders} Order objects, {tasks.items} items")
-    late = tasks.lateness / tasks.reports * 1000 if tasks.reports else 0.0
-    say(f"delayed: {tasks.reports} of {state.delayed} ran, {late:.0f} ms after due on average")
-    say(f"unique: {tasks.synced} ran, {state.refused} duplicates refused")
-    say(f"leaders: {' -> '.join(state.leaders) or 'none'}")
-    say(f"elapsed: {state.elapsed:.2f}s, throughput {rate:.0f} tasks/s")
-    say(f"queue left: {await backend.length(GROUP)} entries, {info.pending} pending")
-    dead = await backend.dead_letters(GROUP, count=1000)
-    say(f"dead letters: {len(dead)}")
-    for letter in dead[:5]:
-        say(f"  {letter.message_id} ({_task_of(letter.payload)}): {letter.error}")
-    if len(dead) > 5:
-        say(f"  ... and {len(dead) - 5} more")
-    try:
-        say(_views.stats_table(await runners[0].get_timing_statistics()))
-        keys = await admin.list_keys(backend, GROUP)
-        say(_views.keys_table(keys))
-        flushed = await admin.flush(backend, GROUP, confirm=True)
-        say(f"keys: {len(keys)} listed, {len(flushed)} flushed")
-    except BackendError as exc:
-        say(f"could not read the final statistics or keys: {exc}")
-
-
-def _task_of(payload: bytes | None) -> str:
-    try:
-        return _wire.decode_message(payload).task_name
-    except InvalidTaskPayload:
-        return "?"
 
 
 async def run_demo(
@@ -611,15 +448,12 @@ async def run_demo(
     """
     if live is None:
         live = out.isatty()
-    # Not a terminal: no colours or cursor codes, and wide enough for the tables.
-    console = (
-        Console(file=out, force_terminal=True)
-        if live
-        else Console(file=out, width=140, color_system=None, force_terminal=False)
-    )
+    from taskrunner.cli import demo_screen as screen  # rich: the cli extra
+
+    console = screen.console_for(out, live=live)
     rng = random.Random(options.seed)
     counts = plan(options.tasks)
-    state = _RunState(planned=options.tasks)
+    state = RunState(planned=options.tasks)
     hosts = [f"demo-{i}" for i in range(1, len(RUNNER_CAPACITIES) + 1)]
     try:
         async with BACKENDS[options.backend](options) as backends:
@@ -642,9 +476,9 @@ async def run_demo(
                 file=out,
                 flush=True,
             )
-            display = _Display(console, out, live=live)
+            display = screen.Display(console, out, live=live)
             stop = trio.CancelScope()
-            with _filtered_logs(display):
+            with screen.filtered_logs(display):
                 async with trio.open_nursery() as outer:
                     if threading.current_thread() is threading.main_thread():
                         outer.start_soon(_watch_signals, state, stop, runners)
@@ -660,19 +494,17 @@ async def run_demo(
                         finally:
                             if display.live is not None:
                                 display.live.stop()
-                        stalled = (
-                            not state.interrupted and _outcomes(_snapshot(runners)) < state.sent
-                        )
+                        stalled = not state.interrupted and outcomes(snapshot(runners)) < state.sent
                         for runner in runners:
                             # Graceful: running tasks finish and every finished one is acked.
                             # A stalled fleet is stopped at once: its tasks stay pending.
                             runner.shutdown(grace=0 if stalled else None)
                     outer.cancel_scope.cancel()
-            await _summary(console, producer.backend, runners, state, tasks)
+            await screen.summary(console, producer.backend, runners, state, tasks)
     except DemoUnavailable as exc:
         print(f"taskrunner demo: {exc}", file=err)
         return EXIT_UNAVAILABLE
-    done = _outcomes(_snapshot(runners))
+    done = outcomes(snapshot(runners))
     if state.interrupted:
         print(f"interrupted: {done} of {state.sent} tasks reached a final outcome", file=err)
         return EXIT_INTERRUPTED
@@ -685,3 +517,51 @@ async def run_demo(
         return EXIT_STALLED
     print(f"OK: all {state.sent} dispatched tasks reached a final outcome", file=out)
     return EXIT_OK
+
+
+# The command ------------------------------------------------------------------
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = DemoOptions()
+    parser.add_argument(
+        "--tasks",
+        type=positive_int,
+        default=defaults.tasks,
+        metavar="N",
+        help="how many tasks to dispatch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=defaults.timeout,
+        metavar="SECONDS",
+        help="fail (exit 1) if not every task reached an outcome by then (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=sorted(BACKENDS),
+        default=defaults.backend,
+        help="where the queue lives (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed for the flaky task's random failures"
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        import_extra("rich", "cli")
+    except MissingExtra as exc:
+        print(f"taskrunner demo: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    options = DemoOptions(
+        tasks=args.tasks, timeout=args.timeout, backend=args.backend, seed=args.seed
+    )
+    return trio.run(run_demo, options, sys.stdout, sys.stderr)
+
+
+COMMAND = Command(
+    name="demo",
+    help="run a three-runner fleet on an embedded backend, with live progress",
+    add_arguments=_arguments,
+    run=_run,
+)

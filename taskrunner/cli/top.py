@@ -21,21 +21,29 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
-from rich.console import Console, Group
-from rich.live import Live
-from rich.text import Text
 
 from taskrunner import _keys, _wire
 from taskrunner._stats import compute_stats
 from taskrunner.backends.redis import RedisBackend
-from taskrunner.cli.base import EXIT_FAILURE, Command, positive_int, positive_seconds
+from taskrunner.cli.base import (
+    EXIT_FAILURE,
+    Command,
+    MissingExtra,
+    import_extra,
+    positive_int,
+    positive_seconds,
+)
 from taskrunner.cli.groups import UnknownGroup, require_group
 from taskrunner.cli.stats import redis_arguments
-from taskrunner.cli.views import FleetSnapshot, History, top_line, top_view
 from taskrunner.errors import BackendError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from taskrunner.cli.views import FleetSnapshot
 
 DEFAULT_WORKERS = 32
 """Pool size per instance assumed when no tuning capacity is published (``num_workers``'s
@@ -80,6 +88,8 @@ async def read_snapshot(
     Raises:
         BackendError: Redis could not be read.
     """
+    from taskrunner.cli.views import FleetSnapshot  # rich: the cli extra
+
     metrics = await backend.read_metrics(group)
     published = await backend.read_tuning(group)
     instances = await _instances(backend)
@@ -111,6 +121,12 @@ async def read_snapshot(
 
 async def run_top(args: argparse.Namespace, console: Console) -> int:
     """The command's loop; returns the exit code."""
+    from rich.console import Group  # the cli extra
+    from rich.live import Live
+    from rich.text import Text
+
+    from taskrunner.cli.views import History, top_line, top_view
+
     try:
         backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
     except ValueError as exc:
@@ -185,7 +201,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    console = Console()
+    try:
+        console = import_extra("rich.console", "cli").Console()
+    except MissingExtra as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     return trio.run(run_top, args, console)
 
 

@@ -34,11 +34,11 @@ from typing import Any, TextIO
 import trio
 
 from taskrunner._runner import TaskRunner
-from taskrunner.cli.base import EXIT_FAILURE, Command, positive_int
+from taskrunner.cli.base import EXIT_FAILURE, Command, MissingExtra, import_extra, positive_int
 from taskrunner.cli.imports import ImportTargetError, load_runner
 from taskrunner.errors import BackendError, DuplicateHost, SharedStreamError
 
-log = logging.getLogger("taskrunner.worker")
+log = logging.getLogger(__name__)
 
 PROG = "taskrunner worker"
 CONNECT_TIMEOUT = 10.0
@@ -145,17 +145,6 @@ async def _log_leadership(runner: TaskRunner) -> None:
             log.info("this instance (%s) lost leadership of group %s", runner.instance_id, group)
 
 
-def _os_error(group: BaseExceptionGroup[BaseException]) -> OSError | None:
-    """The OSError ``group`` holds, if that is all it holds (at any depth)."""
-    matched, rest = group.split(OSError)
-    if matched is None or rest is not None:
-        return None
-    leaf: BaseException = matched
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    return leaf if isinstance(leaf, OSError) else None
-
-
 class _Stopper:
     """Turns signals into shutdown requests (see the module docstring)."""
 
@@ -217,20 +206,16 @@ async def serve_worker(
                 nursery.start_soon(_log_leadership, runner)
                 if metrics_port is not None:
                     try:
+                        import_extra("prometheus_client", "prometheus")
                         from taskrunner.prometheus import serve_metrics
 
                         await nursery.start(
                             partial(serve_metrics, runner, metrics_port, host=metrics_host)
                         )
-                    except (ImportError, OSError, ExceptionGroup) as exc:
-                        # The endpoint's own nursery wraps a bind error in a group.
-                        problem = _os_error(exc) if isinstance(exc, ExceptionGroup) else exc
-                        if problem is None:
-                            raise
+                    except (MissingExtra, OSError) as exc:
                         nursery.cancel_scope.cancel()
                         return _fail(
-                            err,
-                            f"cannot serve metrics on {metrics_host}:{metrics_port}: {problem}",
+                            err, f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc}"
                         )
                     log.info(
                         "Prometheus metrics on http://%s:%d/metrics", metrics_host, metrics_port

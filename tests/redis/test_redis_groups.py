@@ -62,7 +62,7 @@ async def test_a_shared_stream_acks_another_groups_task_for_itself_only(
     ):
         apps = Apps(shop, mail)
         await apps.mail_ran_before(limit=LIMIT)
-        with caplog.at_level(logging.INFO, "taskrunner.sharing"):
+        with caplog.at_level(logging.INFO, "taskrunner._serve.sharing"):
             await apps.shop_serves_while_mail_is_dispatched(limit=LIMIT)
 
         assert await shop.dead_letters("shop") == []
