@@ -1,4 +1,5 @@
-"""One live instance per host (issue 10, point 6), on trio's MockClock.
+"""The heartbeat, on trio's MockClock: the replication count it gives, and one live
+instance per host (issue 10, point 6).
 
 Two processes with one ``host`` share consumer names and pending lists. At
 serve start a heartbeat key held by another instance is watched: renewed means
@@ -158,3 +159,28 @@ async def test_the_worker_command_exits_1_with_one_line(
         nursery.cancel_scope.cancel()
     (line,) = err.getvalue().splitlines()
     assert line.startswith("taskrunner worker: error: host 'h' is already served by live")
+
+
+async def test_replication_count_is_cached_and_a_crashed_key_expires(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The count's 10 s cache and the 15 s life of a crashed instance's key, on the mock
+    clock (tests/test_fleet.py counts joins and leaves on every backend)."""
+    backend = MemoryBackend()
+    links = [Partition(backend) for _ in range(3)]
+    runners = [make_runner(link) for link in links]
+    assert await runners[0].get_number_of_replications() == 0  # not serving yet
+    async with trio.open_nursery() as outer:
+        await outer.start(runners[0].serve)
+        assert await runners[0].get_number_of_replications() == 1
+        await outer.start(runners[1].serve)
+        await outer.start(runners[2].serve)
+        assert await runners[0].get_number_of_replications() == 1  # cached for 10 s
+        await trio.sleep(10)
+        assert await runners[0].get_number_of_replications() == 3
+        links[2].cut = True  # a crash: its key is not deleted, it expires in 15 s
+        await trio.sleep(10)
+        assert await runners[0].get_number_of_replications() == 3
+        await trio.sleep(10)
+        assert await runners[0].get_number_of_replications() == 2
+        outer.cancel_scope.cancel()
