@@ -7,6 +7,12 @@ parsed namespace and returns the exit code. A command lives in its own module
 (``cli/<name>.py``, exposing ``COMMAND``) and is listed in :data:`COMMANDS`.
 Bad arguments are argparse's one-line error and exit code 2; a command's own
 failures are its exit code and one line on stderr.
+
+This package is an application of the library, not part of its API: its one
+interface is :func:`main` (the ``taskrunner`` console script, and
+``python -m taskrunner``); the command modules are its implementation. It uses
+the library only through what the rest of the package offers, and the library
+never imports it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Any, NoReturn
 from taskrunner import __version__
 from taskrunner.cli import demo, dispatch, flush, keys, stats, top, worker
 from taskrunner.cli.base import EXIT_USAGE, Command
+
+__all__ = ["main"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
