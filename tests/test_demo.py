@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from taskrunner import cli
-from taskrunner.cli import demo
+from taskrunner.cli import demo, demo_tasks
 
 RUN_TIMEOUT = 60
 
@@ -49,7 +49,7 @@ def check_summary(out: str, planned: int) -> int:
     """The summary's numbers add up; returns how many dispatches were accepted."""
     sent, delayed, refused = dispatched(out, planned)
     assert sent + refused == planned
-    assert delayed == demo.plan(planned)["report"]
+    assert delayed == demo_tasks.plan(planned)["report"]
     outcomes = re.search(
         rf"^outcomes: (\d+) of {sent} \(completed (\d+), dead-lettered (\d+), handled (\d+)\)$",
         out,
@@ -70,7 +70,7 @@ def check_summary(out: str, planned: int) -> int:
     assert f"delayed: {delayed} of {delayed} ran" in out
     unique = re.search(r"^unique: (\d+) ran, (\d+) duplicates refused$", out, re.MULTILINE)
     assert unique, out
-    assert int(unique[1]) + int(unique[2]) == demo.plan(planned)["sync"]
+    assert int(unique[1]) + int(unique[2]) == demo_tasks.plan(planned)["sync"]
     assert int(unique[2]) == refused
     assert re.search(r"^leaders: demo-\d( -> demo-\d)+$", out, re.MULTILINE), out
     assert f"dead letters: {dead}" in out
@@ -173,7 +173,7 @@ def test_log_level_before_or_after_the_command(argv: list[str], level: str) -> N
 
 def test_plan_adds_up() -> None:
     for total in (1, 7, 200, 600, 1001):
-        assert sum(demo.plan(total).values()) == total
+        assert sum(demo_tasks.plan(total).values()) == total
 
 
 async def test_live_display_redraws_in_place() -> None:

@@ -9,9 +9,10 @@ processes would have; ``memory`` shares one in-process backend. Three runners
 serve one consumer group with short timings (``leader_lease_ttl=2``,
 ``reclaim_delay=1``, ``delayed_poll_interval=0.5``) so that failover and
 reclaim happen within seconds, and a producer that never serves dispatches
-the planned mix in rounds: bulk (``dispatch_many``), one by one (the flaky
-task), delayed (``dispatch_delayed``, due over the next seconds, moved to the
-stream by whoever leads) and unique (``unique=True``; duplicates dispatched
+the planned mix in rounds (the workload is :mod:`taskrunner.cli.demo_tasks`):
+bulk (``dispatch_many``), one by one (the flaky task), delayed
+(``dispatch_delayed``, due over the next seconds, moved to the stream by
+whoever leads) and unique (``unique=True``; duplicates dispatched
 while the first is pending are refused and counted).
 
 Meanwhile side tasks act on progress: halfway the smallest pool grows
@@ -41,15 +42,13 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 import trio
 
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._runner import RunnerStatistics, TaskRunner
-from taskrunner._stats import Stats
-from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.cli.base import (
@@ -60,7 +59,15 @@ from taskrunner.cli.base import (
     positive_int,
     positive_seconds,
 )
-from taskrunner.errors import BackendError, TaskAlreadyDispatched
+from taskrunner.cli.demo_tasks import (
+    DELAY_RANGE,
+    FLAKY_FAILURE_RATE,
+    DemoTasks,
+    RunState,
+    dispatch_all,
+    plan,
+)
+from taskrunner.errors import BackendError
 
 if TYPE_CHECKING:
     from taskrunner.cli.demo_screen import Display
@@ -71,13 +78,6 @@ GROUP = "demo"
 PREFIX = "taskrunner-demo"
 RUNNER_CAPACITIES = (4, 8, 16)
 """Initial pool capacity of each runner; the first grows to 16 halfway through."""
-FLAKY_FAILURE_RATE = 0.3
-RESERVATION_TIMEOUT = 0.3
-"""Kept below the runners' ``reclaim_delay``, as ``register`` requires."""
-ROUNDS, ROUND_PAUSE = 10, 0.3
-"""Dispatching takes ``ROUNDS`` rounds ``ROUND_PAUSE`` seconds apart (~3 s)."""
-DELAY_RANGE = (0.5, 4.0)
-"""Seconds after dispatch at which the delayed ``report`` tasks fall due."""
 REJOIN_AFTER = 2.0
 """Seconds the leader that left stays away."""
 POLL_INTERVAL = 0.02
@@ -160,92 +160,6 @@ BACKENDS: dict[str, BackendOpener] = {
 """``--backend`` choices: name -> opener of the backend(s) the demo fleet shares."""
 
 
-# The tasks -----------------------------------------------------------------
-@attrs.frozen(kw_only=True)
-class Order:
-    """The typed payload of the ``order`` task: structured by cattrs on the worker."""
-
-    order_id: int
-    sku: str
-    quantity: int
-
-
-class SimulatedFailure(Exception):
-    """Raised on purpose by the ``flaky`` task."""
-
-
-class DemoTasks:
-    """The demo's actions; one instance is shared by every runner."""
-
-    def __init__(self, rng: random.Random, clock: Callable[[], float]) -> None:
-        self.rng = rng
-        self.clock = clock
-        self.orders = 0
-        self.items = 0
-        self.reports = 0
-        self.lateness = 0.0
-        """Sum of seconds by which delayed reports ran after they fell due."""
-        self.synced = 0
-
-    async def fast(self, payload: dict[str, int]) -> int:
-        return payload["n"] * 2
-
-    async def slow(self, payload: dict[str, int]) -> None:
-        await trio.sleep(self.rng.uniform(0.002, 0.010))
-
-    async def flaky(self, payload: dict[str, int]) -> None:
-        await trio.sleep(0.001)
-        if self.rng.random() < FLAKY_FAILURE_RATE:
-            raise SimulatedFailure(f"flaky #{payload['n']} failed on purpose")
-
-    async def order(self, payload: Order) -> None:
-        if not isinstance(payload, Order):  # the typed-payload contract, checked live
-            raise TypeError(f"expected an Order, got {payload!r}")
-        self.orders += 1
-        self.items += payload.quantity
-
-    async def report(self, payload: dict[str, float]) -> None:
-        self.reports += 1
-        self.lateness += max(0.0, self.clock() - payload["due"])
-
-    async def sync(self, payload: dict[str, int]) -> None:
-        await trio.sleep(self.rng.uniform(0.005, 0.02))
-        self.synced += 1
-
-    def register_on(self, runner: TaskRunner) -> None:
-        # Three attempts each, so a task cut off when its runner leaves runs again
-        # once reclaimed (with one attempt it would be dead-lettered instead).
-        common: dict[str, Any] = {"reservation_timeout": RESERVATION_TIMEOUT, "max_retry": 3}
-        runner.register(Task(name="fast", action=self.fast, **common))
-        runner.register(Task(name="slow", action=self.slow, **common))
-        runner.register(Task(name="flaky", action=self.flaky, **common))
-        runner.register(Task(name="order", action=self.order, **common))
-        runner.register(Task(name="report", action=self.report, **common))
-        runner.register(
-            Task(
-                name="sync",
-                action=self.sync,
-                unique=True,
-                unique_key=lambda payload: str(payload["account"]),
-                unique_for=30.0,
-                **common,
-            )
-        )
-
-
-def plan(total: int) -> dict[str, int]:
-    """How many runs (dispatch attempts, for ``sync``) of each task make up ``total``."""
-    counts = {
-        "slow": total // 5,
-        "flaky": total * 3 // 20,
-        "order": total // 10,
-        "report": total // 10,
-        "sync": total // 10,
-    }
-    counts["fast"] = total - sum(counts.values())
-    return counts
-
-
 def _config(host: str, capacity: int) -> TaskRunnerConfig:
     return TaskRunnerConfig(
         consumer_group=GROUP,
@@ -261,69 +175,12 @@ def _config(host: str, capacity: int) -> TaskRunnerConfig:
     )
 
 
-# The run ---------------------------------------------------------------------
-@attrs.define
-class RunState:
-    planned: int
-    sent: int = 0
-    """Accepted dispatches so far (delayed included): the outcomes to wait for."""
-    delayed: int = 0
-    refused: int = 0
-    dispatching: bool = True
-    interrupted: bool = False
-    elapsed: float = 0.0
-    """Seconds from the first dispatch to the last outcome (or to the stop)."""
-    leaders: list[str] = attrs.Factory(list)
-    """Hosts that led, in order."""
-    events: list[str] = attrs.Factory(list)
-    stats: Stats | None = None
-
-
 def snapshot(runners: Sequence[TaskRunner]) -> list[RunnerStatistics]:
     return [r.statistics() for r in runners]
 
 
 def outcomes(stats: Sequence[RunnerStatistics]) -> int:
     return sum(s.completed + s.dead_lettered + s.handled for s in stats)
-
-
-async def _dispatch_all(
-    producer: TaskRunner, counts: dict[str, int], state: RunState, rng: random.Random
-) -> None:
-    """Dispatch the planned runs in rounds, counting them in ``state``."""
-    for r in range(ROUNDS):
-        for name, total in counts.items():
-            numbers = range(total * r // ROUNDS, total * (r + 1) // ROUNDS)
-            if name == "flaky":
-                for n in numbers:  # one by one, as an application would
-                    await producer.dispatch("flaky", {"n": n})
-            elif name == "order":
-                orders = [
-                    Order(order_id=n, sku=f"SKU-{n % 7}", quantity=1 + n % 3) for n in numbers
-                ]
-                await producer.dispatch_many("order", orders)
-            elif name == "report":
-                for n in numbers:
-                    delay = rng.uniform(*DELAY_RANGE)
-                    due = producer.backend.now() + delay
-                    await producer.dispatch_delayed("report", {"n": n, "due": due}, delay)
-                    state.delayed += 1
-            elif name == "sync":
-                for n in numbers:
-                    # Accounts 0, 0, 1, 2, 2, 3...: every third dispatch repeats the one
-                    # just before it, whose lock is still held, and is refused.
-                    try:
-                        await producer.dispatch("sync", {"account": n * 2 // 3})
-                    except TaskAlreadyDispatched:
-                        state.refused += 1
-                        continue
-                    state.sent += 1
-                continue
-            else:
-                await producer.dispatch_many(name, [{"n": n} for n in numbers])
-            state.sent += len(numbers)
-        await trio.sleep(ROUND_PAUSE)
-    state.dispatching = False
 
 
 async def _poll_until(predicate: Callable[[], bool]) -> None:
@@ -423,7 +280,7 @@ async def _drive(
         side.start_soon(_grow_pool, runners, state)
         side.start_soon(_leader_leaves, runners, state, fleet)
         with stop, trio.move_on_after(options.timeout):
-            await _dispatch_all(producer, plan(options.tasks), state, rng)
+            await dispatch_all(producer, plan(options.tasks), state, rng)
             await _wait_outcomes(runners, state)
         state.elapsed = trio.current_time() - start
         side.cancel_scope.cancel()

@@ -30,7 +30,7 @@ from taskrunner import _wire, admin
 from taskrunner._runner import TaskRunner
 from taskrunner._serve import worker
 from taskrunner.backends import Backend
-from taskrunner.cli import demo, views
+from taskrunner.cli import demo, demo_tasks, views
 from taskrunner.errors import BackendError, InvalidTaskPayload
 
 __all__ = ["Display", "console_for", "filtered_logs", "summary"]
@@ -68,7 +68,9 @@ class Display:
         t0, a0 = self._samples[0]
         return (attempts - a0) / (now - t0) if now > t0 else 0.0
 
-    def draw(self, runners: Sequence[TaskRunner], state: demo.RunState, elapsed: float) -> None:
+    def draw(
+        self, runners: Sequence[TaskRunner], state: demo_tasks.RunState, elapsed: float
+    ) -> None:
         stats = demo.snapshot(runners)
         frame = views.DemoFrame(
             expected=state.sent,
@@ -93,7 +95,7 @@ class Display:
         self._printed_events = len(state.events)
         print(views.demo_line(frame), file=self.out, flush=True)
 
-    async def run(self, runners: Sequence[TaskRunner], state: demo.RunState) -> None:
+    async def run(self, runners: Sequence[TaskRunner], state: demo_tasks.RunState) -> None:
         """Redraw until cancelled: ten times a second on a live screen, else twice."""
         start = trio.current_time()
         interval = 0.1 if self.live is not None else 0.5
@@ -123,7 +125,7 @@ class _LogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        expected = isinstance(exc, demo.SimulatedFailure) or (
+        expected = isinstance(exc, demo_tasks.SimulatedFailure) or (
             record.name == worker.log.name
             and str(record.msg).startswith("message %s moved to the dead-letter stream")
         )
@@ -157,8 +159,8 @@ async def summary(
     console: Console,
     backend: Backend,
     runners: Sequence[TaskRunner],
-    state: demo.RunState,
-    tasks: demo.DemoTasks,
+    state: demo_tasks.RunState,
+    tasks: demo_tasks.DemoTasks,
 ) -> None:
     say = functools.partial(console.print, highlight=False, soft_wrap=True)
     stats = demo.snapshot(runners)
