@@ -451,7 +451,7 @@ class TaskRunner:
 
     def _lost_host(self, error: DuplicateHost) -> None:
         # Another instance holds this host's heartbeat key: stop gracefully, and
-        # serve raises the error once drained (see _heartbeat).
+        # serve raises the error once drained (see _serve/heartbeat.py).
         self._host_taken = error
         self.shutdown()
 
