@@ -166,7 +166,7 @@ class TaskRunner:
         self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler)
         self._serving = False
         self._stop = trio.Event()
-        self._workers: trio.CancelScope | None = None
+        self._workers_scope: trio.CancelScope | None = None  # the workers nursery, serving
 
     @property
     def config(self) -> TaskRunnerConfig:
@@ -442,8 +442,8 @@ class TaskRunner:
         """
         if grace is not None:
             self._grace_override = grace
-            if self._workers is not None and self._stop.is_set():
-                self._workers.deadline = trio.current_time() + grace
+            if self._workers_scope is not None and self._stop.is_set():
+                self._workers_scope.deadline = trio.current_time() + grace
         self._stop.set()
 
     _grace_override: float | None = None
@@ -554,11 +554,11 @@ class TaskRunner:
                     counters=self._fetch_counters,
                 )
                 async with trio.open_nursery() as core:
-                    self._workers = await core.start(
+                    self._workers_scope = await core.start(
                         worker.run, fetching, self._stop, self._current_grace
                     )
                     ready.set()
-                self._workers = None
+                self._workers_scope = None
                 services.cancel_scope.cancel()
 
     def _current_grace(self) -> float:
