@@ -1,6 +1,14 @@
-"""Running one message: decode, run the action, decide its outcome.
+"""The workers: one trio task per message, each deciding its message's outcome.
 
-Outcomes, exactly as docs/behaviour:
+:func:`run` is the workers nursery of ``serve``: it starts the fetchers inside
+it (:mod:`taskrunner._serve.fetcher`), each of which starts
+:meth:`Worker.execute` once per message it read, in this nursery, so the pool
+(:mod:`taskrunner._serve.pool`) bounds how many run at once. Once stopped,
+the fetchers are cancelled at once and the running tasks get the grace to
+finish; the nursery drains before the services around it stop.
+
+Running one message: decode, run the action, decide its outcome. Outcomes,
+exactly as docs/behaviour:
 
 - success: ack (batched), release the unique lock after the ack;
 - the action raised and attempts remain: report it (``on_error``, log) and
