@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=32)
     args = parser.parse_args()
 
-    from taskrunner._embedded import running_server
+    from taskrunner.testing import running_server
 
     results: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     with checkout(args.baseline) as baseline, running_server() as server:

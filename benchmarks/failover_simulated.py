@@ -35,7 +35,7 @@ async def failover(seed: int, graceful: bool) -> float:
     runners = [
         TaskRunner(
             TaskRunnerConfig(consumer_group="g", host=f"h{i}", leader_lease_ttl=TTL),
-            link,  # type: ignore[arg-type]
+            link,
         )
         for i, link in enumerate(links)
     ]

@@ -37,9 +37,9 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from taskrunner._embedded import find_server_binary, running_server
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
+from taskrunner.testing import find_server_binary, running_server
 
 XADD = ("XADD", "benchstream", "MAXLEN", "~", "10000", "*", "f", "v")
 

@@ -18,8 +18,8 @@ from _harness import run_noop_tasks
 from redis_connection import find_redis_benchmark, redis_benchmark
 
 from taskrunner import TaskRunner, TaskRunnerConfig
-from taskrunner._embedded import running_server
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.testing import running_server
 
 
 async def one_run(url: str, n: int, workers: int, fetchers: int, run: int) -> tuple[float, float]:

@@ -6,13 +6,15 @@ Register async tasks on a :class:`TaskRunner`, ``dispatch`` them, and run
 clock) and ``taskrunner.backends.redis.RedisBackend`` (Redis Streams).
 """
 
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner
 from taskrunner._stats import Stats as Stats
 from taskrunner._task import Delivery as Delivery
 from taskrunner._task import Task as Task
-from taskrunner._wire import DelayedTask as DelayedTask
 from taskrunner._wire import TaskMessage as TaskMessage
 from taskrunner.errors import AlreadyServing as AlreadyServing
 from taskrunner.errors import BackendError as BackendError
@@ -26,4 +28,8 @@ from taskrunner.errors import TaskNotFound as TaskNotFound
 from taskrunner.errors import TaskRunnerError as TaskRunnerError
 from taskrunner.errors import WrongAsyncLibrary as WrongAsyncLibrary
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("trio-taskrunner")
+    """The installed version (the distribution's metadata, set in pyproject.toml)."""
+except _PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

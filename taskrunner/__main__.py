@@ -1,5 +1,5 @@
 """``python -m taskrunner``: the same command line as ``taskrunner``."""
 
-from taskrunner._cli import main
+from taskrunner.cli import main
 
 raise SystemExit(main())

@@ -187,3 +187,23 @@ class TaskRunnerConfig:
     def consumer_name(self, fetcher_id: int) -> str:
         """The consumer name of fetcher ``fetcher_id`` (ids start at 1)."""
         return f"{self.consumer_group}_{self.host}_{fetcher_id}"
+
+
+class ConfigHolder:
+    """The one place a runner's parts read its configuration from.
+
+    :meth:`TaskRunner.configure <taskrunner.TaskRunner.configure>` replaces
+    :attr:`current`; every part (registry, dispatcher, worker, acker,
+    scheduler, stream sharing) holds this object and reads ``current`` when
+    it needs a field, so a new field reaches every part without anyone
+    having to copy it over. While serving, ``current`` does not change.
+
+    Args:
+        config: The configuration to start with.
+    """
+
+    __slots__ = ("current",)
+
+    def __init__(self, config: TaskRunnerConfig) -> None:
+        self.current = config
+        """The runner's configuration now."""

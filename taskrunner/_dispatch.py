@@ -1,5 +1,8 @@
 """Dispatching: turning a task name and a payload into a queued message.
 
+The :class:`Dispatcher` is the part of a :class:`~taskrunner.TaskRunner` that
+its ``dispatch``, ``dispatch_many``, ``dispatch_delayed`` and
+``schedule_for`` delegate to (their docstrings there are the contract).
 Everything that can be refused (unknown task, payload that does not encode or
 does not fit the typed payload, a bad delay) is refused before anything is
 queued. A unique task's lock is taken before its message is added and given
@@ -20,25 +23,38 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._codec import encode_payload
-from taskrunner._config import TaskRunnerConfig
-from taskrunner._guards import require_trio
-from taskrunner._scheduler import Scheduler
+from taskrunner._config import ConfigHolder
+from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
-log = logging.getLogger("taskrunner.dispatch")
+log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
 
 
-class Dispatching:
-    """The dispatch half of :class:`~taskrunner.TaskRunner`."""
+class Dispatcher:
+    """Queues runs of a runner's registered tasks.
 
-    config: TaskRunnerConfig
-    backend: Backend
-    _tasks: Mapping[str, Task]
-    _scheduler: Scheduler
+    Args:
+        config: The runner's configuration (the group to dispatch to).
+        backend: Where the stream and the delayed set live.
+        tasks: The registered tasks by name, read as it is.
+        scheduler: Told of every delayed task added here, so it moves it on time.
+    """
+
+    def __init__(
+        self,
+        config: ConfigHolder,
+        backend: Backend,
+        tasks: Mapping[str, Task],
+        scheduler: Scheduler,
+    ) -> None:
+        self._config = config
+        self._backend = backend
+        self._tasks = tasks
+        self._scheduler = scheduler
 
     def _message(self, task: Task, payload: Any) -> _wire.TaskMessage:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
@@ -58,37 +74,19 @@ class Dispatching:
             raise TaskNotFound(name) from None
 
     async def dispatch(self, name: str, payload: Any = None) -> str:
-        """Queue one run of task ``name``.
-
-        Returns:
-            The message id.
-
-        Raises:
-            TaskNotFound: no task ``name`` is registered.
-            InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
-            TaskAlreadyDispatched: ``name`` is unique and its lock is held.
-            BackendError: the backend could not be reached.
-            WrongAsyncLibrary: awaited outside trio (under asyncio, say).
-
-        Cancellation: the message may or may not have been queued. A unique
-        task's lock is given back only when the add certainly did not happen
-        (a ``BackendError`` with ``maybe_applied`` false); otherwise it is kept,
-        so no duplicate gets in, and expires after ``unique_for`` (or is released
-        by the worker, if the message was queued after all).
-        """
-        require_trio("TaskRunner.dispatch")
+        """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
         task = self._get_task(name)
         message = self._message(task, payload)
         data = _wire.encode_message(message)
         if not task.unique:
-            (message_id,) = await self.backend.add(self.config.consumer_group, [data])
+            (message_id,) = await self._backend.add(self._config.current.consumer_group, [data])
             return message_id
         key = _wire.unique_lock(task.name, message.unique_key)
         token = message.unique_lock_value
-        if not await self.backend.acquire_lock(key, token, task.unique_for):
+        if not await self._backend.acquire_lock(key, token, task.unique_for):
             raise TaskAlreadyDispatched(task.name, key)
         try:
-            (message_id,) = await self.backend.add(self.config.consumer_group, [data])
+            (message_id,) = await self._backend.add(self._config.current.consumer_group, [data])
         except BackendError as exc:
             if not exc.maybe_applied:
                 await self._give_back(task, key, token)
@@ -107,7 +105,7 @@ class Dispatching:
     async def _give_back(self, task: Task, key: str, token: str) -> None:
         with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
             try:
-                await self.backend.release_lock(key, token)
+                await self._backend.release_lock(key, token)
             except BackendError as exc:
                 log.warning(
                     "could not release unique lock %s after a failed dispatch (%s); "
@@ -118,62 +116,26 @@ class Dispatching:
                 )
 
     async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
-        """Queue one run of task ``name`` per payload, in one backend call.
-
-        Every payload is encoded before anything is queued, so an invalid one
-        queues none.
-
-        Returns:
-            The message ids, in order.
-
-        Raises:
-            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: the task is unique (dispatch those one by one, so each
-                duplicate can be refused on its own).
-        """
-        require_trio("TaskRunner.dispatch_many")
+        """See :meth:`TaskRunner.dispatch_many <taskrunner.TaskRunner.dispatch_many>`."""
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
         data = [_wire.encode_message(self._message(task, payload)) for payload in payloads]
-        return await self.backend.add(self.config.consumer_group, data) if data else []
+        return await self._backend.add(self._config.current.consumer_group, data) if data else []
 
     async def dispatch_delayed(
         self, name: str, payload: Any = None, delay: float | timedelta = 0.0
     ) -> str:
-        """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
-
-        The task waits in the group's delayed set; the leader moves it to the
-        stream when due. A unique task takes its lock when it is moved, not
-        now; while the lock is held it stays in the set.
-
-        Returns:
-            The delayed task's id.
-
-        Raises:
-            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``delay`` is negative or not finite.
-        """
-        require_trio("TaskRunner.dispatch_delayed")
+        """See :meth:`TaskRunner.dispatch_delayed <taskrunner.TaskRunner.dispatch_delayed>`."""
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if isinstance(seconds, bool) or not isinstance(seconds, int | float):
             raise ValueError(f"delay must be seconds or a timedelta, got {delay!r}")
         if not (math.isfinite(seconds) and seconds >= 0):
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        return await self._add_delayed(name, payload, self.backend.now() + seconds)
+        return await self._add_delayed(name, payload, self._backend.now() + seconds)
 
     async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
-        """Queue one run of task ``name`` at ``when``.
-
-        Args:
-            when: A timezone-aware datetime, or unix seconds. A time in the
-                past runs at the next scheduler pass.
-
-        Raises:
-            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``when`` is a naive datetime or not finite.
-        """
-        require_trio("TaskRunner.schedule_for")
+        """See :meth:`TaskRunner.schedule_for <taskrunner.TaskRunner.schedule_for>`."""
         if isinstance(when, datetime):
             if when.tzinfo is None or when.utcoffset() is None:
                 raise ValueError(f"when must be a timezone-aware datetime, got {when!r}")
@@ -183,7 +145,7 @@ class Dispatching:
         else:
             raise ValueError(f"when must be an aware datetime or unix seconds, got {when!r}")
         # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
-        return await self._add_delayed(name, payload, unix - time.time() + self.backend.now())
+        return await self._add_delayed(name, payload, unix - time.time() + self._backend.now())
 
     async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
         task = self._get_task(name)
@@ -197,8 +159,8 @@ class Dispatching:
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
         )
-        await self.backend.add_delayed(
-            self.config.consumer_group, _wire.encode_delayed(delayed), run_at
+        await self._backend.add_delayed(
+            self._config.current.consumer_group, _wire.encode_delayed(delayed), run_at
         )
         self._scheduler.nudge(run_at)
         return delayed.id

@@ -27,7 +27,7 @@ BACKEND_METHODS = sorted(
 )
 """What an object needs to serve as a backend. Looked up with ``getattr`` rather than
 ``isinstance(x, Backend)``, which on Python >= 3.12 does not see attributes a wrapper
-provides through ``__getattr__`` (as ``PartitionedBackend`` does)."""
+provides through ``__getattr__``."""
 
 
 INSPECTION_METHODS = sorted(

@@ -10,7 +10,7 @@ from typing import Any
 Hook = Callable[..., Any]
 """A user callback; it may return an awaitable, which is awaited."""
 
-log = logging.getLogger("taskrunner")
+log = logging.getLogger(__name__)
 
 
 async def call_hook(hook: Hook, *args: Any) -> Any:

@@ -1,22 +1,37 @@
-"""The task registry half of :class:`~taskrunner.TaskRunner`: ``register`` and
-the ``task`` decorator, with the checks that keep a task safe to run."""
+"""The task registry a :class:`~taskrunner.TaskRunner` owns: ``register`` and the
+``task`` decorator, with the checks that keep a task safe to run.
+
+Theory of operation. Registered tasks live in one dict, :attr:`Registry.tasks`,
+which the worker and the scheduler read as it is (no copy per message). A
+task registered without a ``reservation_timeout`` gets a third of the
+runner's ``reclaim_delay``, and is remembered as defaulted: when
+``configure`` changes ``reclaim_delay``, :meth:`Registry.follow` recomputes the
+defaulted timeouts and checks that the explicit ones stay below it, all before
+anything changes. The public methods are :class:`~taskrunner.TaskRunner`'s,
+which delegate here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar, overload
+from typing import TypeVar
 
 import attrs
 
 from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
-from taskrunner._config import TaskRunnerConfig
+from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._task import Action, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)
 
 
 def check_reservation(task: Task, reclaim_delay: float) -> None:
+    """Refuse a task whose reservation timeout is not below ``reclaim_delay``.
+
+    Raises:
+        ValueError: it is not (the message could be reclaimed while it runs).
+    """
     if task.reservation >= reclaim_delay:
         raise ValueError(
             f"Task.reservation_timeout ({task.reservation!r}s) must be below "
@@ -24,94 +39,55 @@ def check_reservation(task: Task, reclaim_delay: float) -> None:
         )
 
 
-class Registering:
-    """The registry half of :class:`~taskrunner.TaskRunner`."""
+class Registry:
+    """A runner's registered tasks.
 
-    config: TaskRunnerConfig
-    _tasks: dict[str, Task]
-    _defaulted: set[str]
+    Args:
+        config: The runner's configuration (group and ``reclaim_delay``).
+    """
 
-    @property
-    def tasks(self) -> dict[str, Task]:
-        """Registered tasks by name (a copy)."""
-        return dict(self._tasks)
+    def __init__(self, config: ConfigHolder) -> None:
+        self._config = config
+        self.tasks: dict[str, Task] = {}
+        """Registered tasks by name (read as it is by the worker and the scheduler)."""
+        self._defaulted: set[str] = set()  # tasks whose reservation timeout we chose
 
     def register(self, task: Task) -> Task:
-        """Register ``task``; a ``reservation_timeout`` of ``None`` becomes a third
-        of ``reclaim_delay``.
-
-        Returns:
-            The task as registered.
+        """Register ``task`` (see :meth:`TaskRunner.register <taskrunner.TaskRunner.register>`).
 
         Raises:
-            ValueError: a task with that name is registered already (or the name
-                is reserved: ``delayed_tasks_schedule``, or Go's
-                ``taskrunner:<group>:delayed_tasks_schedule``), or its
-                ``reservation_timeout`` is not below the runner's ``reclaim_delay``
-                (the message could be reclaimed while it runs).
+            ValueError: the name is taken or reserved, or the reservation
+                timeout is not below ``reclaim_delay``.
         """
-        group = self.config.consumer_group
+        config = self._config.current
+        group = config.consumer_group
         if task.name in (_wire.SCHEDULE_TIMING_NAME, _wire.schedule_timing_name(group)):
             raise ValueError(
                 f"Task.name {task.name!r} is reserved for the scheduler's timing metrics"
             )
-        if task.name in self._tasks:
+        if task.name in self.tasks:
             raise ValueError(f"a task named {task.name!r} is already registered")
         if task.reservation_timeout is None:
             self._defaulted.add(task.name)
-            task = attrs.evolve(task, reservation_timeout=self.config.reclaim_delay / 3)
+            task = attrs.evolve(task, reservation_timeout=config.reclaim_delay / 3)
         else:
-            check_reservation(task, self.config.reclaim_delay)
-        self._tasks[task.name] = task
+            check_reservation(task, config.reclaim_delay)
+        self.tasks[task.name] = task
         return task
 
-    @overload
-    def task(self, action: A, /) -> A: ...
-
-    @overload
-    def task(
+    def decorator(
         self,
-        name: str | None = None,
+        name: str | None,
         *,
-        max_retry: int = 1,
-        reservation_timeout: float | None = None,
-        unique: bool = False,
-        unique_key: UniqueKey | None = None,
-        unique_for: float = 0.0,
-        extra_keys: ExtraKeys = "forbid",
-    ) -> Callable[[A], A]: ...
-
-    def task(
-        self,
-        name: str | A | None = None,
-        *,
-        max_retry: int = 1,
-        reservation_timeout: float | None = None,
-        unique: bool = False,
-        unique_key: UniqueKey | None = None,
-        unique_for: float = 0.0,
-        extra_keys: ExtraKeys = "forbid",
-    ) -> A | Callable[[A], A]:
-        """Decorator form of :meth:`register`; the name defaults to the function's.
-
-        Used bare (``@runner.task``) it registers the function with the defaults;
-        called (``@runner.task(...)``) it takes the options of :class:`Task`.
-
-        Example::
-
-            @runner.task
-            async def send_email(payload: dict) -> None: ...
-
-            @runner.task(name="resize", max_retry=3)
-            async def resize_image(payload: dict) -> None: ...
-
-        Raises:
-            ValueError: as :meth:`register`, or an option is invalid (as for
-                :class:`Task`).
-        """
-
-        if callable(name):  # used bare: @runner.task
-            return self.task()(name)
+        max_retry: int,
+        reservation_timeout: float | None,
+        unique: bool,
+        unique_key: UniqueKey | None,
+        unique_for: float,
+        extra_keys: ExtraKeys,
+    ) -> Callable[[A], A]:
+        """The decorator that registers an action with these options (see
+        :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`)."""
 
         def decorate(action: A) -> A:
             self.register(
@@ -129,3 +105,20 @@ class Registering:
             return action
 
         return decorate
+
+    def follow(self, config: TaskRunnerConfig) -> None:
+        """Make the registered tasks fit ``config``'s ``reclaim_delay``: defaulted
+        reservation timeouts are recomputed, explicit ones must stay below it.
+
+        Raises:
+            ValueError: an explicit reservation timeout is not below the new
+                ``reclaim_delay``; nothing changed.
+        """
+        tasks = {}
+        for name, task in self.tasks.items():
+            if name in self._defaulted:
+                task = attrs.evolve(task, reservation_timeout=config.reclaim_delay / 3)
+            else:
+                check_reservation(task, config.reclaim_delay)
+            tasks[name] = task
+        self.tasks.update(tasks)

@@ -1,75 +1,92 @@
-"""The runner: registry, dispatch, and the nursery tree of ``serve``.
+"""The runner: it owns its parts (registry, dispatcher, the serve services) and
+``serve``'s nursery tree.
 
-Theory of operation. ``serve`` owns every subsystem through nurseries::
+Theory of operation. ``serve`` owns every service through nurseries; each
+node of the tree is one module of :mod:`taskrunner._serve`, named after it::
 
     serve                        checks first, then waits for the stop event
     │                            (cancel or shutdown()); the checks, before anything
     │                            starts: no other group on a stream deleted on ack
-    │                            (_sharing), no other live instance of this host
-    │                            (_heartbeat.claim)
+    │                            (sharing.py), no other live instance of this host
+    │                            (heartbeat.py, claim)
     └── shielded scope           outside cancellation cannot reach below here
         ├── services nursery     stops last, each service ending with a bounded flush
         │   ├── heartbeat        replication key, deleted at the end; another
         │   │                    instance in it stops serve (DuplicateHost)
-        │   ├── lease keeper     acquire / renew / resign; one cancel scope per term
-        │   ├── scheduler        leader only: due delayed tasks -> stream
-        │   ├── local scheduler  delayed tasks dispatched here, when another leads
+        │   ├── leadership       the lease keeper: acquire / renew / resign; one
+        │   │                    cancel scope per term
+        │   ├── scheduler        leader: due delayed tasks -> stream; every
+        │   │                    instance: those dispatched here, when another leads
         │   ├── cleanup          leader only: consumers idle for 10 minutes
-        │   ├── bulk writer      timings -> metrics hash, once a second
+        │   ├── bulk_writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
         │   ├── sharing          other groups on the stream (checked at start too)
         │   ├── acker            batched acks (and unique-lock releases)
         │   └── refresher        keeps long runs from being reclaimed
-        └── workers nursery      one task per message, bounded by the pool
-            └── fetchers         reserve slots -> claim/read -> start
+        └── worker               the workers nursery: one task per message,
+            │                    bounded by the pool (pool.py)
+            └── fetcher          one per num_fetchers: reserve slots -> claim/read
+                                 -> start
 
 Cancelling ``serve`` (or calling :meth:`TaskRunner.shutdown`) sets the stop
-event. The fetchers nursery is cancelled at once; the workers nursery gets a
+event. The fetchers are cancelled at once; the workers nursery gets a
 deadline of ``shutdown_grace`` (tasks still running then are cancelled and
 stay pending for reclaim); only when it has drained is the services nursery
 cancelled, so the acker's final flush sees every finished message. Every
 step after the stop is bounded, so the shield never makes ``serve`` hang.
+
+The runner composes its parts: a :class:`~taskrunner._registry.Registry`
+and a :class:`~taskrunner._dispatch.Dispatcher` (its public registering and
+dispatching methods delegate to them), and the services' objects. They all
+read the configuration from one :class:`~taskrunner._config.ConfigHolder`,
+which :meth:`TaskRunner.configure` replaces.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import attrs
 import trio
 
-from taskrunner import (
-    _aggregator,
-    _bulk_writer,
-    _cleanup,
-    _fetcher,
-    _heartbeat,
-    _leadership,
-    _refresher,
-    _sharing,
-)
-from taskrunner._acker import Acker
-from taskrunner._config import TaskRunnerConfig
-from taskrunner._dispatch import Dispatching
+from taskrunner._codec import ExtraKeys
+from taskrunner._config import ConfigHolder, TaskRunnerConfig
+from taskrunner._dispatch import Dispatcher
 from taskrunner._guards import check_runner_arguments, require_trio
-from taskrunner._heartbeat import ReplicationCounter
 from taskrunner._inflight import InFlight
-from taskrunner._leadership import Leadership
-from taskrunner._pool import WorkerPool
-from taskrunner._registry import Registering, check_reservation
-from taskrunner._scheduler import Scheduler
+from taskrunner._registry import Registry
+from taskrunner._serve import (
+    aggregator,
+    bulk_writer,
+    cleanup,
+    heartbeat,
+    leadership,
+    refresher,
+    sharing,
+    worker,
+)
+from taskrunner._serve.acker import Acker
+from taskrunner._serve.fetcher import FetcherContext, FetcherCounters
+from taskrunner._serve.heartbeat import ReplicationCounter
+from taskrunner._serve.leadership import Leadership
+from taskrunner._serve.pool import WorkerPool
+from taskrunner._serve.scheduler import Scheduler
+from taskrunner._serve.sharing import StreamSharing
+from taskrunner._serve.worker import Worker
 from taskrunner._stats import Stats
-from taskrunner._task import Task
+from taskrunner._task import Action, Task, UniqueKey
 from taskrunner._timings import TimingRecorder
-from taskrunner._worker import Worker
 from taskrunner.backends import Backend
 from taskrunner.errors import AlreadyServing, DuplicateHost
 
-log = logging.getLogger("taskrunner")
+log = logging.getLogger(__name__)
+
+A = TypeVar("A", bound=Action)
 
 DEFAULT_REFRESH_TICK = 30.0
 
@@ -103,7 +120,7 @@ class RunnerStatistics:
     """Finished messages waiting for their ack."""
 
 
-class TaskRunner(Registering, Dispatching):
+class TaskRunner:
     """Registers tasks, dispatches them, and serves them from a backend.
 
     Args:
@@ -122,37 +139,198 @@ class TaskRunner(Registering, Dispatching):
 
     def __init__(self, config: TaskRunnerConfig, backend: Backend) -> None:
         check_runner_arguments(config, backend)
-        self.config = config
         self.backend = backend
         self.instance_id = uuid.uuid4().hex
-        self._tasks: dict[str, Task] = {}
-        self._defaulted: set[str] = set()  # tasks whose reservation timeout we chose
+        self._config = ConfigHolder(config)
+        self._registry = Registry(self._config)
+        tasks = self._registry.tasks
         self._pool = WorkerPool(config.num_workers)
         self._inflight = InFlight()
         self._timings = TimingRecorder()
-        self._acker = Acker(backend, config.consumer_group)
-        self._fetch_counters = _fetcher.FetcherCounters()
+        self._acker = Acker(backend, self._config)
+        self._sharing = StreamSharing(backend, self._config)
+        self._fetch_counters = FetcherCounters()
         self._worker = Worker(
-            config, backend, self._tasks, self._pool, self._acker, self._inflight, self._timings
+            self._config,
+            backend,
+            tasks,
+            self._pool,
+            self._acker,
+            self._sharing,
+            self._inflight,
+            self._timings,
         )
         self._leadership = Leadership()
         self._replicas = ReplicationCounter(backend)
-        self._scheduler = self._new_scheduler()
+        self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
+        self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler)
         self._serving = False
         self._stop = trio.Event()
-        self._workers: trio.Nursery | None = None
+        self._workers_scope: trio.CancelScope | None = None  # the workers nursery, serving
 
-    def _new_scheduler(self) -> Scheduler:
-        return Scheduler(
-            self.backend,
-            self.config.consumer_group,
-            lambda: self._tasks,
-            self._timings,
-            self.config.delayed_poll_interval,
-        )
+    @property
+    def config(self) -> TaskRunnerConfig:
+        """How this instance behaves (replace fields with :meth:`configure`)."""
+        return self._config.current
 
     def __repr__(self) -> str:
         return f"<TaskRunner group={self.config.consumer_group!r} host={self.config.host!r}>"
+
+    # Registry ---------------------------------------------------------------
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """Registered tasks by name (a copy)."""
+        return dict(self._registry.tasks)
+
+    @property
+    def task_names(self) -> list[str]:
+        """Names of the registered tasks."""
+        return list(self._registry.tasks)
+
+    def register(self, task: Task) -> Task:
+        """Register ``task``; a ``reservation_timeout`` of ``None`` becomes a third
+        of ``reclaim_delay``.
+
+        Returns:
+            The task as registered.
+
+        Raises:
+            ValueError: a task with that name is registered already (or the name
+                is reserved: ``delayed_tasks_schedule``, or Go's
+                ``taskrunner:<group>:delayed_tasks_schedule``), or its
+                ``reservation_timeout`` is not below the runner's ``reclaim_delay``
+                (the message could be reclaimed while it runs).
+        """
+        return self._registry.register(task)
+
+    @overload
+    def task(self, action: A, /) -> A: ...
+
+    @overload
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        max_retry: int = 1,
+        reservation_timeout: float | None = None,
+        unique: bool = False,
+        unique_key: UniqueKey | None = None,
+        unique_for: float = 0.0,
+        extra_keys: ExtraKeys = "forbid",
+    ) -> Callable[[A], A]: ...
+
+    def task(
+        self,
+        name: str | A | None = None,
+        *,
+        max_retry: int = 1,
+        reservation_timeout: float | None = None,
+        unique: bool = False,
+        unique_key: UniqueKey | None = None,
+        unique_for: float = 0.0,
+        extra_keys: ExtraKeys = "forbid",
+    ) -> A | Callable[[A], A]:
+        """Decorator form of :meth:`register`; the name defaults to the function's.
+
+        Used bare (``@runner.task``) it registers the function with the defaults;
+        called (``@runner.task(...)``) it takes the options of :class:`Task`.
+
+        Example::
+
+            @runner.task
+            async def send_email(payload: dict) -> None: ...
+
+            @runner.task(name="resize", max_retry=3)
+            async def resize_image(payload: dict) -> None: ...
+
+        Raises:
+            ValueError: as :meth:`register`, or an option is invalid (as for
+                :class:`Task`).
+        """
+        if callable(name):  # used bare: @runner.task
+            return self.task()(name)
+        return self._registry.decorator(
+            name,
+            max_retry=max_retry,
+            reservation_timeout=reservation_timeout,
+            unique=unique,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            extra_keys=extra_keys,
+        )
+
+    # Dispatch ---------------------------------------------------------------
+    async def dispatch(self, name: str, payload: Any = None) -> str:
+        """Queue one run of task ``name``.
+
+        Returns:
+            The message id.
+
+        Raises:
+            TaskNotFound: no task ``name`` is registered.
+            InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
+            TaskAlreadyDispatched: ``name`` is unique and its lock is held.
+            BackendError: the backend could not be reached.
+            WrongAsyncLibrary: awaited outside trio (under asyncio, say).
+
+        Cancellation: the message may or may not have been queued. A unique
+        task's lock is given back only when the add certainly did not happen
+        (a ``BackendError`` with ``maybe_applied`` false); otherwise it is kept,
+        so no duplicate gets in, and expires after ``unique_for`` (or is released
+        by the worker, if the message was queued after all).
+        """
+        require_trio("TaskRunner.dispatch")
+        return await self._dispatcher.dispatch(name, payload)
+
+    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+        """Queue one run of task ``name`` per payload, in one backend call.
+
+        Every payload is encoded before anything is queued, so an invalid one
+        queues none.
+
+        Returns:
+            The message ids, in order.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: the task is unique (dispatch those one by one, so each
+                duplicate can be refused on its own).
+        """
+        require_trio("TaskRunner.dispatch_many")
+        return await self._dispatcher.dispatch_many(name, payloads)
+
+    async def dispatch_delayed(
+        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+    ) -> str:
+        """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
+
+        The task waits in the group's delayed set; the leader moves it to the
+        stream when due. A unique task takes its lock when it is moved, not
+        now; while the lock is held it stays in the set.
+
+        Returns:
+            The delayed task's id.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: ``delay`` is negative or not finite.
+        """
+        require_trio("TaskRunner.dispatch_delayed")
+        return await self._dispatcher.dispatch_delayed(name, payload, delay)
+
+    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+        """Queue one run of task ``name`` at ``when``.
+
+        Args:
+            when: A timezone-aware datetime, or unix seconds. A time in the
+                past runs at the next scheduler pass.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: ``when`` is a naive datetime or not finite.
+        """
+        require_trio("TaskRunner.schedule_for")
+        return await self._dispatcher.schedule_for(name, payload, when)
 
     # Fleet ------------------------------------------------------------------
     @property
@@ -190,10 +368,10 @@ class TaskRunner(Registering, Dispatching):
         """
         require_trio("TaskRunner.get_timing_statistics")
         replication = await self.get_number_of_replications()
-        return await _aggregator.timing_statistics(
+        return await aggregator.timing_statistics(
             self.backend,
             self.config.consumer_group,
-            self._tasks,
+            self._registry.tasks,
             self._pool.capacity,
             replication,
         )
@@ -203,14 +381,9 @@ class TaskRunner(Registering, Dispatching):
         """Current worker-pool capacity."""
         return self._pool.capacity
 
-    @property
-    def task_names(self) -> list[str]:
-        """Names of the registered tasks."""
-        return list(self._tasks)
-
     # Serving ----------------------------------------------------------------
     def _refresh_tick(self) -> float:
-        timeouts = [t.reservation for t in self._tasks.values()]
+        timeouts = [t.reservation for t in self._registry.tasks.values()]
         return min(timeouts) / 2 if timeouts else DEFAULT_REFRESH_TICK
 
     def configure(self, **changes: Any) -> None:
@@ -228,20 +401,8 @@ class TaskRunner(Registering, Dispatching):
         config = attrs.evolve(self.config, **changes)
         # Registered tasks follow a new reclaim_delay: defaulted reservation
         # timeouts are recomputed, explicit ones must stay below it.
-        tasks = {}
-        for name, task in self._tasks.items():
-            if name in self._defaulted:
-                task = attrs.evolve(task, reservation_timeout=config.reclaim_delay / 3)
-            else:
-                check_reservation(task, config.reclaim_delay)
-            tasks[name] = task
-        self._tasks.update(tasks)
-        self.config = config
-        self._worker._config = config
-        self._scheduler = self._new_scheduler()
-        self._acker = Acker(self.backend, config.consumer_group)
-        self._worker._acker = self._acker
-        self._worker.sharing = _sharing.StreamSharing(self.backend, config.consumer_group)
+        self._registry.follow(config)
+        self._config.current = config  # every part reads it from here
         if "num_workers" in changes:
             self._pool.resize(config.num_workers)
 
@@ -281,8 +442,8 @@ class TaskRunner(Registering, Dispatching):
         """
         if grace is not None:
             self._grace_override = grace
-            if self._workers is not None and self._stop.is_set():
-                self._workers.cancel_scope.deadline = trio.current_time() + grace
+            if self._workers_scope is not None and self._stop.is_set():
+                self._workers_scope.deadline = trio.current_time() + grace
         self._stop.set()
 
     _grace_override: float | None = None
@@ -290,7 +451,7 @@ class TaskRunner(Registering, Dispatching):
 
     def _lost_host(self, error: DuplicateHost) -> None:
         # Another instance holds this host's heartbeat key: stop gracefully, and
-        # serve raises the error once drained (see _heartbeat).
+        # serve raises the error once drained (see _serve/heartbeat.py).
         self._host_taken = error
         self.shutdown()
 
@@ -327,12 +488,12 @@ class TaskRunner(Registering, Dispatching):
             self.instance_id,
             cfg.num_fetchers,
             self._pool.capacity,
-            ", ".join(sorted(self._tasks)) or "(none)",
+            ", ".join(sorted(self._registry.tasks)) or "(none)",
         )
         ready = trio.Event()
         try:
-            await self._worker.sharing.check_start()
-            await _heartbeat.claim(self.backend, cfg.host, self.instance_id)
+            await self._sharing.check_start()
+            await heartbeat.claim(self.backend, cfg.host, self.instance_id)
             async with trio.open_nursery() as top:
                 # start_soon, not start: a serve cancelled while starting must still
                 # reach the finally below (the stop event), or the shielded child
@@ -357,79 +518,48 @@ class TaskRunner(Registering, Dispatching):
         # Shielded: outside cancellation reaches serve() only through the stop
         # event, so the drain below always runs to its (bounded) end.
         cfg = self.config
+        backend, group = self.backend, cfg.consumer_group
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as services:
                 await services.start(
-                    _heartbeat.run, self.backend, cfg.host, self.instance_id, self._lost_host
+                    heartbeat.run, backend, cfg.host, self.instance_id, self._lost_host
                 )
                 await services.start(
                     partial(
-                        _leadership.run,
-                        self.backend,
-                        cfg.consumer_group,
+                        leadership.run,
+                        backend,
+                        group,
                         self.instance_id,
                         self._leadership,
                         ttl=cfg.leader_lease_ttl,
                     )
                 )
-                services.start_soon(self._leadership.run_as_leader, self._scheduler.run)
-                services.start_soon(self._scheduler.run_local, lambda: self.is_leader)
-                services.start_soon(
-                    self._leadership.run_as_leader,
-                    partial(_cleanup.run, self.backend, cfg.consumer_group),
-                )
+                await services.start(self._leadership.run_as_leader, self._scheduler.run)
+                await services.start(self._scheduler.run_local, lambda: self.is_leader)
                 await services.start(
-                    _bulk_writer.run, self.backend, cfg.consumer_group, self._timings
+                    self._leadership.run_as_leader, partial(cleanup.run, backend, group)
                 )
-                await services.start(_aggregator.run, self)
-                await services.start(
-                    _sharing.run, self._worker.sharing, self.backend, cfg.consumer_group
-                )
+                await services.start(bulk_writer.run, backend, group, self._timings)
+                await services.start(aggregator.run, self)
+                await services.start(sharing.run, self._sharing, backend, group)
                 await services.start(self._acker.run)
                 await services.start(
-                    _refresher.run,
-                    self.backend,
-                    cfg.consumer_group,
-                    self._inflight,
-                    self._refresh_tick,
+                    refresher.run, backend, group, self._inflight, self._refresh_tick
                 )
-                await self._run_core(ready)
-                services.cancel_scope.cancel()
-
-    async def _run_core(self, ready: trio.Event) -> None:
-        cfg = self.config
-        async with trio.open_nursery() as workers:
-            self._workers = workers
-            async with trio.open_nursery() as fetchers:
-                for fetcher_id in range(1, cfg.num_fetchers + 1):
-                    await fetchers.start(
-                        _fetcher.run,
-                        fetcher_id,
-                        cfg,
-                        self.backend,
-                        self._pool,
-                        workers,
-                        self._worker.execute,
-                        self._fetch_counters,
+                fetching = FetcherContext(
+                    config=cfg,
+                    backend=backend,
+                    pool=self._pool,
+                    execute=self._worker.execute,
+                    counters=self._fetch_counters,
+                )
+                async with trio.open_nursery() as core:
+                    self._workers_scope = await core.start(
+                        worker.run, fetching, self._stop, self._current_grace
                     )
-                ready.set()
-                await self._stop.wait()
-                fetchers.cancel_scope.cancel()
-            grace = self._current_grace()
-            running = self._pool.in_use
-            if running:
-                log.info(
-                    "shutting down: waiting up to %.1fs for %d running task(s)", grace, running
-                )
-            workers.cancel_scope.deadline = trio.current_time() + grace
-        if workers.cancel_scope.cancelled_caught:
-            # (A hard stop may cut the body above short: read the grace again.)
-            log.warning(
-                "shutdown_grace (%.3gs) ran out; unfinished tasks were cancelled and "
-                "stay pending for reclaim",
-                self._current_grace(),
-            )
-        self._workers = None
+                    ready.set()
+                self._workers_scope = None
+                services.cancel_scope.cancel()
 
     def _current_grace(self) -> float:
         if self._grace_override is not None:

@@ -28,6 +28,7 @@ from taskrunner import _wire
 __all__ = [
     "Stats",
     "compute_stats",
+    "hook_due",
     "parse_metrics_hash",
     "should_reset_metrics",
 ]
@@ -54,6 +55,12 @@ def should_reset_metrics(*, now: float, last_reset: float, interval: float) -> b
     if not interval > 0:
         return False
     return now - last_reset > interval
+
+
+def hook_due(stats: Stats, long_queue_threshold: float) -> bool:
+    """Whether ``long_queue_hook`` fires: a threshold is set (seconds) and the
+    predicted wait (ms) is strictly above it."""
+    return long_queue_threshold > 0 and stats.predicted_wait_time > long_queue_threshold * 1000.0
 
 
 _HashValue = bytes | str | float

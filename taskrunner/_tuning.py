@@ -18,15 +18,21 @@ and the clock reading and performs whatever I/O the answer calls for.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from taskrunner._config import TaskRunnerConfig
 
 __all__ = [
     "TuningDecision",
     "aggregator_interval",
     "compute_tuned_workers",
     "cooldown_elapsed",
+    "follow_capacity",
     "round_half_away_from_zero",
+    "tune",
     "tuning_enabled",
+    "tuning_on",
     "tuning_ttl",
 ]
 
@@ -80,54 +86,57 @@ def round_half_away_from_zero(value: float) -> int:
 
 def compute_tuned_workers(
     *,
-    cur: int,
-    rf: int,
+    capacity: int,
+    replicas: int,
     min_workers: int,
     max_workers: int,
-    pwt: float,
+    predicted_wait: float,
     desired: float,
     tolerance: float,
 ) -> TuningDecision:
-    """The leader's tuning rule: the pool capacity that brings ``pwt`` back to the band.
+    """The leader's tuning rule: the pool capacity that brings the predicted wait back
+    to the band.
 
-    The function is unit-agnostic: ``pwt``, ``desired`` and ``tolerance``
-    only need to share a unit. (The runner passes the predicted wait in ms
-    and converts ``desired_wait_time`` and its tolerance from seconds.)
+    The function is unit-agnostic: ``predicted_wait``, ``desired`` and
+    ``tolerance`` only need to share a unit. (The runner passes the predicted
+    wait in ms and converts ``desired_wait_time`` and its tolerance from
+    seconds.)
 
-    The rule, with ``d = desired`` and ``t = tolerance``:
+    The rule, with ``c = capacity``, ``r = replicas``, ``w = predicted_wait``,
+    ``d = desired`` and ``t = tolerance``:
 
-    * ``pwt <= 0`` (nothing queued): shrink by 10%, ``max(min, int(cur * 0.9))``.
-    * ``max(0, d - t) <= pwt <= d + t``: keep ``cur``.
-    * above the band: target ``d`` when ``pwt > 1.5 d``, else ``d + t``.
-    * below the band: target ``d`` when ``pwt < 0.5 d``, else ``d - t``.
-    * new capacity ``round(round(cur * rf * pwt / target) / rf)``, rounding
-      halves away from zero as Go does.
+    * ``w <= 0`` (nothing queued): shrink by 10%, ``max(min, int(c * 0.9))``.
+    * ``max(0, d - t) <= w <= d + t``: keep ``c``.
+    * above the band: target ``d`` when ``w > 1.5 d``, else ``d + t``.
+    * below the band: target ``d`` when ``w < 0.5 d``, else ``d - t``.
+    * new capacity ``round(round(c * r * w / target) / r)``, rounding halves
+      away from zero as Go does.
 
     Every valid decision is clamped to ``[min_workers, max_workers]``, the
-    shrink and keep cases included; for a ``cur`` already in that range this
-    is exactly the rule above, and a ``cur`` left outside it (say, the limits
-    changed) is brought back. An infinite ``pwt`` asks for ``max_workers``.
+    shrink and keep cases included; for a ``c`` already in that range this is
+    exactly the rule above, and a ``c`` left outside it (say, the limits
+    changed) is brought back. An infinite ``w`` asks for ``max_workers``.
 
-    A zero target cannot happen: below the band means ``pwt < max(0, d - t)``,
-    and with ``d <= t`` that would need ``pwt < 0``, which the first case has
-    already taken; when the target is ``d - t`` we have ``d - t > pwt > 0``.
-    So with ``t >= d`` the band reaches down to 0 and any positive ``pwt``
-    under ``d + t`` keeps ``cur``. The code still guards the division.
+    A zero target cannot happen: below the band means ``w < max(0, d - t)``,
+    and with ``d <= t`` that would need ``w < 0``, which the first case has
+    already taken; when the target is ``d - t`` we have ``d - t > w > 0``. So
+    with ``t >= d`` the band reaches down to 0 and any positive ``w`` under
+    ``d + t`` keeps ``c``. The code still guards the division.
 
     Args:
-        cur: Current pool capacity (per instance).
-        rf: Replication count, the number of live instances.
+        capacity: Current pool capacity (per instance).
+        replicas: Replication count, the number of live instances.
         min_workers: Lower bound for the capacity.
         max_workers: Upper bound for the capacity.
-        pwt: Predicted wait time.
-        desired: Desired wait time, same unit as ``pwt``.
+        predicted_wait: Predicted wait time.
+        desired: Desired wait time, same unit as ``predicted_wait``.
         tolerance: Half-width of the band around ``desired``, same unit.
 
     Returns:
-        The capacity to use and why. Invalid input (tuning disabled, ``cur``
-        not positive, ``rf < 1``, NaN ``pwt``) returns ``cur`` unchanged with
-        the reason, rather than raising: a bad reading must not take down the
-        aggregator tick.
+        The capacity to use and why. Invalid input (tuning disabled,
+        ``capacity`` not positive, ``replicas < 1``, NaN ``predicted_wait``)
+        returns ``capacity`` unchanged with the reason, rather than raising: a
+        bad reading must not take down the aggregator tick.
     """
     if not tuning_enabled(
         min_workers=min_workers,
@@ -135,47 +144,54 @@ def compute_tuned_workers(
         desired_wait_time=desired,
         tolerance=tolerance,
     ):
-        return TuningDecision(cur, f"tuning disabled by configuration; keeping {cur}")
-    if cur <= 0:
-        return TuningDecision(cur, f"current capacity {cur} is not positive; keeping it")
-    if rf < 1:
-        return TuningDecision(cur, f"replication count {rf} is below 1; keeping {cur}")
-    if math.isnan(pwt):
-        return TuningDecision(cur, f"predicted wait is NaN; keeping {cur}")
+        return TuningDecision(capacity, f"tuning disabled by configuration; keeping {capacity}")
+    if capacity <= 0:
+        return TuningDecision(capacity, f"current capacity {capacity} is not positive; keeping it")
+    if replicas < 1:
+        return TuningDecision(
+            capacity, f"replication count {replicas} is below 1; keeping {capacity}"
+        )
+    if math.isnan(predicted_wait):
+        return TuningDecision(capacity, f"predicted wait is NaN; keeping {capacity}")
 
-    def clamp(capacity: int) -> int:
-        return min(max_workers, max(min_workers, capacity))
+    def clamp(value: int) -> int:
+        return min(max_workers, max(min_workers, value))
 
-    if pwt <= 0:
-        new = clamp(int(cur * 0.9))
-        return TuningDecision(new, f"nothing waiting (predicted wait {pwt:g}): {cur} -> {new}")
+    if predicted_wait <= 0:
+        new = clamp(int(capacity * 0.9))
+        return TuningDecision(
+            new, f"nothing waiting (predicted wait {predicted_wait:g}): {capacity} -> {new}"
+        )
 
     low = max(0.0, desired - tolerance)
     high = desired + tolerance
-    if low <= pwt <= high:
-        new = clamp(cur)
+    if low <= predicted_wait <= high:
+        new = clamp(capacity)
         return TuningDecision(
-            new, f"predicted wait {pwt:g} within [{low:g}, {high:g}]: {cur} -> {new}"
+            new,
+            f"predicted wait {predicted_wait:g} within [{low:g}, {high:g}]: {capacity} -> {new}",
         )
 
-    if pwt > high:
+    if predicted_wait > high:
         where = "above"
-        target = desired if pwt > 1.5 * desired else high
+        target = desired if predicted_wait > 1.5 * desired else high
     else:
         where = "below"
-        target = desired if pwt < 0.5 * desired else low
+        target = desired if predicted_wait < 0.5 * desired else low
     if not target > 0:  # unreachable, see the docstring; never divide by it
-        return TuningDecision(cur, f"tuning target {target:g} is not positive; keeping {cur}")
+        return TuningDecision(
+            capacity, f"tuning target {target:g} is not positive; keeping {capacity}"
+        )
 
-    scaled = cur * rf * pwt / target
+    scaled = capacity * replicas * predicted_wait / target
     if math.isinf(scaled):
         new = max_workers
     else:
-        new = clamp(round_half_away_from_zero(round_half_away_from_zero(scaled) / rf))
+        new = clamp(round_half_away_from_zero(round_half_away_from_zero(scaled) / replicas))
     return TuningDecision(
         new,
-        f"predicted wait {pwt:g} {where} [{low:g}, {high:g}], target {target:g},"
-        f" replication {rf}: {cur} -> {new}",
+        f"predicted wait {predicted_wait:g} {where} [{low:g}, {high:g}], target {target:g},"
+        f" replication {replicas}: {capacity} -> {new}",
     )
 
 
@@ -217,3 +233,74 @@ def cooldown_elapsed(*, now: float, last_change: float | None, cooldown: float) 
     if last_change is None:
         return True
     return now - last_change >= cooldown
+
+
+def tuning_on(config: TaskRunnerConfig) -> bool:
+    """Whether ``config`` turns the worker tuner on."""
+    return tuning_enabled(
+        min_workers=config.min_workers,
+        max_workers=config.max_workers,
+        desired_wait_time=config.desired_wait_time,
+        tolerance=config.desired_wait_time_tolerance,
+    )
+
+
+def follow_capacity(published: int | None, *, current: int, config: TaskRunnerConfig) -> int | None:
+    """The capacity a published tuning value asks this instance to take, if any.
+
+    Args:
+        published: The live published capacity, or None when there is none.
+        current: This instance's pool capacity.
+        config: This instance's configuration (its own limits apply).
+
+    Returns:
+        The new capacity, clamped to this instance's ``[min_workers,
+        max_workers]``; None when there is nothing to do (no value, tuning
+        off here, or the clamped value is the current one).
+    """
+    if published is None or not tuning_on(config):
+        return None
+    target = min(config.max_workers, max(config.min_workers, published))
+    return None if target == current else target
+
+
+def tune(
+    *,
+    now: float,
+    last_change: float | None,
+    config: TaskRunnerConfig,
+    capacity: int,
+    replicas: int,
+    predicted_wait: float,
+) -> TuningDecision | None:
+    """The leader's tuning decision for this tick, or None when it may not decide.
+
+    Args:
+        now: The current time (same clock as ``last_change``).
+        last_change: When the pool capacity last changed (for the cooldown),
+            None if it never did.
+        config: The instance's configuration.
+        capacity: Current pool capacity.
+        replicas: Replication count.
+        predicted_wait: Predicted wait time in ms (:attr:`Stats.predicted_wait_time
+            <taskrunner.Stats.predicted_wait_time>`).
+
+    Returns:
+        None when tuning is off or ``tuning_cooldown`` has not passed since
+        the last change; otherwise the decision (whose capacity may equal
+        ``capacity``). ``desired_wait_time`` and its tolerance are converted
+        from seconds to the ms of ``predicted_wait``.
+    """
+    if not tuning_on(config):
+        return None
+    if not cooldown_elapsed(now=now, last_change=last_change, cooldown=config.tuning_cooldown):
+        return None
+    return compute_tuned_workers(
+        capacity=capacity,
+        replicas=replicas,
+        min_workers=config.min_workers,
+        max_workers=config.max_workers,
+        predicted_wait=predicted_wait,
+        desired=config.desired_wait_time * 1000.0,
+        tolerance=config.desired_wait_time_tolerance * 1000.0,
+    )

@@ -50,7 +50,7 @@ __all__ = [
     "serve_metrics",
 ]
 
-log = logging.getLogger("taskrunner.prometheus")
+log = logging.getLogger(__name__)
 
 DURATION_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -447,21 +447,27 @@ async def serve_metrics(
     the collector from a registry that was passed in and its observer from
     ``runner``.
     """
-    collector = RunnerCollector(runner, refresh_interval=refresh_interval)
-    if registry is None:
-        registry = CollectorRegistry()
-    registry.register(collector)
+    # Bound here, before any task starts: a busy port is a plain OSError.
+    listeners = await trio.open_tcp_listeners(port, host=host)
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(collector.run_updater)
+        collector = RunnerCollector(runner, refresh_interval=refresh_interval)
+        served = CollectorRegistry() if registry is None else registry
+        served.register(collector)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(collector.run_updater)
 
-            async def handler(stream: trio.SocketStream) -> None:
-                await _handle(stream, registry)
+                async def handler(stream: trio.SocketStream) -> None:
+                    await _handle(stream, served)
 
-            listeners = await nursery.start(partial(trio.serve_tcp, handler, port, host=host))
-            real_port = listeners[0].socket.getsockname()[1]
-            log.info("serving metrics on http://%s:%d/metrics", host, real_port)
-            task_status.started(real_port)
+                await nursery.start(partial(trio.serve_listeners, handler, listeners))
+                real_port = listeners[0].socket.getsockname()[1]
+                log.info("serving metrics on http://%s:%d/metrics", host, real_port)
+                task_status.started(real_port)
+        finally:
+            served.unregister(collector)
+            collector.close()
     finally:
-        registry.unregister(collector)
-        collector.close()
+        # serve_listeners closes them too; this covers a start cut short before it.
+        for listener in listeners:
+            await trio.aclose_forcefully(listener)

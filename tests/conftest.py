@@ -36,8 +36,8 @@ from pathlib import Path
 
 import pytest
 
-from taskrunner import _embedded
-from taskrunner._embedded import ServerProcess, free_port, sync_command
+from taskrunner import testing
+from taskrunner.testing import ServerProcess, free_port, sync_command
 
 __all__ = ["ServerProcess", "find_server_binary", "free_port", "sync_command"]
 
@@ -46,7 +46,7 @@ SERVER_ENV = "TASKRUNNER_TEST_SERVER"
 
 def find_server_binary(choice: str | None = None) -> str:
     """The server binary named by ``choice`` (default: ``$TASKRUNNER_TEST_SERVER`` or auto)."""
-    return _embedded.find_server_binary(choice or os.environ.get(SERVER_ENV, "auto"))
+    return testing.find_server_binary(choice or os.environ.get(SERVER_ENV, "auto"))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Consumer cleanup never drops a pending entry (issue 10, point 4).
+"""Consumer cleanup: which consumers go, that a runner's leader removes them, and that
+it never drops a pending entry (issue 10, point 4).
 
 The cleanup reads the group's consumers, then deletes the idle ones with
 nothing pending. ``XGROUP DELCONSUMER`` drops a consumer's pending entries for
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from _fleet import make_runner, serving
 
-from taskrunner import _cleanup
-from taskrunner.backends import Backend, GroupInfo
+from taskrunner._serve import cleanup
+from taskrunner.backends import Backend, ConsumerInfo, GroupInfo
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
 
@@ -51,7 +53,7 @@ def _late_reads_after_the_check(backend: Any, monkeypatch: pytest.MonkeyPatch) -
 
 async def _one_pass(backend: Backend) -> None:
     with trio.move_on_after(1):  # run() sleeps a minute after its first pass
-        await _cleanup.run(backend, GROUP)
+        await cleanup.run(backend, GROUP)
 
 
 async def _check_nothing_was_lost(backend: Backend, new_id: str, read: list[str]) -> None:
@@ -68,7 +70,7 @@ async def test_a_read_between_check_and_delete_keeps_its_entry(
 ) -> None:
     backend = MemoryBackend()
     await _two_quiet_consumers(backend)
-    await trio.sleep(_cleanup.CONSUMER_MAX_IDLE + 1)
+    await trio.sleep(cleanup.CONSUMER_MAX_IDLE + 1)
     (new_id,) = await backend.add(GROUP, [b"read by late after the check"])
     read = _late_reads_after_the_check(backend, monkeypatch)
 
@@ -81,9 +83,9 @@ async def test_a_read_between_check_and_delete_keeps_its_entry_on_redis(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Real time: consumers count as gone after 0.3 s instead of 10 minutes.
-    original = _cleanup.consumers_to_delete
-    monkeypatch.setattr(_cleanup, "CONSUMER_MAX_IDLE", 0.3)
-    monkeypatch.setattr(_cleanup, "consumers_to_delete", lambda info, *_: original(info, 0.3))
+    original = cleanup.consumers_to_delete
+    monkeypatch.setattr(cleanup, "CONSUMER_MAX_IDLE", 0.3)
+    monkeypatch.setattr(cleanup, "consumers_to_delete", lambda info, *_: original(info, 0.3))
     async with RedisBackend.from_url(redis_url, queue=f"q{uuid.uuid4().hex[:8]}") as backend:
         await _two_quiet_consumers(backend)
         await trio.sleep(0.5)
@@ -108,6 +110,37 @@ async def test_clean_once_deletes_only_idle_consumers_with_nothing_pending(
         if pending == 0:
             await backend.ack(GROUP, [entry.id])
     await trio.sleep(idle)
-    assert await _cleanup.clean_once(backend, GROUP) == int(deleted)
+    assert await cleanup.clean_once(backend, GROUP) == int(deleted)
     names = [c.name for c in (await backend.group_info(GROUP)).consumers]
     assert names == ([] if deleted else ["c"])
+
+
+def test_cleanup_keeps_consumers_with_pending_entries() -> None:
+    info = GroupInfo(
+        name="g",
+        pending=1,
+        lag=0,
+        consumers=(
+            ConsumerInfo(name="a", pending=0, idle=601),
+            ConsumerInfo(name="b", pending=1, idle=9000),
+            ConsumerInfo(name="c", pending=0, idle=600),
+        ),
+    )
+    assert cleanup.consumers_to_delete(info) == ["a"]
+
+
+async def test_idle_consumers_without_pending_are_cleaned_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    gone = make_runner(backend, host="gone", num_fetchers=2)
+    async with serving(gone):
+        await trio.sleep(1)
+    runner = make_runner(backend, host="live")
+    async with serving(runner):
+        await trio.sleep(300)
+        names = {c.name for c in (await backend.group_info("g")).consumers}
+        assert {"g_gone_1", "g_gone_2"} <= names
+        await trio.sleep(400)
+        names = {c.name for c in (await backend.group_info("g")).consumers}
+    assert names == {"g_live_1"}

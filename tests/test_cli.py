@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from taskrunner._embedded import ServerProcess, free_port, sync_command
+from taskrunner.testing import ServerProcess, free_port, sync_command
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ROOT / "tests" / "apps"
@@ -501,7 +501,7 @@ def test_metrics_port_in_use_fails_cleanly(env: dict[str, str]) -> None:
 
 
 def test_resolve_reports_what_went_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from taskrunner._imports import ImportTargetError, load_runner, resolve
+    from taskrunner.cli.imports import ImportTargetError, load_runner, resolve
 
     (tmp_path / "pkg_ok").mkdir()
     (tmp_path / "pkg_ok" / "__init__.py").write_text("")

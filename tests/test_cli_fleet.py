@@ -33,8 +33,8 @@ import trio
 from test_cli import app_env, wait_for, workers
 
 from taskrunner import TaskRunner, TaskRunnerConfig, _keys
-from taskrunner._embedded import ServerProcess, sync_command
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.testing import ServerProcess, sync_command
 
 GROUP = "fleet"
 TASKS = 200

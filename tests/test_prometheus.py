@@ -7,7 +7,10 @@ runs on the autojump clock.
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import AsyncIterator, Mapping
+from functools import partial
 
 import prometheus_client
 import pytest
@@ -286,6 +289,21 @@ async def test_serve_metrics_reports_the_port_and_cleans_up() -> None:
         assert (await http_get(port, "/metrics"))[0] == "HTTP/1.1 200 OK"
         nursery.cancel_scope.cancel()
     # Cancelled: the collector left the caller's registry.
+    assert prometheus_client.generate_latest(registry) == b""
+
+
+async def test_a_busy_port_raises_oserror_and_leaves_nothing_behind() -> None:
+    runner = TaskRunner(TaskRunnerConfig(consumer_group="g"), MemoryBackend())
+    registry = CollectorRegistry()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            with pytest.raises(OSError, match=r"(?i)address already in use") as info:
+                await nursery.start(partial(serve_metrics, runner, port, registry=registry))
+    assert info.value.errno == errno.EADDRINUSE
+    assert runner._worker.observers == []
     assert prometheus_client.generate_latest(registry) == b""
 
 

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner import _sharing
+from taskrunner._serve import sharing
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import SharedStreamError
 from tests._fleet import serving
@@ -32,7 +32,7 @@ LIMIT = 60.0
     ],
 )
 def test_sharing_problem(groups: list[str], deletes: bool, others: tuple[str, ...] | None) -> None:
-    problem = _sharing.sharing_problem("s", "shop", groups, deletes_on_ack=deletes)
+    problem = sharing.sharing_problem("s", "shop", groups, deletes_on_ack=deletes)
     assert (problem.other_groups if problem else None) == others
 
 
@@ -64,7 +64,7 @@ async def test_a_shared_stream_acks_another_groups_task_for_itself_only(
     backend = MemoryBackend(prefix="shared", delete_on_ack=False)
     apps = Apps(backend, backend)
     await apps.mail_ran_before(limit=LIMIT)
-    with caplog.at_level(logging.INFO, "taskrunner.sharing"):
+    with caplog.at_level(logging.INFO, "taskrunner._serve.sharing"):
         await apps.shop_serves_while_mail_is_dispatched(limit=LIMIT)
         await apps.mail.dispatch("send_mail", {"to": "bob@example.com"})
         async with serving(apps.shop):
@@ -96,10 +96,27 @@ async def test_a_group_that_appears_while_deleting_on_ack_is_an_error(
 ) -> None:
     backend = MemoryBackend(prefix="shared")
     apps = Apps(backend, backend)
-    with caplog.at_level(logging.ERROR, "taskrunner.sharing"):
+    with caplog.at_level(logging.ERROR, "taskrunner._serve.sharing"):
         async with serving(apps.shop):
             await backend.read("audit", "auditor", 10, 0)  # a new group on the stream
-            await trio.sleep(_sharing.RECHECK_INTERVAL * 3)
+            await trio.sleep(sharing.RECHECK_INTERVAL * 3)
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, errors
     assert "'shared:tasks' is also read by consumer group(s) audit" in errors[0]
+
+
+async def test_memory_flush_keeps_a_stream_another_group_reads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from taskrunner import admin
+
+    backend = MemoryBackend(prefix="shared", delete_on_ack=False)
+    await backend.add("A", [b"a", b"b"])
+    await backend.read("A", "ca", 10, 0)
+    await backend.read("B", "cb", 1, 0)
+    await admin.flush(backend, "A", confirm=True)
+    assert await backend.length("B") == 2
+    info = await backend.group_info("B")
+    assert (info.pending, info.lag) == (1, 1)
+    await admin.flush(backend, "B", confirm=True)
+    assert await backend.length("B") == 0

@@ -1,4 +1,4 @@
-"""The Stats formulas and the reset decision (pure, no I/O).
+"""The Stats formulas, the reset decision and the long-queue hook's (pure, no I/O).
 
 The metrics field names, and the reset's field list, are the wire's: tests/test_wire.py.
 """
@@ -11,7 +11,13 @@ from collections.abc import Mapping
 import attrs
 import pytest
 
-from taskrunner._stats import Stats, compute_stats, parse_metrics_hash, should_reset_metrics
+from taskrunner._stats import (
+    Stats,
+    compute_stats,
+    hook_due,
+    parse_metrics_hash,
+    should_reset_metrics,
+)
 
 
 @pytest.mark.parametrize(
@@ -306,3 +312,21 @@ def test_stats_rejects_negative_times() -> None:
             avg_schedule_timing=0,
             tps=-1,
         )
+
+
+def stats(predicted_wait: float) -> Stats:
+    return Stats(
+        per_task_timing={},
+        predicted_wait_time=predicted_wait,
+        avg_timing=1.0,
+        avg_schedule_timing=0.0,
+        tps=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("predicted_wait", "threshold", "due"),
+    [(2001.0, 2.0, True), (2000.0, 2.0, False), (10.0, 0.0, False), (0.0, 0.0, False)],
+)
+def test_hook_due(predicted_wait: float, threshold: float, due: bool) -> None:
+    assert hook_due(stats(predicted_wait), threshold) is due

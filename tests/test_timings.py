@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from taskrunner._bulk_writer import FieldNames, flush
+from taskrunner._serve.bulk_writer import FieldNames, flush
 from taskrunner._stats import compute_stats
 from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (

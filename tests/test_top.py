@@ -14,8 +14,11 @@ import trio
 from rich.console import Console
 
 from taskrunner import Stats, TaskRunner, TaskRunnerConfig
-from taskrunner._cli_top import read_snapshot, run_top
-from taskrunner._views import (
+from taskrunner._wire import task_names_in
+from taskrunner.backends import ConsumerInfo, GroupInfo, QueueMetrics
+from taskrunner.backends.redis import RedisBackend
+from taskrunner.cli.top import read_snapshot, run_top
+from taskrunner.cli.views import (
     FleetSnapshot,
     History,
     render_text,
@@ -23,9 +26,6 @@ from taskrunner._views import (
     top_line,
     top_view,
 )
-from taskrunner._wire import task_names_in
-from taskrunner.backends import ConsumerInfo, GroupInfo, QueueMetrics
-from taskrunner.backends.redis import RedisBackend
 
 GROUP = "topg"
 

@@ -339,7 +339,7 @@ async def test_no_timing_is_lost_across_a_backend_outage(
 ) -> None:
     backend = MemoryBackend()
     link = Partition(backend)
-    runner = make_runner(link, num_workers=4)  # type: ignore[arg-type]
+    runner = make_runner(link, num_workers=4)
     invocations = 0
 
     async def work(payload: object) -> None:

@@ -18,8 +18,9 @@ import trio
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import InvalidTaskPayload, Task, TaskMessage, _bulk_writer, _wire
-from taskrunner._scheduler import build_move
+from taskrunner import InvalidTaskPayload, Task, TaskMessage, _wire
+from taskrunner._schedule import build_move
+from taskrunner._serve import bulk_writer
 from taskrunner._stats import compute_stats
 from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (
@@ -403,7 +404,7 @@ async def _flush_echo(backend: RedisBackend) -> None:
     recorder.record("echo", 0.205262)
     recorder.record("echo", 0.000301)
     recorder.record_schedule(0.0125)
-    assert await _bulk_writer.flush(backend, "interop", recorder) == 3
+    assert await bulk_writer.flush(backend, "interop", recorder) == 3
 
 
 async def _hash(backend: RedisBackend) -> dict[bytes, bytes]:

@@ -44,7 +44,7 @@ import chart
 from _common import PHASES, flush, info, latency_rate, redis_cpu
 from _report import table_text
 
-from taskrunner._embedded import running_server
+from taskrunner.testing import running_server
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

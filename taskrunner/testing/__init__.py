@@ -69,7 +69,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from taskrunner._partition import PartitionedBackend
+from taskrunner.testing._embedded import (
+    ServerProcess,
+    find_server_binary,
+    free_port,
+    running_server,
+    sync_command,
+)
 from taskrunner.testing._harness import CHECK_TIMEOUT, ContractCheck, _registry
 from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing registers the checks
     check_count_keys,
@@ -80,6 +86,7 @@ from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing re
     check_ping,
     check_read_lease,
 )
+from taskrunner.testing._partition import PartitionedBackend
 from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing registers the checks
     check_claim_stale,
     check_claim_stale_drops_deleted_entries,
@@ -128,7 +135,12 @@ __all__ = [
     "INSPECTION_CHECKS",
     "ContractCheck",
     "PartitionedBackend",
+    "ServerProcess",
     "contract_parametrize",
+    "find_server_binary",
+    "free_port",
+    "running_server",
+    "sync_command",
 ]
 
 

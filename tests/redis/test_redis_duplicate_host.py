@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from taskrunner import DuplicateHost, TaskRunner, TaskRunnerConfig, _heartbeat
+from taskrunner import DuplicateHost, TaskRunner, TaskRunnerConfig
+from taskrunner._serve import heartbeat
 from taskrunner.backends.redis import RedisBackend
 
 TTL, INTERVAL = 1.5, 0.5
@@ -20,10 +21,10 @@ TTL, INTERVAL = 1.5, 0.5
 
 @pytest.fixture(autouse=True)
 def fast_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_heartbeat, "HEARTBEAT_TTL", TTL)
-    monkeypatch.setattr(_heartbeat, "HEARTBEAT_INTERVAL", INTERVAL)
-    monkeypatch.setattr(_heartbeat, "WATCH_POLL", 0.1)
-    monkeypatch.setattr(_heartbeat, "RENEWAL_TOLERANCE", 0.2)
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_TTL", TTL)
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_INTERVAL", INTERVAL)
+    monkeypatch.setattr(heartbeat, "WATCH_POLL", 0.1)
+    monkeypatch.setattr(heartbeat, "RENEWAL_TOLERANCE", 0.2)
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 (a) With default settings each consumer group has a stream of its own, so the
 shop never sees the mail's tasks. (b) Configured on purpose to share one
 stream (explicit prefix), a runner that deletes on ack refuses to start, and
-one that keeps entries acks the other group's task for itself only.
+one that keeps entries acks the other group's task for itself only. (c) Flushing
+one group keeps the stream the other reads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 
 import pytest
 
+from taskrunner import _keys, admin
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.errors import SharedStreamError
 from tests._groups import Apps
@@ -62,7 +64,7 @@ async def test_a_shared_stream_acks_another_groups_task_for_itself_only(
     ):
         apps = Apps(shop, mail)
         await apps.mail_ran_before(limit=LIMIT)
-        with caplog.at_level(logging.INFO, "taskrunner.sharing"):
+        with caplog.at_level(logging.INFO, "taskrunner._serve.sharing"):
             await apps.shop_serves_while_mail_is_dispatched(limit=LIMIT)
 
         assert await shop.dead_letters("shop") == []
@@ -74,3 +76,34 @@ async def test_a_shared_stream_acks_another_groups_task_for_itself_only(
         assert "'send_mail'" in skipped[0].getMessage()
 
         await apps.mail_comes_back(limit=LIMIT)
+
+
+async def test_flush_one_group_keeps_the_stream_of_another(redis_url: str) -> None:
+    async with RedisBackend.from_url(redis_url, prefix="taskrunner") as backend:
+        await backend.add("A", [b"x", b"y", b"z"])
+        await backend.read("A", "a1", 10, 0)
+        (b_entry,) = await backend.read("B", "b1", 1, 0)
+        await backend.dead_letter("A", "1-0", b"dead", "boom")
+        await backend.get_metrics("A")  # pushes the claim delays to the ring
+        await backend.client.execute("ZADD", _keys.delayed_tasks("A"), 1, "t")
+        await backend.client.execute("ZADD", _keys.delayed_tasks("B"), 1, "t")
+        keys = backend.stream_keys("A")
+        shared = [keys.stream, keys.dead_letter, keys.claim_delay_ring]
+        assert [await backend.client.execute("EXISTS", k) for k in shared] == [1, 1, 1]
+
+        deleted = await admin.flush(backend, "A", confirm=True)
+
+        assert deleted == [_keys.delayed_tasks("A")]
+        assert [await backend.client.execute("EXISTS", k) for k in shared] == [1, 1, 1]
+        assert await backend.client.execute("EXISTS", _keys.delayed_tasks("B")) == 1
+        assert [g.name for g in (await backend.get_metrics("B")).groups] == ["B"]
+        info = await backend.group_info("B")
+        assert (info.pending, info.lag) == (1, 2)
+        assert await backend.length("B") == 3
+        assert [e.payload for e in await backend.read("B", "b1", 10, 0)] == [b"y", b"z"]
+        assert await backend.ack("B", [b_entry.id]) == 1
+
+        # the last group's flush takes the stream with it
+        deleted = await admin.flush(backend, "B", confirm=True)
+        assert set(deleted) == {*shared, _keys.delayed_tasks("B")}
+        assert [await backend.client.execute("EXISTS", k) for k in shared] == [0, 0, 0]

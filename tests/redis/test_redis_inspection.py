@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from taskrunner import _cli_stats, _keys, admin
+from taskrunner import _keys, admin
 from taskrunner.backends import KeyKind
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.cli import stats as cli_stats
 
 
 class CountingClient:
@@ -68,7 +69,7 @@ async def test_names_that_are_not_utf8_are_listed_escaped(redis_url: str) -> Non
 
         listed = {k.name: k for k in await admin.list_keys(backend, "g")}
         beats = await backend.list_heartbeats()
-        stats = await _cli_stats.collect(backend, "g", None)
+        stats = await cli_stats.collect(backend, "g", None)
         deleted = await admin.flush(backend, "g", confirm=True)
         left = await backend.client.execute("EXISTS", heartbeat_key, lock_key)
 

@@ -1,9 +1,11 @@
-"""Cancellation, connection loss, server restarts and timeouts on the native client."""
+"""Cancellation, connection loss, server restarts and timeouts on the native client;
+an error raised inside its ``async with`` comes out as it was."""
 
 from __future__ import annotations
 
 import functools
 import random
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -12,7 +14,11 @@ import pytest
 import trio
 
 from taskrunner.backends.redis._client import NativeRedisClient
-from taskrunner.backends.redis._errors import RedisConnectionError, RedisTimeoutError
+from taskrunner.backends.redis._errors import (
+    RedisConnectionError,
+    RedisTimeoutError,
+    WrongTypeError,
+)
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 
@@ -365,3 +371,61 @@ async def test_unexpected_reader_error_fails_calls_not_the_run(
             assert await client.execute("PING") == b"PONG"  # a fresh connection
     finally:
         await client.aclose()
+
+
+async def _lpush_onto_a_string(redis_url: str) -> None:
+    async with NativeRedisClient.from_url(redis_url) as client:
+        await client.execute("SET", "k", "v")
+        await client.execute("LPUSH", "k", "x")
+
+
+async def _raise_in_block(redis_url: str) -> None:
+    async with NativeRedisClient.from_url(redis_url) as client:
+        await client.execute("PING")
+        raise KeyError("mine")
+
+
+async def test_error_in_client_block_is_not_wrapped_in_a_group(redis_url: str) -> None:
+    with pytest.raises(WrongTypeError) as caught:
+        await _lpush_onto_a_string(redis_url)
+    # raised as it was: its traceback still reaches into the client's execute()
+    assert "execute" in [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    with pytest.raises(KeyError, match="mine"):
+        await _raise_in_block(redis_url)
+
+
+async def _ping_burst(client: NativeRedisClient, n: int = 20) -> list[object]:
+    results: list[object] = []
+
+    async def one() -> None:
+        try:
+            results.append(await client.execute("PING"))
+        except RedisConnectionError as exc:
+            results.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(one)
+    return results
+
+
+async def test_pool_reopens_every_slot_after_an_outage(
+    redis_server: ServerProcess, redis_url: str
+) -> None:
+    client = NativeRedisClient.from_url(redis_url, pool_size=3, backoff_base=0.01, backoff_cap=0.1)
+    async with client:
+        with trio.fail_after(30):
+            assert set(await _ping_burst(client)) == {b"PONG"}
+            assert client.statistics().shared_connections == 3
+            try:
+                await trio.to_thread.run_sync(redis_server.kill)
+                await trio.sleep(0.1)  # the readers see the reset
+                assert b"PONG" not in await _ping_burst(client)
+                assert client.statistics().connect_failures > 0
+            finally:
+                await trio.to_thread.run_sync(redis_server.start)
+            await trio.sleep(0.3)  # past every slot's backoff
+            for _ in range(3):
+                assert set(await _ping_burst(client)) == {b"PONG"}
+            stats = client.statistics()
+            assert (stats.shared_connections, stats.connect_failures) == (3, 0)

@@ -116,7 +116,7 @@ async def wait_until(predicate: Callable[[], bool], limit: float = 30) -> None:
 async def test_a_unique_key_with_a_lone_surrogate_runs_is_acked_and_serve_lives(
     backend: RedisBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "taskrunner.acker")
+    caplog.set_level(logging.WARNING, "taskrunner._serve.acker")
     runner = make(backend)
     done: list[object] = []
 
@@ -185,7 +185,7 @@ async def test_a_delayed_unique_member_with_an_unencodable_key_does_not_block_th
 async def test_a_refused_metrics_write_is_dropped_not_counted_again(
     backend: RedisBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "taskrunner.metrics")
+    caplog.set_level(logging.WARNING, "taskrunner._serve.bulk_writer")
     runner = make(backend)
     key = _keys.metrics("g")
     # A field the Go library (or an operator) left holding something that is no number.

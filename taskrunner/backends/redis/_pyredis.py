@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 _RAW = {NEVER_DECODE: True}
 
-log = logging.getLogger("taskrunner.redis")
+log = logging.getLogger(__name__)
 
 
 def to_resp2(reply: Any) -> Reply:

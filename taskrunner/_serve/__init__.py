@@ -1,0 +1,30 @@
+"""The services of :meth:`TaskRunner.serve <taskrunner.TaskRunner.serve>`, one module each.
+
+Each module is named after the node of ``serve``'s nursery tree it runs (the
+tree is drawn in :mod:`taskrunner._runner`), and exposes one ``async def
+run(..., *, task_status=trio.TASK_STATUS_IGNORED)``, a function or a method
+of the service's object, which calls ``task_status.started()`` once the
+service is ready; ``serve`` starts them with ``await nursery.start(...)`` in
+dependency order:
+
+- ``heartbeat``: the replication key, and one live instance per host;
+- ``leadership``: the lease keeper, and :meth:`Leadership.run_as_leader
+  <taskrunner._serve.leadership.Leadership.run_as_leader>` for the
+  leader-only jobs (the scheduler's passes, the cleanup);
+- ``scheduler``: delayed tasks -> stream, the leader's passes
+  (``Scheduler.run``) and every instance's own (``Scheduler.run_local``);
+- ``cleanup``: forgetting consumers long gone (leader only);
+- ``bulk_writer``: recorded timings -> the metrics hash;
+- ``aggregator``: metrics resets, the tuner, the long-queue hook;
+- ``sharing``: the other groups that read the stream;
+- ``acker``: batched acks (``Acker.run``);
+- ``refresher``: keeps long runs from being reclaimed;
+- ``worker``: the workers nursery, one task per message (``Worker.execute``),
+  and its drain;
+- ``fetcher``: reserve pool slots, claim or read, start (inside ``worker``);
+- ``pool``: the worker pool's capacity. It is state and has no ``run``.
+
+Their decisions are pure functions in modules of their own, outside this
+package (``_lease``, ``_slots``, ``_schedule``, ``_tuning``, ``_stats``,
+``_backoff``, ``_poison``); nothing here is public.
+"""

@@ -1,0 +1,188 @@
+"""Batched acknowledgements.
+
+Workers hand finished message ids to :meth:`Acker.ack`, a synchronous append.
+One background task sends whatever has accumulated in one backend call; while
+that call is in flight, new ids pile up for the next one, so the batch size
+grows with load by itself and idle latency stays at one round trip. Unique
+locks of finished messages are released only after their ack succeeded: a
+crash in between leaves the lock to expire (``unique_for``) rather than
+letting a duplicate in while the message could still run again.
+
+A failed ack is retried with backoff when the failure may pass (a lost
+connection: ``BackendError.retryable``). One that retrying cannot fix (the
+store refused the request for what it holds) must not block every later ack
+behind it: the batch is acked again one message at a time, and only the
+messages refused again are dropped, logged (they are delivered again after
+``reclaim_delay``, and their locks are left to expire). A lock whose release
+fails is never retried either; it expires after ``unique_for``.
+
+Shutdown: the loop is cancelled last, after the workers drained, and its
+final flush runs shielded with a timeout so nothing finished stays un-acked
+unless the backend is unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+import trio
+
+from taskrunner._backoff import backoff_delay
+from taskrunner._config import ConfigHolder
+from taskrunner.backends import Backend
+from taskrunner.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+FINAL_FLUSH_TIMEOUT = 10.0
+
+
+class Acker:
+    """Batches a runner's acks (see the module docstring).
+
+    Args:
+        backend: Where to ack.
+        config: The runner's configuration (the group acked in).
+    """
+
+    def __init__(self, backend: Backend, config: ConfigHolder) -> None:
+        self._backend = backend
+        self._config = config
+        self._ids: list[str] = []
+        # (entry id, (key, token)): each lock is released after its entry's ack
+        self._locks: list[tuple[str, tuple[str, str]]] = []
+        self._wake = trio.Event()
+        self.acked = 0
+        self.dropped = 0
+
+    @property
+    def _group(self) -> str:
+        return self._config.current.consumer_group
+
+    def ack(self, entry_id: str, lock: tuple[str, str] | None = None) -> None:
+        """Queue ``entry_id`` for acknowledgement (and ``lock`` for release after it)."""
+        self._ids.append(entry_id)
+        if lock is not None:
+            self._locks.append((entry_id, lock))
+        self._wake.set()
+
+    @property
+    def backlog(self) -> int:
+        return len(self._ids)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Send acks until cancelled, then flush what is left (shielded, bounded)."""
+        task_status.started()
+        failures = 0
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                try:
+                    await self._flush()
+                    failures = 0
+                except BackendError as exc:
+                    failures += 1
+                    delay = backoff_delay(failures)
+                    log.warning(
+                        "ack of %d message(s) failed (%s); retrying in %.2fs",
+                        len(self._ids),
+                        exc,
+                        delay,
+                    )
+                    self._wake.set()
+                    await trio.sleep(delay)
+        finally:
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + FINAL_FLUSH_TIMEOUT
+                try:
+                    while self._ids or self._locks:
+                        await self._flush()
+                except BackendError as exc:
+                    log.error("final ack flush failed (%s)", exc)
+            if self._ids:
+                log.error(
+                    "%d finished message(s) left un-acked at shutdown; they will be "
+                    "delivered again after reclaim_delay",
+                    len(self._ids),
+                )
+
+    async def _flush(self) -> None:
+        ids, self._ids = self._ids, []
+        locks, self._locks = self._locks, []
+        refused: Collection[str] = ()
+        if ids:
+            try:
+                await self._backend.ack(self._group, ids)
+            except BackendError as exc:
+                if exc.retryable:
+                    self._put_back(ids, locks)  # acks are idempotent: next try
+                    raise
+                refused = await self._ack_one_by_one(ids, locks, exc)
+            except BaseException:
+                self._put_back(ids, locks)
+                raise
+            else:
+                self.acked += len(ids)
+        for done, (entry_id, (key, token)) in enumerate(locks):
+            if entry_id in refused:
+                continue  # not acked, so it may run again: its lock expires by itself
+            try:
+                await self._backend.release_lock(key, token)
+            except BackendError as exc:
+                log.warning("could not release unique lock %r (%s); it expires by itself", key, exc)
+            except BaseException:
+                # Cancelled (shutdown): the final flush releases the rest.
+                self._locks[:0] = locks[done:]
+                raise
+
+    async def _ack_one_by_one(
+        self, ids: list[str], locks: list[tuple[str, tuple[str, str]]], error: BackendError
+    ) -> set[str]:
+        """Ack ``ids`` one at a time after their batch was refused for good (``error``).
+
+        Returns:
+            The ids refused again, dropped.
+
+        Raises:
+            BackendError: a retryable failure; the ids not acked yet, and the
+                locks of every id not refused, are back in the queue.
+        """
+        if len(ids) == 1:
+            self._drop(ids[0], error)
+            return {ids[0]}
+        refused: set[str] = set()
+        for index, entry_id in enumerate(ids):
+            try:
+                await self._backend.ack(self._group, [entry_id])
+            except BackendError as exc:
+                if not exc.retryable:
+                    refused.add(entry_id)
+                    self._drop(entry_id, exc)
+                    continue
+                self._put_back(ids[index:], locks, refused)
+                raise
+            except BaseException:
+                self._put_back(ids[index:], locks, refused)
+                raise
+            self.acked += 1
+        return refused
+
+    def _put_back(
+        self,
+        ids: list[str],
+        locks: list[tuple[str, tuple[str, str]]],
+        refused: set[str] | None = None,
+    ) -> None:
+        self._ids[:0] = ids
+        self._locks[:0] = [lock for lock in locks if lock[0] not in refused] if refused else locks
+
+    def _drop(self, entry_id: str, error: BackendError) -> None:
+        self.dropped += 1
+        log.error(
+            "ack of message %s refused (%s); dropping it, since retrying cannot fix that: "
+            "it will be delivered again after reclaim_delay",
+            entry_id,
+            error,
+        )

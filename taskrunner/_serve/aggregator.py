@@ -1,0 +1,239 @@
+"""The aggregator: metrics resets, worker tuning and the long-queue hook.
+
+Theory of operation: one service per instance ticks every
+:func:`~taskrunner._tuning.aggregator_interval` (half ``long_queue_threshold``,
+60 s when it is 0). Each tick:
+
+1. *Every instance* reads the capacity the leader published (if it is live)
+   and, when tuning is on here, resizes its own pool to it, clamped to its own
+   ``[min_workers, max_workers]`` (:func:`~taskrunner._tuning.follow_capacity`).
+2. *Every instance* asks whether ``metrics_reset_interval`` has passed on its
+   own reset clock. When it has, the leader zeroes the metrics hash and every
+   instance moves its clock to now. Followers keeping the clock in step is
+   what stops a newly elected leader from wiping the hash the moment it takes
+   over (:func:`taskrunner._stats.should_reset_metrics`).
+3. *The leader only* computes :class:`~taskrunner._stats.Stats`; when tuning
+   is on and ``tuning_cooldown`` has passed since the pool last changed, it
+   picks a capacity (:func:`~taskrunner._tuning.tune`),
+   applies it at once and publishes it (TTL
+   :func:`~taskrunner._tuning.tuning_ttl`) for the followers; and when the
+   predicted wait exceeds ``long_queue_threshold`` it calls
+   ``long_queue_hook(stats)`` (:func:`~taskrunner._stats.hook_due`).
+
+The decisions are the pure functions of :mod:`taskrunner._tuning` and
+:mod:`taskrunner._stats`; this module is the I/O shell around them. Nothing that goes wrong
+in a tick is fatal: backend errors and hook exceptions are logged and the
+next tick starts afresh. Leadership is read once per tick, so a leader that
+loses its lease mid-tick may finish that tick's publish: harmless, since the
+next leader's first decision overwrites it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Protocol
+
+import attrs
+import trio
+
+from taskrunner import _wire
+from taskrunner._config import TaskRunnerConfig
+from taskrunner._hooks import call_hook_safely
+from taskrunner._stats import Stats, compute_stats, hook_due, should_reset_metrics
+from taskrunner._tuning import aggregator_interval, follow_capacity, tune, tuning_on, tuning_ttl
+from taskrunner.backends import Backend
+from taskrunner.errors import BackendError
+
+__all__ = [
+    "AggregatorHost",
+    "AggregatorState",
+    "run",
+    "tick",
+    "timing_statistics",
+]
+
+log = logging.getLogger(__name__)
+
+
+class AggregatorHost(Protocol):
+    """What the aggregator needs from the runner (``TaskRunner`` satisfies it)."""
+
+    @property
+    def config(self) -> TaskRunnerConfig:
+        """The instance's configuration (group, threshold, hook, tuning limits)."""
+        ...
+
+    @property
+    def backend(self) -> Backend:
+        """Where the metrics hash and the published capacity live."""
+        ...
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance leads its group right now."""
+        ...
+
+    @property
+    def capacity(self) -> int:
+        """The current worker-pool capacity."""
+        ...
+
+    @property
+    def task_names(self) -> list[str]:
+        """The registered task names (whose metrics fields a reset zeroes)."""
+        ...
+
+    def resize(self, capacity: int) -> None:
+        """Set the worker-pool capacity (>= 1)."""
+        ...
+
+    async def get_timing_statistics(self) -> Stats:
+        """The group's :class:`Stats` as of now (may raise ``BackendError``)."""
+        ...
+
+    async def get_number_of_replications(self) -> int:
+        """Live instances of the fleet, >= 1 (may raise ``BackendError``)."""
+        ...
+
+
+async def timing_statistics(
+    backend: Backend, group: str, task_names: Iterable[str], workers: int, replication: int
+) -> Stats:
+    """Read the metrics hash and the stream length and compute :class:`Stats`.
+
+    Args:
+        backend: Where the hash and the stream live.
+        group: The consumer group (names the hash).
+        task_names: The registered task names; only these enter the averages.
+        workers: The current pool capacity (``num_workers`` before start).
+        replication: Live instances (values below 1 count as 1).
+
+    Raises:
+        BackendError: either read failed.
+    """
+    metrics = await backend.read_metrics(group)
+    queue_len = await backend.length(group)
+    return compute_stats(
+        metrics=metrics,
+        group=group,
+        task_names=task_names,
+        queue_len=queue_len,
+        workers=workers,
+        replication=replication,
+    )
+
+
+@attrs.define(kw_only=True)
+class AggregatorState:
+    """What one instance's aggregator remembers between ticks (trio clock, seconds)."""
+
+    last_reset: float
+    """When this instance's reset clock last moved (its start, at first)."""
+
+    last_change: float | None = None
+    """When the aggregator last changed the pool capacity (tuned or followed), if ever."""
+
+
+# The I/O shell ---------------------------------------------------------------
+
+
+async def run(
+    host: AggregatorHost, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Tick until cancelled (see the module docstring for what a tick does).
+
+    Calls ``task_status.started()`` at once; the first tick comes one
+    interval later. Never raises except on cancellation.
+    """
+    config = host.config
+    interval = aggregator_interval(config.long_queue_threshold)
+    state = AggregatorState(last_reset=trio.current_time())
+    task_status.started()
+    while True:
+        await trio.sleep(interval)
+        await tick(host, state)
+
+
+async def tick(host: AggregatorHost, state: AggregatorState) -> None:
+    """One aggregator tick: follow, reset, and (leader) tune and report."""
+    config = host.config
+    group = config.consumer_group
+    await _follow(host, state)
+
+    now = trio.current_time()
+    leader = host.is_leader
+    if should_reset_metrics(
+        now=now, last_reset=state.last_reset, interval=config.metrics_reset_interval
+    ):
+        if leader:
+            try:
+                await host.backend.reset_metrics(group, _wire.reset_fields(host.task_names, group))
+                log.info("timing metrics of group %s reset", group)
+            except BackendError as exc:
+                # The clock stays put, so the next tick tries again.
+                log.warning("timing metrics reset of group %s failed: %s", group, exc)
+            else:
+                state.last_reset = now
+        else:
+            state.last_reset = now
+
+    if not leader:
+        return
+    try:
+        stats = await host.get_timing_statistics()
+        replicas = await host.get_number_of_replications()
+    except BackendError as exc:
+        log.warning("timing statistics of group %s unavailable: %s", group, exc)
+        return
+    await _tune(host, state, stats, replicas)
+    if hook_due(stats, config.long_queue_threshold):
+        await call_hook_safely("long_queue_hook", config.long_queue_hook, stats)
+
+
+async def _follow(host: AggregatorHost, state: AggregatorState) -> None:
+    config = host.config
+    if not tuning_on(config):
+        return
+    try:
+        published = await host.backend.read_tuning(config.consumer_group)
+    except BackendError as exc:
+        log.warning("could not read the published pool capacity: %s", exc)
+        return
+    old = host.capacity
+    new = follow_capacity(published, current=old, config=config)
+    if new is None:
+        return
+    host.resize(new)
+    state.last_change = trio.current_time()
+    log.info("worker pool follows the published capacity: %d -> %d", old, new)
+
+
+async def _tune(host: AggregatorHost, state: AggregatorState, stats: Stats, replicas: int) -> None:
+    config = host.config
+    now = trio.current_time()
+    old = host.capacity
+    decision = tune(
+        now=now,
+        last_change=state.last_change,
+        config=config,
+        capacity=old,
+        replicas=replicas,
+        predicted_wait=stats.predicted_wait_time,
+    )
+    if decision is None:
+        return
+    if decision.capacity != old:
+        host.resize(decision.capacity)
+        state.last_change = now
+        log.info(
+            "tuner resized the worker pool %d -> %d: %s", old, decision.capacity, decision.reason
+        )
+    try:
+        # Published on every decision, changed or not, so the value stays live
+        # for followers and an instance that joins later starts from it.
+        await host.backend.publish_tuning(
+            config.consumer_group, decision.capacity, tuning_ttl(config.long_queue_threshold)
+        )
+    except BackendError as exc:
+        log.warning("could not publish the pool capacity %d: %s", decision.capacity, exc)

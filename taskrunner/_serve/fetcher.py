@@ -1,0 +1,119 @@
+"""A fetcher: reserves pool slots, reads that many messages, starts them.
+
+Each fetcher is one consumer of the group (``<group>_<host>_<id>``). Before
+each read it reserves free pool slots (how many is :mod:`taskrunner._slots`'s
+decision: at most ``batch_size``, and at most its fair share of the pool), so
+it never holds a message the pool cannot start at once (back-pressure). Every
+``reclaim_interval`` it first claims messages left idle by dead consumers for
+longer than ``reclaim_delay``. Backend errors are logged and retried with
+backoff; they never end the loop. The fetchers run inside the workers nursery
+(:func:`taskrunner._serve.worker.run`), which starts one task per message
+they hand it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from taskrunner._backoff import backoff_delay
+from taskrunner._config import TaskRunnerConfig
+from taskrunner._serve.pool import WorkerPool
+from taskrunner._slots import slot_request
+from taskrunner.backends import Backend, QueueEntry
+from taskrunner.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+Execute = Callable[[QueueEntry, str], Awaitable[None]]
+"""Runs one message read by consumer ``str`` (:meth:`Worker.execute
+<taskrunner._serve.worker.Worker.execute>`); frees its pool slot when done."""
+
+BATCH_LINGER = 0.005
+"""Longest a fetcher of a busy queue waits for more free slots before reading."""
+
+
+class FetcherCounters:
+    """Counters shared by a runner's fetchers."""
+
+    def __init__(self) -> None:
+        self.fetched = 0
+        self.reclaimed = 0
+
+
+@attrs.frozen(kw_only=True)
+class FetcherContext:
+    """What every fetcher of one ``serve`` shares."""
+
+    config: TaskRunnerConfig
+    backend: Backend
+    pool: WorkerPool
+    """Where slots are reserved before a read."""
+    execute: Execute
+    """Started once per message read, in the workers nursery."""
+    counters: FetcherCounters
+
+
+async def run(
+    context: FetcherContext,
+    workers: trio.Nursery,
+    fetcher_id: int,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Fetch messages as consumer ``fetcher_id`` and start each in ``workers``,
+    until cancelled.
+
+    Calls ``task_status.started()`` before the first read.
+
+    Cancellation: a read cancelled in flight may have delivered messages that
+    are never started; they stay pending and are reclaimed after ``reclaim_delay``.
+    """
+    config, backend, pool = context.config, context.backend, context.pool
+    execute, counters = context.execute, context.counters
+    consumer = config.consumer_name(fetcher_id)
+    group = config.consumer_group
+    next_claim = trio.current_time()
+    failures = 0
+    task_status.started()
+    log.debug("fetcher %s started", consumer)
+    busy = False
+    while True:
+        ask = slot_request(
+            capacity=pool.capacity,
+            fetchers=config.num_fetchers,
+            batch_size=config.batch_size,
+            busy=busy,
+        )
+        slots = await pool.reserve(ask.most, at_least=ask.at_least, linger=BATCH_LINGER)
+        entries: list[QueueEntry] = []
+        try:
+            if trio.current_time() >= next_claim:
+                entries = await backend.claim_stale(group, consumer, config.reclaim_delay, slots)
+                if entries:
+                    counters.reclaimed += len(entries)
+                    log.info("%s reclaimed %d stale message(s)", consumer, len(entries))
+                if len(entries) < slots:
+                    next_claim = trio.current_time() + config.effective_reclaim_interval
+            if not entries:
+                entries = await backend.read(group, consumer, slots, config.block_duration)
+            failures = 0
+        except BackendError as exc:
+            pool.release(slots)
+            failures += 1
+            delay = backoff_delay(failures)
+            log.warning("%s: read failed (%s); retrying in %.2fs", consumer, exc, delay)
+            await trio.sleep(delay)
+            continue
+        except BaseException:
+            pool.release(slots)
+            raise
+        busy = len(entries) == slots
+        if len(entries) < slots:
+            pool.release(slots - len(entries))
+        counters.fetched += len(entries)
+        for entry in entries:
+            workers.start_soon(execute, entry, consumer)

@@ -1,0 +1,93 @@
+"""The worker pool's capacity: how many tasks may run at once, resizable.
+
+Theory of operation: the pool is a counter, not a set of worker tasks. A
+fetcher *reserves* slots before it reads (so it never holds more messages
+than the pool can start), starts one task per message it got, and gives back
+the slots it did not use; each task frees its slot when it ends. Resizing
+only changes the limit: growing wakes waiting fetchers at once, shrinking
+lets running tasks finish and simply refuses new reservations until the
+count falls below the new limit. Nothing here awaits except the wait for a
+free slot, so the bookkeeping cannot be torn by cancellation.
+
+Unlike the other modules of ``_serve``, this one has no ``run``: the pool is
+state, with nothing to do on its own. The workers nursery it bounds is
+:func:`taskrunner._serve.worker.run`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import trio
+
+
+class WorkerPool:
+    """Slots for concurrently running tasks.
+
+    Args:
+        capacity: The initial limit (>= 1).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity!r}")
+        self._capacity = capacity
+        self._used = 0
+        self._lot = trio.lowlevel.ParkingLot()
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def in_use(self) -> int:
+        """Slots reserved or running."""
+        return self._used
+
+    def resize(self, capacity: int) -> None:
+        """Change the limit; running tasks are never disturbed.
+
+        Raises:
+            ValueError: ``capacity`` < 1.
+        """
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity!r}")
+        self._capacity = capacity
+        self._lot.unpark_all()
+
+    async def reserve(self, most: int, *, at_least: int = 1, linger: float = 0.0) -> int:
+        """Wait until a slot is free, then reserve as many as are free, up to ``most``.
+
+        Args:
+            most: The most slots to reserve.
+            at_least: With ``linger``, wait up to ``linger`` seconds after the
+                first slot frees for this many (so a busy fetcher reads in
+                batches instead of one message per freed slot).
+            linger: See ``at_least``; 0 takes whatever is free at once.
+
+        Returns:
+            How many slots were reserved (>= 1); give back unused ones with
+            :meth:`release`.
+
+        Cancellation: nothing is reserved if cancelled.
+        """
+        wanted = max(1, min(at_least, most, self._capacity))
+        deadline = math.inf
+        while True:
+            free = self._capacity - self._used
+            if free >= wanted or (free >= 1 and trio.current_time() >= deadline):
+                break
+            if free >= 1 and deadline == math.inf:
+                deadline = trio.current_time() + linger
+                continue
+            with trio.move_on_at(deadline):
+                await self._lot.park()
+        got = min(most, free)
+        self._used += got
+        return got
+
+    def release(self, count: int = 1) -> None:
+        """Give back ``count`` slots."""
+        self._used -= count
+        if self._used < self._capacity:
+            self._lot.unpark_all()

@@ -1,0 +1,157 @@
+"""The wire: every document a Go fleet reads or writes, and the rules that build them.
+
+Theory of operation. A Go fleet (soroosh-tanzadeh/taskrunner v0.4.1) and a
+Python fleet can share one Redis, one stream and one consumer group. What they
+share is four kinds of document, each built by one constructor here and read by
+one reader here, so the bytes are decided in one place and pinned by golden
+tests (tests/test_wire.py). This docstring is the specification of those bytes;
+docs/go-interop.md says the same for users. Each kind has a module of its own
+(``message``, ``locks``, ``delayed``, ``metrics``; ``encoding`` holds the JSON
+conventions they share), and everything is imported from ``taskrunner._wire``.
+
+**The stream message** (``message``: :class:`TaskMessage`, :func:`new_message`,
+:func:`encode_message`, :func:`decode_message`). A stream entry has one field,
+``payload``, holding this JSON object (Go's ``TaskMessage``)::
+
+    task_name            string   the task to run
+    payload              any      the action's argument, as JSON
+    unique               bool     whether a unique lock is held for this message
+    unique_for           int64    the lock's lifetime in whole seconds (rounded up)
+    unique_key           string   the lock key's suffix, see below
+    unique_lock_value    string   the lock's token (ours: 32 hex digits; Go's: base64)
+    reservation_timeout  int64    nanoseconds (Go's time.Duration)
+
+The message id is the stream id, never serialised. Field order does not matter
+(Go writes ``unique`` first, we write ``task_name`` first). Go writes
+``unique_for`` from the task even when it is not unique; we write 0 there. On
+read, a missing or ``null`` field takes Go's zero value, a whole-number float
+is read as an int, and unknown fields are ignored.
+
+**The unique lock** (``locks``: :func:`unique_key_for`, :func:`unique_lock`). The message's
+``unique_key`` is what Go writes: the suffix of the lock key. A task ``echo``
+whose key function returns ``A-17`` carries ``"unique_key":"echo:A-17"`` and
+locks ``taskrunner:unique:echo:A-17``; the worker releases
+``taskrunner:unique:`` + ``unique_key``. A key function returning ``""`` (or
+``None``) falls back to the task name, as Go's does: ``echo:echo``. A task with
+no key function locks ``taskrunner:unique:echo``; Go writes ``""`` in its
+messages for that case (and a Go worker then releases ``taskrunner:unique:``,
+a bug of the Go library), so we read ``""`` as the task name, and write the
+task name, which makes a Go worker release the right lock.
+
+**The delayed member** (``delayed``: :class:`DelayedTask`, :func:`new_delayed`,
+:func:`encode_delayed`, :func:`decode_delayed`). A member of
+``taskrunner:<group>:delayed_tasks`` is Go's ``DelayedTask``:
+``{"id": uuid4, "task": name, "time": int64, "payload": any}``. ``time`` is
+the run-at time in whole seconds (Go reads it as int64 and refuses a
+fraction); the member's score is the precise run-at time and may keep the
+fraction (Go selects due members with ``ZRANGEBYSCORE``). Python schedules by
+the score only and never reads ``time``. On the in-memory backend both are on
+trio's clock. We add ``unique_key`` for unique tasks (the message's
+``unique_key``, computed at dispatch from the payload as given, because the
+scheduler only has its JSON); a member without it (Go's) has it computed from
+the decoded payload when it is moved.
+
+**The metrics fields** (``metrics``: :class:`TimingFields`, :func:`task_fields`,
+:func:`schedule_fields`, :func:`timing_increment`, :func:`read_timing`). The
+hash ``taskrunner:<group>:metrics`` holds, per task:
+
+- ``<task>_sum``: whole milliseconds, an integer (Go reads it with
+  ``Int64()`` and adds with ``HINCRBY``);
+- ``<task>_count``: runs, an integer;
+- ``<task>_sum_us``: ours, the same total in microseconds, which Go ignores.
+
+Our writers keep ``_sum == _sum_us // 1000`` (:func:`add_timing`, applied
+atomically by the backend). When that does not hold, someone else moved
+``_sum`` since our last write (a Go worker adds whole milliseconds; a Go
+leader's reset zeroes ``_sum`` and ``_count`` only; 0.1.0 left a float there):
+the reader then takes ``_sum``, which counts everyone's runs, and the next
+write re-bases ``_sum_us`` on it. So the sub-millisecond part only ever refines
+``_sum`` by less than a millisecond in all, and is never stale. A float
+``_sum`` left by 0.1.0 reads as its value and is cut to whole milliseconds by
+the next write. The scheduler's passes use the same three fields under Go's
+name, ``taskrunner:<group>:delayed_tasks_schedule``
+(``taskrunner:<group>:delayed_tasks_schedule_sum`` and so on); the short
+``delayed_tasks_schedule_sum`` / ``_count`` written by 0.1.0 are read too, and
+added. A reset zeroes every field named here (:func:`reset_fields`).
+
+**Adding to the wire.** Later features will add optional fields to the
+message (an attempt count, trace context, result flags, ``dispatched_at``)
+and maybe to the delayed member. Each goes here, as an attribute with a
+default, written only when it has a non-default value, read with a default
+when absent, and documented in the list below with what a Go worker does with
+it. The rule every such field follows: **a Go worker that meets a message
+using a feature it does not know must never lose it or run it twice.** Go's
+``json.Unmarshal`` ignores unknown fields, so a new field is safe exactly when
+running the message as if the field were absent is a correct (if plainer)
+outcome. Therefore a new field never changes the meaning or the type of an
+existing one (a type Go cannot decode sends the message down Go's failure
+path, where a ``FailedTaskHandler`` may ack it: lost), never carries the
+payload in another form, and is never needed to find or release a lock or to
+bound the attempts (a Go worker counts deliveries). A feature that cannot meet
+that rule uses its own task names or its own stream.
+
+Optional fields in use (a Go worker ignores all of them):
+
+- delayed member ``unique_key``: the precomputed message ``unique_key``. A Go
+  leader ignores it and recomputes the key from the payload.
+- metrics ``<task>_sum_us`` and ``taskrunner:<group>:delayed_tasks_schedule_sum_us``:
+  see above.
+"""
+
+from taskrunner._wire.delayed import DelayedTask as DelayedTask
+from taskrunner._wire.delayed import decode_delayed as decode_delayed
+from taskrunner._wire.delayed import encode_delayed as encode_delayed
+from taskrunner._wire.delayed import new_delayed as new_delayed
+from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
+from taskrunner._wire.locks import unique_key_for as unique_key_for
+from taskrunner._wire.locks import unique_lock as unique_lock
+from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
+from taskrunner._wire.message import TaskMessage as TaskMessage
+from taskrunner._wire.message import decode_message as decode_message
+from taskrunner._wire.message import encode_message as encode_message
+from taskrunner._wire.message import new_message as new_message
+from taskrunner._wire.message import reservation_ns as reservation_ns
+from taskrunner._wire.message import unique_for_seconds as unique_for_seconds
+from taskrunner._wire.metrics import SCHEDULE_TIMING_NAME as SCHEDULE_TIMING_NAME
+from taskrunner._wire.metrics import TimingFields as TimingFields
+from taskrunner._wire.metrics import TimingIncrement as TimingIncrement
+from taskrunner._wire.metrics import add_timing as add_timing
+from taskrunner._wire.metrics import read_timing as read_timing
+from taskrunner._wire.metrics import reset_fields as reset_fields
+from taskrunner._wire.metrics import schedule_fields as schedule_fields
+from taskrunner._wire.metrics import schedule_timing as schedule_timing
+from taskrunner._wire.metrics import schedule_timing_name as schedule_timing_name
+from taskrunner._wire.metrics import task_fields as task_fields
+from taskrunner._wire.metrics import task_names_in as task_names_in
+from taskrunner._wire.metrics import task_timing as task_timing
+from taskrunner._wire.metrics import timing_increment as timing_increment
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "SCHEDULE_TIMING_NAME",
+    "UNIQUE_LOCK_PREFIX",
+    "DelayedTask",
+    "TaskMessage",
+    "TimingFields",
+    "TimingIncrement",
+    "add_timing",
+    "decode_delayed",
+    "decode_message",
+    "encode_delayed",
+    "encode_message",
+    "new_delayed",
+    "new_message",
+    "read_timing",
+    "reservation_ns",
+    "reset_fields",
+    "schedule_fields",
+    "schedule_timing",
+    "schedule_timing_name",
+    "task_fields",
+    "task_names_in",
+    "task_timing",
+    "timing_increment",
+    "unique_for_seconds",
+    "unique_key_for",
+    "unique_lock",
+]

@@ -1,0 +1,50 @@
+"""How every wire document is written and read: compact JSON, Go's zero values.
+
+Written compact (no spaces), refusing NaN and infinities (Go's ``json``
+cannot read them), non-ASCII text kept as UTF-8 (Go writes it so). Read
+field by field: a missing or ``null`` field is the default (Go's zero
+value), a whole-number float where an int belongs is that int, and anything
+else of the wrong type is :class:`~taskrunner.errors.InvalidTaskPayload`
+naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from taskrunner.errors import InvalidTaskPayload
+
+dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+"""``dumps(doc) -> str``: the compact JSON of a document."""
+
+
+def field(doc: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    """``doc[name]`` as a ``kind``, ``default`` when missing or ``null``.
+
+    Raises:
+        InvalidTaskPayload: the value is of another type.
+    """
+    value = doc.get(name)
+    if value is None:
+        return default
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InvalidTaskPayload(f"field {name!r} should be {kind.__name__}, got {value!r}")
+    return value
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """Parse ``raw`` as a JSON object.
+
+    Raises:
+        InvalidTaskPayload: invalid JSON, or JSON that is not an object.
+    """
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidTaskPayload(f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise InvalidTaskPayload(f"expected a JSON object, got {type(doc).__name__}")
+    return doc

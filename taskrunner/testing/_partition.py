@@ -1,0 +1,253 @@
+"""A backend wrapper whose link can be cut, for partition and crash tests.
+
+Theory of operation. :class:`PartitionedBackend` implements
+:class:`~taskrunner.backends.Backend` by delegating every call to the backend
+behind it, through a link that :attr:`~PartitionedBackend.cut` breaks: a call
+made while the link is cut is never sent
+(:class:`~taskrunner.errors.BackendError` with ``maybe_applied`` false), and a
+call in flight when it is cut loses its reply (a ``BackendError`` that may
+have been applied), exactly as a lost connection would. Every call is a trio
+checkpoint first, as a network round trip would be. The two clock-and-name
+methods, :meth:`~PartitionedBackend.now` and
+:meth:`~PartitionedBackend.stream_keys`, do no I/O and always answer. The
+operator reads of :class:`~taskrunner.backends.Inspection` go through the same
+link, when the backend behind it implements them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TypeVar
+
+import trio
+
+from taskrunner._guards import require_inspection
+from taskrunner._keys import StreamKeys
+from taskrunner._wire import TimingIncrement
+from taskrunner.backends import (
+    Backend,
+    DeadLetter,
+    DelayedMove,
+    GroupInfo,
+    Heartbeat,
+    Inspection,
+    KeyCounts,
+    KeyInfo,
+    Lease,
+    QueueEntry,
+    QueueMetrics,
+)
+from taskrunner.errors import BackendError
+
+__all__ = ["PartitionedBackend"]
+
+T = TypeVar("T")
+
+
+class PartitionedBackend(Backend, Inspection):
+    """A backend seen through a link that can be cut.
+
+    While :attr:`cut` is true every call raises
+    :class:`~taskrunner.errors.BackendError`, as a lost connection would (a
+    call in flight when the link is cut loses its reply). Several runners can
+    share one backend, each through its own link, to simulate a network
+    partition or a crashed process deterministically under ``MockClock``::
+
+        link = PartitionedBackend(backend)
+        runner = TaskRunner(config, link)
+        ...
+        link.cut = True   # the runner can no longer reach the store
+
+    Args:
+        backend: The backend behind the link.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        """The backend behind the link (a test may call it directly)."""
+        self.cut = False
+        """Whether the link is cut now."""
+
+    @property
+    def delete_on_ack(self) -> bool:
+        """Whether the backend behind the link deletes entries on ack."""
+        return bool(getattr(self.backend, "delete_on_ack", False))
+
+    async def _through(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+        await trio.lowlevel.checkpoint()
+        if self.cut:
+            raise BackendError(f"partitioned: {name} not sent", maybe_applied=False)
+        result = await call()
+        if self.cut:  # the reply is lost on the way back
+            raise BackendError(f"partitioned: no reply to {name}")
+        return result
+
+    # No I/O: always answered ----------------------------------------------------
+    def now(self) -> float:
+        return self.backend.now()
+
+    def stream_keys(self, group: str) -> StreamKeys:
+        return self.backend.stream_keys(group)
+
+    # MessageQueue ----------------------------------------------------------------
+    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
+        return await self._through("add", partial(self.backend.add, group, payloads))
+
+    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
+        return await self._through(
+            "read", partial(self.backend.read, group, consumer, count, block)
+        )
+
+    async def ack(self, group: str, ids: Sequence[str]) -> int:
+        return await self._through("ack", partial(self.backend.ack, group, ids))
+
+    async def claim_stale(
+        self, group: str, consumer: str, min_idle: float, count: int
+    ) -> list[QueueEntry]:
+        return await self._through(
+            "claim_stale", partial(self.backend.claim_stale, group, consumer, min_idle, count)
+        )
+
+    async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+        return await self._through("refresh", partial(self.backend.refresh, group, consumer, ids))
+
+    async def length(self, group: str) -> int:
+        return await self._through("length", partial(self.backend.length, group))
+
+    async def stream_groups(self, group: str) -> list[str]:
+        return await self._through("stream_groups", partial(self.backend.stream_groups, group))
+
+    async def group_info(self, group: str) -> GroupInfo:
+        return await self._through("group_info", partial(self.backend.group_info, group))
+
+    async def delete_consumer(self, group: str, consumer: str) -> int:
+        return await self._through(
+            "delete_consumer", partial(self.backend.delete_consumer, group, consumer)
+        )
+
+    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
+        return await self._through(
+            "delete_idle_consumer",
+            partial(self.backend.delete_idle_consumer, group, consumer, min_idle),
+        )
+
+    async def get_metrics(self, group: str) -> QueueMetrics:
+        return await self._through("get_metrics", partial(self.backend.get_metrics, group))
+
+    async def dead_letter(
+        self, group: str, message_id: str, payload: bytes | None, error: str
+    ) -> str:
+        return await self._through(
+            "dead_letter", partial(self.backend.dead_letter, group, message_id, payload, error)
+        )
+
+    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
+        return await self._through("dead_letters", partial(self.backend.dead_letters, group, count))
+
+    # SharedState -----------------------------------------------------------------
+    async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
+        return await self._through(
+            "acquire_lease", partial(self.backend.acquire_lease, group, owner, ttl)
+        )
+
+    async def renew_lease(self, group: str, owner: str, ttl: float) -> bool:
+        return await self._through(
+            "renew_lease", partial(self.backend.renew_lease, group, owner, ttl)
+        )
+
+    async def resign_lease(self, group: str, owner: str) -> bool:
+        return await self._through("resign_lease", partial(self.backend.resign_lease, group, owner))
+
+    async def lease_owner(self, group: str) -> str | None:
+        return await self._through("lease_owner", partial(self.backend.lease_owner, group))
+
+    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
+        await self._through("add_delayed", partial(self.backend.add_delayed, group, member, run_at))
+
+    async def due_delayed(
+        self, group: str, until: float, limit: int, offset: int = 0
+    ) -> list[bytes]:
+        return await self._through(
+            "due_delayed", partial(self.backend.due_delayed, group, until, limit, offset)
+        )
+
+    async def next_delayed_at(self, group: str) -> float | None:
+        return await self._through("next_delayed_at", partial(self.backend.next_delayed_at, group))
+
+    async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
+        return await self._through("move_delayed", partial(self.backend.move_delayed, group, moves))
+
+    async def increment_metrics(self, group: str, increments: Sequence[TimingIncrement]) -> None:
+        await self._through(
+            "increment_metrics", partial(self.backend.increment_metrics, group, increments)
+        )
+
+    async def read_metrics(self, group: str) -> dict[str, float]:
+        return await self._through("read_metrics", partial(self.backend.read_metrics, group))
+
+    async def reset_metrics(self, group: str, fields: Sequence[str]) -> None:
+        await self._through("reset_metrics", partial(self.backend.reset_metrics, group, fields))
+
+    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+        return await self._through(
+            "heartbeat", partial(self.backend.heartbeat, host, instance_id, ttl)
+        )
+
+    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+        return await self._through("heartbeat_holder", partial(self.backend.heartbeat_holder, host))
+
+    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+        await self._through(
+            "remove_heartbeat", partial(self.backend.remove_heartbeat, host, instance_id)
+        )
+
+    async def count_heartbeats(self) -> int:
+        return await self._through("count_heartbeats", self.backend.count_heartbeats)
+
+    async def acquire_lock(self, key: str, token: str, ttl: float) -> bool:
+        return await self._through(
+            "acquire_lock", partial(self.backend.acquire_lock, key, token, ttl)
+        )
+
+    async def release_lock(self, key: str, token: str) -> bool:
+        return await self._through("release_lock", partial(self.backend.release_lock, key, token))
+
+    async def publish_tuning(self, group: str, capacity: int, ttl: float) -> None:
+        await self._through(
+            "publish_tuning", partial(self.backend.publish_tuning, group, capacity, ttl)
+        )
+
+    async def read_tuning(self, group: str) -> int | None:
+        return await self._through("read_tuning", partial(self.backend.read_tuning, group))
+
+    # Inspection --------------------------------------------------------------------
+    def _inspection(self) -> Inspection:
+        return require_inspection(self.backend, "PartitionedBackend's inspection")
+
+    async def ping(self) -> float:
+        return await self._through("ping", self._inspection().ping)
+
+    async def list_groups(self) -> list[str]:
+        return await self._through("list_groups", self._inspection().list_groups)
+
+    async def list_keys(self, group: str) -> list[KeyInfo]:
+        return await self._through("list_keys", partial(self._inspection().list_keys, group))
+
+    async def count_keys(self, group: str) -> KeyCounts:
+        return await self._through("count_keys", partial(self._inspection().count_keys, group))
+
+    async def list_heartbeats(self) -> list[Heartbeat]:
+        return await self._through("list_heartbeats", self._inspection().list_heartbeats)
+
+    async def read_lease(self, group: str) -> Lease | None:
+        return await self._through("read_lease", partial(self._inspection().read_lease, group))
+
+    async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
+        return await self._through(
+            "flush_group", partial(self._inspection().flush_group, group, heartbeats=heartbeats)
+        )
+
+    # Backend -----------------------------------------------------------------------
+    async def aclose(self) -> None:
+        await self._through("aclose", self.backend.aclose)

@@ -1,0 +1,68 @@
+"""The acker: an ack refused for good drops only the message refused, and a transient
+failure is retried as it was (MemoryBackend, MockClock)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+import trio.testing
+from _fleet import wait_until
+
+from taskrunner import TaskRunnerConfig
+from taskrunner._config import ConfigHolder
+from taskrunner._serve.acker import Acker
+from taskrunner.backends.memory import MemoryBackend
+from taskrunner.backends.redis._errors import RedisConnectionError, error_from_reply
+
+
+class RefusingBackend(MemoryBackend):
+    """Refuses, for good, every ack of a batch holding a refused id (as Redis refuses a
+    whole command); fails ``transient`` acks in a row first, as a lost connection would."""
+
+    def __init__(self, refused: set[str], transient: int = 0) -> None:
+        super().__init__()
+        self.refused = refused
+        self.transient = transient
+        self.calls: list[list[str]] = []
+
+    async def ack(self, group: str, ids: Sequence[str]) -> int:
+        self.calls.append(list(ids))
+        if self.transient:
+            self.transient -= 1
+            raise RedisConnectionError("connection lost")
+        if self.refused & set(ids):
+            raise error_from_reply("WRONGTYPE Operation against a key holding the wrong kind")
+        return await super().ack(group, ids)
+
+
+async def test_an_ack_refused_for_good_drops_only_the_refused_message(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = RefusingBackend(set(), transient=2)
+    ids = await backend.add("g", [b"a", b"b", b"c"])
+    assert len(await backend.read("g", "c1", 3, 0)) == 3
+    backend.refused = {ids[1]}
+    for i in range(3):
+        assert await backend.acquire_lock(f"lock{i}", "t", 60)
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
+    for i, entry_id in enumerate(ids):
+        acker.ack(entry_id, (f"lock{i}", "t"))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acker.run)
+        await wait_until(lambda: acker.backlog == 0, limit=60)
+        await trio.sleep(30)  # and it does not spin on the refused one
+        nursery.cancel_scope.cancel()
+
+    # two transient failures retried as they were, then the refusal split into single acks
+    assert backend.calls == [ids, ids, ids, [ids[0]], [ids[1]], [ids[2]]]
+    assert (acker.acked, acker.dropped) == (2, 1)
+    info = await backend.group_info("g")
+    assert info.pending == 1  # the refused one is delivered again after reclaim_delay
+    # locks of acked messages are released; the refused one's is left to expire
+    assert [await backend.acquire_lock(f"lock{i}", "u", 60) for i in range(3)] == [
+        True,
+        False,
+        True,
+    ]

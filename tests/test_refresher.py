@@ -1,0 +1,99 @@
+"""The refresher: which running messages are due (InFlight), a long run is never
+reclaimed, and a failed refresh is retried (MemoryBackend, MockClock)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+import trio.lowlevel
+import trio.testing
+from _fleet import make_runner, serving, wait_until
+
+from taskrunner import (
+    Task,
+)
+from taskrunner._inflight import InFlight
+from taskrunner.backends.memory import MemoryBackend
+
+
+async def test_long_task_that_refreshes_is_never_reclaimed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runners = [make_runner(backend, reclaim_delay=30) for _ in range(2)]
+    starts: list[int] = []
+    for index, runner in enumerate(runners):
+
+        async def slow(payload: None, index: int = index) -> None:
+            starts.append(index)
+            await trio.sleep(300)  # ten times reclaim_delay
+
+        runner.register(Task(name="slow", action=slow, reservation_timeout=10))
+
+    await runners[0].dispatch("slow")
+    async with serving(*runners):
+        await wait_until(lambda: sum(r.statistics().acked for r in runners) == 1)
+        await trio.sleep(100)
+    assert len(starts) == 1
+    assert sum(r.statistics().reclaimed for r in runners) == 0
+
+
+async def test_a_failed_refresh_is_retried_on_the_next_tick(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """One transient refresh failure must not let another runner reclaim a running
+    message (it used to wait a whole reservation timeout before trying again)."""
+    from taskrunner import BackendError
+    from taskrunner.testing import PartitionedBackend
+
+    backend = MemoryBackend()
+
+    class FlakyRefresh(PartitionedBackend):
+        failures = 0
+
+        async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+            if trio.current_time() >= 24 and FlakyRefresh.failures == 0:
+                FlakyRefresh.failures += 1
+                raise BackendError("transient")
+            return await backend.refresh(group, consumer, ids)
+
+    first = make_runner(FlakyRefresh(backend), reclaim_delay=30)
+    second = make_runner(backend, reclaim_delay=30)
+    runs: list[str] = []
+    for name, runner in (("first", first), ("second", second)):
+
+        async def long(payload: None, name: str = name) -> None:
+            runs.append(name)
+            await trio.sleep(100)
+
+        async def quick(payload: None) -> None:
+            pass
+
+        runner.register(Task(name="long", action=long, reservation_timeout=25, max_retry=2))
+        runner.register(Task(name="quick", action=quick, reservation_timeout=2))  # 1 s ticks
+
+    await first.dispatch("long")
+    async with serving(first):
+        await wait_until(lambda: runs == ["first"])
+        async with serving(second):
+            await wait_until(lambda: first.statistics().acked == 1, limit=200)
+    assert FlakyRefresh.failures == 1
+    assert runs == ["first"], "the running message was reclaimed and ran twice"
+    assert await backend.dead_letters("g") == []
+    assert second.statistics().reclaimed == 0
+
+
+def test_inflight_due_refreshes_early_never_late() -> None:
+    table = InFlight()
+    table.add("1-1", "c1", reservation_timeout=10, now=0)
+    table.add("1-2", "c2", reservation_timeout=4, now=0)
+    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}  # due at 4, within the slack
+    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}, "due() only reads"
+    table.refreshed(["1-2"], at=2)
+    assert table.due(now=3, slack=2) == {}  # next at 2 + 4
+    assert table.due(now=8, slack=2) == {"c1": ["1-1"], "c2": ["1-2"]}
+    table.remove("1-1")
+    table.refreshed(["1-1"], at=8)  # no longer running: ignored
+    assert "1-1" not in table
+    assert len(table) == 1
