@@ -7,6 +7,11 @@ Everything that can be refused (unknown task, payload that does not encode or
 does not fit the typed payload, a bad delay) is refused before anything is
 queued. A unique task's lock is taken before its message is added and given
 back if the add does not happen.
+
+Tracing (``taskrunner.otel``) sets :attr:`Dispatcher.tracer`: each dispatch
+then runs inside the context manager it returns, and the trace context it
+yields is written into the message (or the delayed member) as ``trace``.
+Without it nothing is added to the message and nothing is called.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +38,10 @@ from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
+
+Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
+"""``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
+one for the batch), yielding the trace context to carry, if any."""
 
 
 class Dispatcher:
@@ -55,16 +65,21 @@ class Dispatcher:
         self._backend = backend
         self._tasks = tasks
         self._scheduler = scheduler
+        self.tracer: Tracer | None = None
+        """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
 
-    def _message(self, task: Task, payload: Any) -> _wire.TaskMessage:
+    def _message(
+        self, task: Task, payload: Any, trace: dict[str, str] | None = None
+    ) -> _wire.TaskMessage:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         if not task.unique:
-            return _wire.new_message(task, wire_payload)
+            return _wire.new_message(task, wire_payload, trace=trace)
         return _wire.new_message(
             task,
             wire_payload,
             unique_key=_wire.unique_key_for(task, payload),
             token=uuid.uuid4().hex,
+            trace=trace,
         )
 
     def _get_task(self, name: str) -> Task:
@@ -75,8 +90,14 @@ class Dispatcher:
 
     async def dispatch(self, name: str, payload: Any = None) -> str:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._dispatch(name, payload, trace)
+        return await self._dispatch(name, payload, None)
+
+    async def _dispatch(self, name: str, payload: Any, trace: dict[str, str] | None) -> str:
         task = self._get_task(name)
-        message = self._message(task, payload)
+        message = self._message(task, payload, trace)
         data = _wire.encode_message(message)
         if not task.unique:
             (message_id,) = await self._backend.add(self._config.current.consumer_group, [data])
@@ -120,7 +141,15 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        data = [_wire.encode_message(self._message(task, payload)) for payload in payloads]
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_many(task, payloads, trace)
+        return await self._add_many(task, payloads, None)
+
+    async def _add_many(
+        self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None
+    ) -> list[str]:
+        data = [_wire.encode_message(self._message(task, payload, trace)) for payload in payloads]
         return await self._backend.add(self._config.current.consumer_group, data) if data else []
 
     async def dispatch_delayed(
@@ -148,6 +177,14 @@ class Dispatcher:
         return await self._add_delayed(name, payload, unix - time.time() + self._backend.now())
 
     async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_delayed_traced(name, payload, run_at, trace)
+        return await self._add_delayed_traced(name, payload, run_at, None)
+
+    async def _add_delayed_traced(
+        self, name: str, payload: Any, run_at: float, trace: dict[str, str] | None
+    ) -> str:
         task = self._get_task(name)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         _wire.encode_message(_wire.new_message(task, wire_payload))  # refuse it now
@@ -158,6 +195,8 @@ class Dispatcher:
             id=str(uuid.uuid4()),
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            dispatched_at=self._backend.now(),
+            trace=trace,
         )
         await self._backend.add_delayed(
             self._config.current.consumer_group, _wire.encode_delayed(delayed), run_at

@@ -50,6 +50,7 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "release_lock": ("k", "t"),
     "publish_tuning": ("g", 4, 20.0),
     "read_tuning": ("g",),
+    "defer": ("g", "1-1", b"m", 1.0),
     "aclose": (),
 }
 """One valid call of every awaitable Backend method."""

@@ -102,6 +102,7 @@ from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
 from taskrunner._wire.delayed import new_delayed as new_delayed
+from taskrunner._wire.delayed import retry_delayed as retry_delayed
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
 from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
@@ -144,6 +145,7 @@ __all__ = [
     "read_timing",
     "reservation_ns",
     "reset_fields",
+    "retry_delayed",
     "schedule_fields",
     "schedule_timing",
     "schedule_timing_name",

@@ -34,6 +34,16 @@ class TaskMessage:
     """The unique lock key's suffix, ``<task>:<key>`` (see the module docstring)."""
     unique_lock_value: str = ""
     reservation_timeout: int = 0
+    # Ours, optional (absent from a plain message; see the package docstring):
+    attempts: int = 0
+    """Attempts used by earlier entries of this task (it is a re-queued retry)."""
+    id: str = ""
+    """The task's id when it is not this entry's stream id (moved from the delayed set)."""
+    dispatched_at: float | None = None
+    """When the task was first dispatched (the backend's clock), when that is not
+    the stream id's time (a delayed dispatch, a retry)."""
+    trace: dict[str, str] | None = None
+    """The trace context the dispatch carried (W3C ``traceparent``, ``tracestate``)."""
 
     @property
     def reservation_timeout_seconds(self) -> float:
@@ -50,7 +60,17 @@ def unique_for_seconds(seconds: float) -> int:
     return math.ceil(seconds)
 
 
-def new_message(task: Task, payload: Any, *, unique_key: str = "", token: str = "") -> TaskMessage:
+def new_message(
+    task: Task,
+    payload: Any,
+    *,
+    unique_key: str = "",
+    token: str = "",
+    attempts: int = 0,
+    id: str = "",
+    dispatched_at: float | None = None,
+    trace: dict[str, str] | None = None,
+) -> TaskMessage:
     """The message that runs ``task`` once.
 
     Args:
@@ -58,12 +78,20 @@ def new_message(task: Task, payload: Any, *, unique_key: str = "", token: str = 
         payload: The payload in its wire (JSON-ready) form.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
         token: For a unique task, the lock's token (random at dispatch).
+        attempts: Attempts used by earlier entries of the task (a retry).
+        id: The task's id, when it is not the entry's stream id.
+        dispatched_at: The first dispatch's time, when it is not the stream id's.
+        trace: The dispatch's trace context, when traced.
     """
+    extras: dict[str, Any] = {}
+    if attempts or id or dispatched_at is not None or trace:
+        extras = {"attempts": attempts, "id": id, "dispatched_at": dispatched_at, "trace": trace}
     if not task.unique:
         return TaskMessage(
             task_name=task.name,
             payload=payload,
             reservation_timeout=reservation_ns(task.reservation),
+            **extras,
         )
     return TaskMessage(
         task_name=task.name,
@@ -73,6 +101,7 @@ def new_message(task: Task, payload: Any, *, unique_key: str = "", token: str = 
         unique_key=unique_key,
         unique_lock_value=token,
         reservation_timeout=reservation_ns(task.reservation),
+        **extras,
     )
 
 
@@ -82,7 +111,7 @@ def encode_message(message: TaskMessage) -> bytes:
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable, or too large.
     """
-    doc = {
+    doc: dict[str, Any] = {
         "task_name": message.task_name,
         "payload": message.payload,
         "unique": message.unique,
@@ -91,6 +120,14 @@ def encode_message(message: TaskMessage) -> bytes:
         "unique_lock_value": message.unique_lock_value,
         "reservation_timeout": message.reservation_timeout,
     }
+    if message.attempts:
+        doc["attempts"] = message.attempts
+    if message.id:
+        doc["id"] = message.id
+    if message.dispatched_at is not None:
+        doc["dispatched_at"] = message.dispatched_at
+    if message.trace:
+        doc["trace"] = message.trace
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -128,7 +165,7 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         raise InvalidTaskPayload(
             f"field 'task_name' should be a non-empty string, got {task_name!r}"
         )
-    return TaskMessage(
+    message = TaskMessage(
         task_name=task_name,
         payload=doc.get("payload"),
         unique=field(doc, "unique", bool, False),
@@ -137,3 +174,50 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
         reservation_timeout=field(doc, "reservation_timeout", int, 0),
     )
+    if len(doc) <= len(_GO_FIELDS) and _GO_FIELDS.issuperset(doc):
+        return message  # a plain message (Go's, or ours): no optional field to read
+    return attrs.evolve(message, **extras_of(doc))
+
+
+_GO_FIELDS = frozenset(
+    (
+        "task_name",
+        "payload",
+        "unique",
+        "unique_for",
+        "unique_key",
+        "unique_lock_value",
+        "reservation_timeout",
+    )
+)
+"""The fields of Go's ``TaskMessage``."""
+
+
+def extras_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """Our optional fields of a message or delayed member, read with their defaults.
+
+    Raises:
+        InvalidTaskPayload: one has the wrong type (or ``attempts`` is negative).
+    """
+    attempts = field(doc, "attempts", int, 0)
+    if attempts < 0:
+        raise InvalidTaskPayload(f"field 'attempts' should be >= 0, got {attempts!r}")
+    dispatched_at = doc.get("dispatched_at")
+    if dispatched_at is not None and (
+        isinstance(dispatched_at, bool)
+        or not isinstance(dispatched_at, int | float)
+        or not math.isfinite(dispatched_at)
+    ):
+        raise InvalidTaskPayload(f"field 'dispatched_at' should be seconds, got {dispatched_at!r}")
+    trace = doc.get("trace")
+    if trace is not None and not (
+        isinstance(trace, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in trace.items())
+    ):
+        raise InvalidTaskPayload(f"field 'trace' should be an object of strings, got {trace!r}")
+    return {
+        "attempts": attempts,
+        "id": field(doc, "id", str, ""),
+        "dispatched_at": None if dispatched_at is None else float(dispatched_at),
+        "trace": trace or None,
+    }

@@ -69,6 +69,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
+    check_defer,
+    check_move_delayed_keeps_own_lock,
+)
 from taskrunner.testing._embedded import (
     ServerProcess,
     find_server_binary,
@@ -144,7 +148,13 @@ __all__ = [
 ]
 
 
-_MODULE_ORDER = ("_stream_checks", "_reclaim_checks", "_state_checks", "_inspection_checks")
+_MODULE_ORDER = (
+    "_stream_checks",
+    "_reclaim_checks",
+    "_state_checks",
+    "_defer_checks",
+    "_inspection_checks",
+)
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     sorted(
         _registry,
