@@ -64,7 +64,11 @@ def _annotations(action: Any) -> dict[str, Any]:
 def _is_context(annotation: object) -> bool:
     if annotation is TaskContext:
         return True
-    return isinstance(annotation, str) and annotation.rpartition(".")[2] == "TaskContext"
+    if isinstance(annotation, str):  # as written, when it could not be resolved
+        return any(
+            part.strip().rpartition(".")[2] == "TaskContext" for part in annotation.split("|")
+        )
+    return any(arg is TaskContext for arg in typing.get_args(annotation))  # TaskContext | None
 
 
 def action_shape(action: Any) -> ActionShape:
