@@ -41,7 +41,8 @@ async def test_the_context_of_a_plain_dispatch(autojump_clock: trio.testing.Mock
     assert (ctx.message_id, ctx.task_id, ctx.task_name) == (message_id, message_id, "look")
     assert (ctx.attempt, ctx.max_attempts, ctx.deadline) == (1, 3, None)
     assert ctx.dispatched_at == 12.5, "the stream id's time (the backend's clock)"
-    assert dict(ctx.state) == {} and dict(ctx.trace) == {}
+    assert dict(ctx.state) == {}
+    assert dict(ctx.trace) == {}
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         ctx.attempt = 2  # type: ignore[misc]
 

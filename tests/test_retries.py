@@ -205,9 +205,7 @@ async def test_a_unique_task_keeps_its_lock_across_the_retry(
     runner = make_runner(backend)
     runs = 0
 
-    @runner.task(
-        max_retry=2, retry=Backoff(initial=10, jitter=0), unique=True, unique_for=60
-    )
+    @runner.task(max_retry=2, retry=Backoff(initial=10, jitter=0), unique=True, unique_for=60)
     async def sync_account(payload: int) -> None:
         nonlocal runs
         runs += 1

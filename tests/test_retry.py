@@ -54,7 +54,9 @@ def test_backoff_jitter_spreads_by_the_fraction(attempt: int, low: float, high: 
 
 
 def test_the_default_policy_is_the_issues() -> None:
-    assert Backoff() == DEFAULT_BACKOFF == Backoff(initial=1.0, factor=2.0, maximum=300.0, jitter=0.1)
+    assert (
+        Backoff() == DEFAULT_BACKOFF == Backoff(initial=1.0, factor=2.0, maximum=300.0, jitter=0.1)
+    )
 
 
 @pytest.mark.parametrize(
@@ -75,7 +77,7 @@ def test_backoff_refuses_bad_fields(field: str, value: object, message: str) -> 
 
 @pytest.mark.parametrize("delay", [-1.0, math.nan, math.inf, "5", True])
 def test_retry_refuses_bad_delays(delay: object) -> None:
-    with pytest.raises(ValueError, match="^Retry.delay must be a finite number of seconds >= 0"):
+    with pytest.raises(ValueError, match=r"^Retry\.delay must be a finite number of seconds >= 0"):
         Retry(delay=delay)  # type: ignore[arg-type]
 
 

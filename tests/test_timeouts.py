@@ -111,7 +111,9 @@ async def test_a_sync_action_runs_in_a_thread_with_its_context(
 
     @runner.task()
     def thumbnail(payload: dict[str, int], ctx: TaskContext) -> int:
-        seen.append((threading.current_thread() is threading.main_thread(), ctx.attempt, ctx.task_name))
+        seen.append(
+            (threading.current_thread() is threading.main_thread(), ctx.attempt, ctx.task_name)
+        )
         return payload["w"] * 2
 
     await runner.dispatch("thumbnail", {"w": 3})

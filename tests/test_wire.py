@@ -315,8 +315,7 @@ def test_our_member_moves_with_its_precomputed_key() -> None:
         member=OUR_MEMBER,
         message=(
             b'{"task_name":"echo","payload":{"n":3},"unique":false,"unique_for":0,'
-            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000'
-            + MOVED_ID
+            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000' + MOVED_ID
         ),
     )
 

@@ -4,6 +4,7 @@ runners sharing the retries."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import uuid
@@ -74,11 +75,13 @@ async def test_retries_go_through_the_delayed_set_and_count(backend: RedisBacken
         nursery.cancel_scope.cancel()
     assert [attempt for _, attempt, _, _ in runs] == [1, 2, 3]
     assert {tid for _, _, tid, _ in runs} == {task_id}
-    gaps = [b[0] - a[0] for a, b in zip(runs, runs[1:], strict=False)]
-    assert 0.1 <= gaps[0] < 0.1 + 1.0 and 0.2 <= gaps[1] < 0.2 + 1.0, gaps
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(runs)]
+    assert 0.1 <= gaps[0] < 0.1 + 1.0, gaps
+    assert 0.2 <= gaps[1] < 0.2 + 1.0, gaps
     ((delivery, error),) = handled
     assert isinstance(error, TaskMaxRetryExceeded)
-    assert delivery.attempt == 3 and delivery.delivery_count == 1
+    assert delivery.attempt == 3
+    assert delivery.delivery_count == 1
     assert await backend.length("g") == 0, "each deferred entry was deleted"
     assert (await backend.group_info("g")).pending == 0
     assert await backend.next_delayed_at("g") is None
@@ -87,7 +90,6 @@ async def test_retries_go_through_the_delayed_set_and_count(backend: RedisBacken
 async def test_the_retry_member_on_the_server(backend: RedisBackend) -> None:
     """What a retry looks like in Redis while it waits: Go's four fields and ours."""
     runner = make(backend, "h")
-    waiting = trio.Event()
 
     @runner.task(max_retry=2, retry=Backoff(initial=60, jitter=0))
     async def later(payload: dict[str, int]) -> None:
@@ -97,20 +99,14 @@ async def test_the_retry_member_on_the_server(backend: RedisBackend) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
 
-        async def watch() -> None:
-            while await backend.next_delayed_at("g") is None:
-                await trio.sleep(0.01)
-            waiting.set()
-
-        nursery.start_soon(watch)
-        with trio.fail_after(10):
-            await waiting.wait()
+        await wait_until(lambda: runner.statistics().retried == 1)
         nursery.cancel_scope.cancel()
     raw = await backend.client.execute("ZRANGE", "taskrunner:g:delayed_tasks", 0, -1, "WITHSCORES")
     member, score = json.loads(raw[0]), float(raw[1])
     assert member["id"] == message_id
     assert (member["task"], member["payload"], member["attempts"]) == ("later", {"n": 7}, 1)
-    assert member["time"] == int(score) and isinstance(member["time"], int)
+    assert member["time"] == int(score)
+    assert isinstance(member["time"], int)
     assert member["dispatched_at"] == int(message_id.split("-")[0]) / 1000
     assert await backend.length("g") == 0
     assert (await backend.group_info("g")).pending == 0
@@ -166,9 +162,10 @@ async def test_a_hung_task_and_a_hung_thread_end_at_their_timeout(backend: Redis
         nursery.cancel_scope.cancel()
     timeouts = [e.error for e in errors if isinstance(e, TaskExecutionError)]
     assert [type(t) for t in timeouts] == [TaskTimeout, TaskTimeout]
-    assert sorted(d.error.split(":")[0] for d in await backend.dead_letters("g")) == [
-        "TaskMaxRetryExceeded"
-    ] * 2
+    assert (
+        sorted(d.error.split(":")[0] for d in await backend.dead_letters("g"))
+        == ["TaskMaxRetryExceeded"] * 2
+    )
 
 
 async def test_lifespan_middleware_and_a_thread_action(backend: RedisBackend) -> None:
