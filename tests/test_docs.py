@@ -17,6 +17,8 @@ KEY_PAGES = [
     "index.html",
     "getting-started/index.html",
     "concepts/index.html",
+    "life-of-a-run/index.html",
+    "coming-from-arq-or-celery/index.html",
     "backends/index.html",
     "testing-your-tasks/index.html",
     "redis-key-layout/index.html",
@@ -36,6 +38,7 @@ KEY_PAGES = [
     "reference/admin/index.html",
     "reference/testing/index.html",
     "reference/prometheus/index.html",
+    "reference/otel/index.html",
 ]
 
 REFERENCED = {
@@ -57,6 +60,7 @@ REFERENCED = {
     "reference/admin/index.html": ["taskrunner.admin.flush"],
     "reference/testing/index.html": ["taskrunner.testing.contract_parametrize"],
     "reference/prometheus/index.html": ["taskrunner.prometheus.RunnerCollector"],
+    "reference/otel/index.html": ["taskrunner.otel.instrument"],
 }
 """Objects each API reference page must document (their HTML anchors)."""
 

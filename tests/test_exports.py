@@ -106,6 +106,7 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.admin": {"KeyInfo", "documented_keys", "flush", "list_keys"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
+    "taskrunner.otel": {"OUTCOME", "instrument"},
 }
 """Every public module, and its public names."""
 
