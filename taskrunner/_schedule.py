@@ -93,12 +93,14 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         "id": delayed.id,
         "dispatched_at": delayed.dispatched_at,
         "trace": delayed.trace,
-    }
+    }  # new_message's keywords
     task = tasks.get(delayed.task)
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
         # a Go fleet) runs it with its own settings, or dead-letters it.
-        message = _wire.TaskMessage(task_name=delayed.task, payload=delayed.payload, **extras)
+        message = _wire.TaskMessage(
+            task_name=delayed.task, payload=delayed.payload, extras=_wire.MessageExtras(**extras)
+        )
         return DelayedMove(member=raw, message=_encode(message, raw))
     if not task.unique:
         message = _wire.new_message(task, delayed.payload, **extras)

@@ -28,6 +28,7 @@ from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (
     MAX_MESSAGE_BYTES,
     DelayedTask,
+    MessageExtras,
     TimingFields,
     decode_delayed,
     decode_message,
@@ -131,7 +132,8 @@ def test_unique_for_is_whole_seconds_rounded_up(seconds: float, whole: int) -> N
 
 def test_nulls_missing_fields_and_extra_fields_are_tolerated() -> None:
     message = decode_message(b'{"task_name":"t","unique_key":null,"attempt":3,"dispatched_at":1.5}')
-    assert message == TaskMessage(task_name="t", dispatched_at=1.5), "attempt is not ours"
+    assert message == TaskMessage(task_name="t", extras=MessageExtras(dispatched_at=1.5))
+    assert message.attempts == 0, "attempt (singular) is not ours"
 
 
 @pytest.mark.parametrize(

@@ -123,6 +123,7 @@ from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
 from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
+from taskrunner._wire.message import MessageExtras as MessageExtras
 from taskrunner._wire.message import TaskMessage as TaskMessage
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
@@ -148,6 +149,7 @@ __all__ = [
     "SCHEDULE_TIMING_NAME",
     "UNIQUE_LOCK_PREFIX",
     "DelayedTask",
+    "MessageExtras",
     "TaskMessage",
     "TimingFields",
     "TimingIncrement",

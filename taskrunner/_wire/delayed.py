@@ -136,7 +136,7 @@ def decode_delayed(raw: bytes) -> DelayedTask:
     moment = doc.get("time", 0)
     if isinstance(moment, bool) or not isinstance(moment, int | float) or not math.isfinite(moment):
         raise InvalidTaskPayload(f"field 'time' should be unix seconds, got {moment!r}")
-    extras = extras_of(doc)
+    extras = extras_of(doc)  # the same optional fields as a message's
     return DelayedTask(
         id=field(doc, "id", str, ""),
         task=task,
@@ -144,7 +144,7 @@ def decode_delayed(raw: bytes) -> DelayedTask:
         payload=doc.get("payload"),
         unique_key=field(doc, "unique_key", str, None),
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
-        attempts=extras["attempts"],
-        dispatched_at=extras["dispatched_at"],
-        trace=extras["trace"],
+        attempts=extras.attempts,
+        dispatched_at=extras.dispatched_at,
+        trace=extras.trace,
     )
