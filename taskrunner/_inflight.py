@@ -5,9 +5,10 @@ the refresher asks which entries are due and, once the backend confirmed a
 refresh, marks them refreshed. ``due`` only reads, so a refresh that failed is
 retried on the next tick. An entry whose run is past its deadline (its
 ``timeout``) is never due: its attempt has failed, and a thread that cannot
-be cancelled must not keep its message from being reclaimed. Each entry also
-holds its run's cancel scope, so another part of the runner can cancel that
-run by message id (:meth:`InFlight.scope_of`).
+be cancelled must not keep its message from being reclaimed. The entry of a
+run with a timeout also holds that run's cancel scope, so another part of the
+runner can cancel it by message id (:meth:`InFlight.scope_of`); a run without
+a timeout has no scope (entering one per run is too dear for the hot path).
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+import attrs
 import trio
 
 from taskrunner._codec import decode_payload
@@ -110,6 +111,16 @@ def _dispatched_at(entry_id: str, message: TaskMessage) -> float:
     if message.dispatched_at is not None:
         return message.dispatched_at
     return int(entry_id.partition("-")[0]) / 1000
+
+
+@attrs.frozen
+class _Refused:
+    """An entry that cannot run: the failure path's delivery and error."""
+
+    delivery: Delivery
+    error: TaskRunnerError
+    unknown_task: bool = False
+    """It names a task not registered here (perhaps another group's, on a shared stream)."""
 
 
 class _Thread:
@@ -192,38 +203,42 @@ class Worker:
     async def _execute(self, entry: QueueEntry, consumer: str) -> None:
         if entry.delivery_count > 1 and await self._over_limit(entry, consumer):
             return
-        prepared = await self._prepare(entry, consumer)
-        if prepared is not None:
+        prepared = self._prepare(entry, consumer)
+        if isinstance(prepared, _Refused):
+            await self._refuse(prepared)
+        else:
             await self._run(entry, consumer, *prepared)
 
     # Step 2: prepare -------------------------------------------------------------
-    async def _prepare(
+    # (Synchronous, as the run is: every coroutine layer on the hot path costs.)
+    def _prepare(
         self, entry: QueueEntry, consumer: str
-    ) -> tuple[Task, TaskMessage, Any] | None:
-        """The task, message and payload of ``entry``, or ``None`` when it took
-        another way (the failure path, another group's ack)."""
+    ) -> tuple[Task, TaskMessage, Any] | _Refused:
+        """The task, message and payload of ``entry``; or why it cannot run."""
         try:
             message = decode_message(entry.payload)
         except Exception as exc:
-            await self.outcomes.fail(_delivery(entry, consumer, None), _undecodable(exc))
-            return None
+            return _Refused(_delivery(entry, consumer, None), _undecodable(exc))
         task = self._tasks.get(message.task_name)
         if task is None:
-            if not await self._belongs_to_another_group(entry, message):
-                unknown = TaskNotFound(message.task_name)
-                await self.outcomes.fail(_delivery(entry, consumer, message), unknown)
-            return None
+            unknown = TaskNotFound(message.task_name)
+            return _Refused(_delivery(entry, consumer, message), unknown, unknown_task=True)
         if message.attempts + entry.delivery_count > task.attempts:
             # The last allowed attempt never finished (its worker died): give up.
             error = TaskMaxRetryExceeded(task.name, entry.id, task.attempts)
-            await self.outcomes.fail(_delivery(entry, consumer, message), error)
-            return None
+            return _Refused(_delivery(entry, consumer, message), error)
         try:
             payload = decode_payload(message.payload, task.payload_type, task.name, task.extra_keys)
         except Exception as exc:
-            await self.outcomes.fail(_delivery(entry, consumer, message), _undecodable(exc))
-            return None
+            return _Refused(_delivery(entry, consumer, message), _undecodable(exc))
         return task, message, payload
+
+    async def _refuse(self, refused: _Refused) -> None:
+        """The failure path of an entry that cannot run (or another group's ack)."""
+        delivery = refused.delivery
+        if refused.unknown_task and await self._belongs_to_another_group(delivery):
+            return
+        await self.outcomes.fail(delivery, refused.error)
 
     # Step 3: run -------------------------------------------------------------------
     async def _run(
@@ -269,8 +284,32 @@ class Worker:
             self._timings.record(task.name, elapsed)
             if self.observers:
                 self._notify(task.name, elapsed, error is None)
+        if error is None and thread is None:
+            self.outcomes.done(entry.id, message)  # step 4, the hot path's outcome
+            return
+        await self._outcome(entry, consumer, task, message, error, thread)
+
+    # Step 4: the outcome -------------------------------------------------------------
+    async def _outcome(
+        self,
+        entry: QueueEntry,
+        consumer: str,
+        task: Task,
+        message: TaskMessage,
+        error: Exception | None,
+        thread: _Thread | None,
+    ) -> None:
+        """Ack, retry or the failure path; then wait for a thread past its timeout."""
         try:
-            await self._outcome(entry, consumer, task, message, error)
+            if error is None:
+                self.outcomes.done(entry.id, message)
+            else:
+                await self.outcomes.attempt_failed(
+                    task,
+                    _delivery(entry, consumer, message),
+                    error,
+                    dispatched_at=_dispatched_at(entry.id, message),
+                )
             if thread is not None and not thread.returned:
                 log.warning(
                     "task %s (message %s) ran past its timeout in a thread that is still "
@@ -325,47 +364,29 @@ class Worker:
         assert ctx is not None
         return await run_chain(self.middlewares, ctx, action)
 
-    # Step 4: the outcome -------------------------------------------------------------
-    async def _outcome(
-        self,
-        entry: QueueEntry,
-        consumer: str,
-        task: Task,
-        message: TaskMessage,
-        error: Exception | None,
-    ) -> None:
-        if error is None:
-            self.outcomes.done(entry.id, message)
-            return
-        await self.outcomes.attempt_failed(
-            task,
-            _delivery(entry, consumer, message),
-            error,
-            dispatched_at=_dispatched_at(entry.id, message),
-        )
-
-    async def _belongs_to_another_group(self, entry: QueueEntry, message: TaskMessage) -> bool:
+    async def _belongs_to_another_group(self, delivery: Delivery) -> bool:
         """Whether an unknown task is another group's (the stream is shared): if
         so it is acked for this group only, never dead-lettered.
 
         The other groups are looked up once (the failure path, not the hot
         path) and then remembered; an error leaves the entry pending.
         """
+        task_name = delivery.task_name or ""
         try:
             others = self._sharing.seen or await self._sharing.others()
         except BackendError as exc:
             log.warning(
                 "message %s names unknown task %s and the stream's groups could not be "
                 "read (%s); leaving it pending",
-                entry.id,
-                message.task_name,
+                delivery.id,
+                task_name,
                 exc,
             )
             return True
         if not others:
             return False
-        self._sharing.skip_unknown(message.task_name, entry.id)
-        self.outcomes.ack(entry.id)
+        self._sharing.skip_unknown(task_name, delivery.id)
+        self.outcomes.ack(delivery.id)
         return True
 
     # Step 1: bound the deliveries ----------------------------------------------------
