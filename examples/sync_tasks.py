@@ -28,11 +28,15 @@ async def main() -> None:
 
     def failed_task_handler(delivery: Delivery, error: TaskRunnerError) -> None:
         last = type(getattr(error, "last_error", None)).__name__
-        print(f"{delivery.task_name}: {type(error).__name__} on attempt {delivery.attempt} ({last})")
+        failed = type(error).__name__
+        print(f"{delivery.task_name}: {failed} on attempt {delivery.attempt} ({last})")
         gave_up.set()
 
     config = TaskRunnerConfig(
-        consumer_group="images", num_workers=8, sync_threads=2, failed_task_handler=failed_task_handler
+        consumer_group="images",
+        num_workers=8,
+        sync_threads=2,
+        failed_task_handler=failed_task_handler,
     )
     runner = TaskRunner(config, MemoryBackend())
     lock = threading.Lock()
