@@ -109,6 +109,7 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:leader:<base32(sha1(<group>))>`",
         "`taskrunner:<group>:worker_tuning_capacity`",
         "`taskrunner:<group>:metrics`",
+        "`taskrunner:<group>:catalog`",
         "`taskrunner:replication:<host>`",
         "`taskrunner:unique:<task>:<key>`",
     ]:

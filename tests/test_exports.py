@@ -55,6 +55,8 @@ PUBLIC: dict[str, set[str]] = {
     },
     "taskrunner.backends": {
         "Backend",
+        "CatalogDocument",
+        "CatalogTask",
         "ConsumerInfo",
         "DeadLetter",
         "DelayedMove",
@@ -70,11 +72,13 @@ PUBLIC: dict[str, set[str]] = {
         "QueueMetrics",
         "SharedState",
         "StreamKeys",
+        "TaskCatalog",
         "TimingFields",
         "TimingIncrement",
     },
     "taskrunner.backends.memory": {
         "MemoryBackend",
+        "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
         "MemoryStream",

@@ -98,15 +98,23 @@ Optional fields in use (a Go worker ignores all of them):
   see above.
 """
 
+from taskrunner._wire.catalog import CatalogDocument as CatalogDocument
+from taskrunner._wire.catalog import CatalogTask as CatalogTask
+from taskrunner._wire.catalog import catalog_tasks as catalog_tasks
+from taskrunner._wire.catalog import decode_catalog as decode_catalog
+from taskrunner._wire.catalog import encode_catalog as encode_catalog
+from taskrunner._wire.catalog import served as served
 from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
 from taskrunner._wire.delayed import new_delayed as new_delayed
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
+from taskrunner._wire.locks import message_unique_key as message_unique_key
 from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from taskrunner._wire.message import TaskMessage as TaskMessage
+from taskrunner._wire.message import TaskSettings as TaskSettings
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
 from taskrunner._wire.message import new_message as new_message
@@ -130,15 +138,22 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "SCHEDULE_TIMING_NAME",
     "UNIQUE_LOCK_PREFIX",
+    "CatalogDocument",
+    "CatalogTask",
     "DelayedTask",
     "TaskMessage",
+    "TaskSettings",
     "TimingFields",
     "TimingIncrement",
     "add_timing",
+    "catalog_tasks",
+    "decode_catalog",
     "decode_delayed",
     "decode_message",
+    "encode_catalog",
     "encode_delayed",
     "encode_message",
+    "message_unique_key",
     "new_delayed",
     "new_message",
     "read_timing",
@@ -147,6 +162,7 @@ __all__ = [
     "schedule_fields",
     "schedule_timing",
     "schedule_timing_name",
+    "served",
     "task_fields",
     "task_names_in",
     "task_timing",

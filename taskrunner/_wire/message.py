@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
 from taskrunner.errors import InvalidTaskPayload
-
-if TYPE_CHECKING:
-    from taskrunner._task import Task
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """Largest encoded message accepted at dispatch or decoded by a worker."""
@@ -40,6 +37,27 @@ class TaskMessage:
         return self.reservation_timeout / 1e9
 
 
+class TaskSettings(Protocol):
+    """What a message takes from its task: a registered :class:`~taskrunner.Task`, or
+    what a producer knows of a task by name (:class:`~taskrunner._wire.CatalogTask`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def unique(self) -> bool: ...
+
+    @property
+    def unique_for(self) -> float:
+        """The lock's lifetime in seconds (when unique)."""
+        ...
+
+    @property
+    def reservation(self) -> float:
+        """The reservation timeout in seconds; 0 (Go's zero value) when unknown."""
+        ...
+
+
 def reservation_ns(seconds: float) -> int:
     """A reservation timeout as the wire's nanoseconds (Go's ``time.Duration``)."""
     return int(seconds * 1e9)
@@ -50,11 +68,14 @@ def unique_for_seconds(seconds: float) -> int:
     return math.ceil(seconds)
 
 
-def new_message(task: Task, payload: Any, *, unique_key: str = "", token: str = "") -> TaskMessage:
+def new_message(
+    task: TaskSettings, payload: Any, *, unique_key: str = "", token: str = ""
+) -> TaskMessage:
     """The message that runs ``task`` once.
 
     Args:
-        task: The registered task (its reservation timeout resolved).
+        task: The registered task (its reservation timeout resolved), or a
+            producer's settings for a task it knows by name.
         payload: The payload in its wire (JSON-ready) form.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
         token: For a unique task, the lock's token (random at dispatch).
