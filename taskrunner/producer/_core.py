@@ -105,6 +105,7 @@ class ProducerCore:
         self.destination = Destination(consumer_group=consumer_group, prefix=prefix, queue=queue)
         self.strict = strict
         self.catalog = CatalogView()
+        self._names: set[str] = set()
 
     def needs_catalog(self, name: str) -> bool:
         """Whether a strict producer reads the catalog before dispatching ``name``."""
@@ -115,7 +116,9 @@ class ProducerCore:
         self.catalog = CatalogView(catalog_documents(fields), time.monotonic())
 
     def _served(self, name: str) -> list[CatalogTask] | None:
-        return self.catalog.served(check_task_name(name), time.time()) if self.strict else None
+        if name not in self._names:  # checked once per name, not on every call
+            self._names.add(check_task_name(name))
+        return self.catalog.served(name, time.time()) if self.strict else None
 
     def settings(
         self, name: str, unique_key: str | None = None, unique_for: float | None = None
