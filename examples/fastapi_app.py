@@ -58,16 +58,18 @@ async def worker(ready: threading.Event, expected: int) -> None:
     """The trio side: the runner that makes the thumbnails."""
     async with RedisBackend.from_url(REDIS_URL) as backend:
         runner = TaskRunner(TaskRunnerConfig(consumer_group="images"), backend)
+        all_made = trio.Event()
 
         @runner.task(name="thumbnail")
         async def thumbnail(payload: dict[str, Any]) -> None:
             made.append(f"{payload['image']} at {payload['width']} px")
+            if len(made) == expected:
+                all_made.set()
 
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.serve)
             ready.set()
-            while len(made) < expected:
-                await trio.sleep(0.02)
+            await all_made.wait()
             nursery.cancel_scope.cancel()
 
 

@@ -14,7 +14,6 @@ It connects to ``$REDIS_URL`` (default ``redis://127.0.0.1:6379/0``).
 
 import os
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,7 +24,10 @@ from taskrunner.backends.redis import RedisBackend
 from taskrunner.producer import Producer
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-ready, stop = threading.Event(), threading.Event()
+RUNS = 7
+"""What the script below makes the worker run: three resizes, two reminders, two syncs."""
+ready = threading.Event()
+ran: list[str] = []
 
 
 async def worker() -> None:
@@ -33,24 +35,30 @@ async def worker() -> None:
     async with RedisBackend.from_url(REDIS_URL) as backend:
         config = TaskRunnerConfig(consumer_group="shop", delayed_poll_interval=0.5)
         runner = TaskRunner(config, backend)
+        all_ran = trio.Event()
+
+        def record(line: str) -> None:
+            ran.append(line)
+            if len(ran) == RUNS:
+                all_ran.set()
 
         @runner.task(name="resize")
         async def resize(payload: dict[str, Any]) -> None:
-            print(f"worker: resized {payload['image']} to {payload['width']} px")
+            record(f"resized {payload['image']} to {payload['width']} px")
 
         @runner.task(name="remind")
         async def remind(payload: dict[str, Any]) -> None:
-            print(f"worker: reminded user {payload['user']}")
+            record(f"reminded user {payload['user']}")
 
         @runner.task(name="sync_account", unique=True, unique_for=60, unique_key=lambda p: p["id"])
         async def sync_account(payload: dict[str, str]) -> None:
             await trio.sleep(0.5)
-            print(f"worker: synced account {payload['id']}")
+            record(f"synced account {payload['id']}")
 
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.serve)
             ready.set()
-            await trio.to_thread.run_sync(stop.wait)
+            await all_ran.wait()
             nursery.cancel_scope.cancel()
 
 
@@ -84,9 +92,7 @@ if __name__ == "__main__":
     thread = threading.Thread(target=trio.run, args=(worker,))
     thread.start()
     ready.wait()
-    try:
-        main()
-        time.sleep(2.5)  # the delayed ones, and the unique ones' half a second each
-    finally:
-        stop.set()
-        thread.join()
+    main()
+    thread.join()  # the worker stops once it ran them all
+    for line in ran:
+        print(f"worker: {line}")

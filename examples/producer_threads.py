@@ -42,25 +42,28 @@ def order_placed(order_id: int, email: str) -> dict[str, Any]:
 # --8<-- [end:module]
 
 
+sent = 0
+
+
 async def worker(done: threading.Event) -> None:
     """The trio side: the runner that sends the e-mails."""
-    sent = 0
     async with RedisBackend.from_url(REDIS_URL) as backend:
         runner = TaskRunner(TaskRunnerConfig(consumer_group="mail", num_workers=16), backend)
+        all_sent = trio.Event()
 
         @runner.task(name="send_receipt")
         async def send_receipt(payload: dict[str, Any]) -> None:
-            nonlocal sent
+            global sent
             await trio.sleep(0.01)  # stands for the SMTP round trip
             sent += 1
+            if sent == REQUESTS:
+                all_sent.set()
 
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.serve)
             done.set()
-            while sent < REQUESTS:
-                await trio.sleep(0.05)
+            await all_sent.wait()
             nursery.cancel_scope.cancel()
-    print(f"worker: sent {sent} receipts")
 
 
 if __name__ == "__main__":
@@ -75,4 +78,5 @@ if __name__ == "__main__":
     ids = {answer["receipt_task"] for answer in answers}
     print(f"8 threads answered {len(answers)} requests, {len(ids)} distinct task ids")
     thread.join()
+    print(f"worker: sent {sent} receipts")
     producer.close()

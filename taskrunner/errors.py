@@ -216,7 +216,8 @@ class WrongAsyncLibrary(TaskRunnerError, RuntimeError):
     methods (``dispatch``, ``serve``, ...) when they are awaited under asyncio
     (``asyncio.run(runner.dispatch(...))``) or another library. From asyncio
     code, dispatch with ``taskrunner.producer.AsyncProducer``; from sync code,
-    with ``taskrunner.producer.Producer``.
+    with ``taskrunner.producer.Producer`` (the docs page "Dispatching from your
+    application", ``docs/dispatching.md``, which the message names).
 
     Attributes:
         method: The method that was awaited (``"TaskRunner.dispatch"``).
@@ -229,7 +230,8 @@ class WrongAsyncLibrary(TaskRunnerError, RuntimeError):
         super().__init__(
             f"{method}() was awaited {under}, but taskrunner runs on trio: await it inside "
             f"trio.run(), or use taskrunner.producer.AsyncProducer from asyncio code "
-            f"(taskrunner.producer.Producer from sync code)"
+            f"(taskrunner.producer.Producer from sync code); see the docs page "
+            f"'Dispatching from your application' (docs/dispatching.md)"
         )
         self.method = method
         self.library = library

@@ -128,7 +128,7 @@ EXPECTED: dict[str, list[str]] = {
         "groups on the store: ['billing']",
         "instance on worker-1, heartbeat 15 s left",
         "leader lease: held, 5.0 s left",
-        "keys of billing: 4 (stream 1, delayed_tasks 1, leader 1, heartbeat 1)",
+        "keys of billing: 5 (stream 1, delayed_tasks 1, leader 1, catalog 1, heartbeat 1)",
     ],
     "go_interop.py": [
         "our message: unique_key 'echo:C-3', lock taskrunner:unique:echo:C-3 held: True",

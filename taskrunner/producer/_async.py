@@ -66,7 +66,10 @@ class AsyncProducer:
     Args:
         client: A ``redis.asyncio.Redis`` (``fakeredis.FakeAsyncRedis``), which
             stays yours: :meth:`aclose` never closes it.
-        consumer_group, prefix, queue, strict: As for ``Producer``.
+        consumer_group: As for ``Producer``.
+        prefix: As for ``Producer``.
+        queue: As for ``Producer``.
+        strict: As for ``Producer``.
 
     Raises:
         TypeError: ``client`` is not a redis.asyncio client.
