@@ -74,6 +74,29 @@ name, ``taskrunner:<group>:delayed_tasks_schedule``
 ``delayed_tasks_schedule_sum`` / ``_count`` written by 0.1.0 are read too, and
 added. A reset zeroes every field named here (:func:`reset_fields`).
 
+**The task catalog** (``catalog``: :class:`CatalogDocument`, :class:`CatalogTask`,
+:func:`catalog_tasks`, :func:`encode_catalog`, :func:`decode_catalog`,
+:func:`served`). Ours alone: Go neither writes nor reads it. Each serving
+instance keeps one document in the hash ``taskrunner:<group>:catalog``, under
+its host::
+
+    host       string   the instance's host
+    instance   string   its instance id
+    expires    float    unix seconds: the document counts until then
+    tasks      list     one object per registered task:
+      name                 string  the task
+      stream               string  the stream the instance reads it from
+      reservation_timeout  float   seconds (what its own dispatch writes, in ns)
+      unique               bool
+      unique_for           float   seconds (0 when not unique)
+      keyed                bool    its lock key comes from a unique_key function
+      keep_result          float   seconds; written only for tasks that keep results
+
+A producer that knows a task only by name writes a message from a
+:class:`CatalogTask` (:class:`TaskSettings` is what :func:`new_message` needs of a
+task): Go's zero values for what it does not know, or the entry a live runner
+published (``strict``), which gives the bytes the runner's own dispatch writes.
+
 **Adding to the wire.** Later features will add optional fields to the
 message (an attempt count, trace context, result flags, ``dispatched_at``)
 and maybe to the delayed member. Each goes here, as an attribute with a
