@@ -151,3 +151,31 @@ def test_times(when: datetime | float, unix: float) -> None:
 def test_bad_times_are_refused(when: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         unix_seconds(when)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [None, 0, -1.5, "é", "\x00taskrunner:payload\x00", {"a": [1, {"b": None}]}, [True, False]],
+)
+@pytest.mark.parametrize(
+    "task",
+    [PLAIN, CatalogTask(name="resize", stream="s"), CatalogTask(name="r", stream="s", unique=True)],
+)
+def test_the_plain_encoder_writes_encode_messages_bytes(task: object, payload: object) -> None:
+    from taskrunner._wire import encode_message, new_message, plain_encoder
+
+    assert plain_encoder(task)(payload) == encode_message(new_message(task, payload))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [({"x": object()}, "not JSON-serialisable"), (math.nan, "not JSON"), ("x" * 9_000_000, "over")],
+)
+def test_the_plain_encoder_refuses_the_same(payload: object, match: str) -> None:
+    from taskrunner._wire import encode_message, new_message, plain_encoder
+
+    with pytest.raises(InvalidTaskPayload, match=match) as ours:
+        plain_encoder(PLAIN)(payload)
+    with pytest.raises(InvalidTaskPayload) as theirs:
+        encode_message(new_message(PLAIN, payload))
+    assert str(ours.value) == str(theirs.value)

@@ -141,6 +141,7 @@ from taskrunner._wire.message import TaskSettings as TaskSettings
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
 from taskrunner._wire.message import new_message as new_message
+from taskrunner._wire.message import plain_encoder as plain_encoder
 from taskrunner._wire.message import reservation_ns as reservation_ns
 from taskrunner._wire.message import unique_for_seconds as unique_for_seconds
 from taskrunner._wire.metrics import SCHEDULE_TIMING_NAME as SCHEDULE_TIMING_NAME
@@ -179,6 +180,7 @@ __all__ = [
     "message_unique_key",
     "new_delayed",
     "new_message",
+    "plain_encoder",
     "read_timing",
     "reservation_ns",
     "reset_fields",

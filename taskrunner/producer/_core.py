@@ -18,7 +18,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,7 +33,7 @@ from taskrunner._enqueue import (
     enqueue,
     unix_seconds,
 )
-from taskrunner._wire import CatalogDocument, CatalogTask
+from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
 from taskrunner.backends.redis._catalog import live_documents
 from taskrunner.backends.redis._pyredis import translate_error
 from taskrunner.producer._plan import (
@@ -106,6 +106,8 @@ class ProducerCore:
         self.strict = strict
         self.catalog = CatalogView()
         self._names: set[str] = set()
+        self._tasks: dict[str, CatalogTask] = {}  # by name, when not strict
+        self._encoders: dict[CatalogTask, Callable[[Any], bytes]] = {}
 
     def needs_catalog(self, name: str) -> bool:
         """Whether a strict producer reads the catalog before dispatching ``name``."""
@@ -127,6 +129,24 @@ class ProducerCore:
             name, self.destination, self._served(name), unique_key=unique_key, unique_for=unique_for
         )
 
+    def _task(self, name: str) -> CatalogTask:
+        """What is known of task ``name`` (see :func:`served_task`); cached by name
+        when not strict."""
+        if self.strict:
+            return served_task(name, self.destination, self._served(name))
+        task = self._tasks.get(name)
+        if task is None:
+            task = self._tasks[name] = served_task(name, self.destination, self._served(name))
+        return task
+
+    def _encode(self, task: CatalogTask, payload: Any) -> bytes:
+        """The message of ``task`` (not unique) for ``payload``: one encoder per task's
+        settings, so only the payload is encoded per call."""
+        encode = self._encoders.get(task)
+        if encode is None:
+            encode = self._encoders[task] = plain_encoder(task)
+        return encode(wire_payload(payload))
+
     def one(
         self,
         name: str,
@@ -139,6 +159,10 @@ class ProducerCore:
         Raises:
             TaskNotFound, InvalidTaskPayload, ValueError: see ``Producer.dispatch``.
         """
+        if unique_key is None and unique_for is None:
+            task = self._task(name)
+            if not task.unique:  # the common case, without a lock
+                return Enqueue(data=self._encode(task, payload))
         settings = self.settings(name, unique_key, unique_for)
         if not settings.task.unique:
             return enqueue(settings.task, wire_payload(payload))
@@ -155,10 +179,10 @@ class ProducerCore:
         Raises:
             ValueError: the task is unique (per the catalog).
         """
-        settings = self.settings(name)
-        if settings.task.unique:
+        task = self._task(name)
+        if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        return [enqueue(settings.task, wire_payload(p)).data for p in payloads]
+        return [self._encode(task, p) for p in payloads]
 
     def delayed(self, name: str, payload: Any, run_at: float) -> tuple[str, bytes]:
         """``(id, member)`` of a delayed dispatch at ``run_at`` (unix seconds).

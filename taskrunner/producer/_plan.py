@@ -96,10 +96,15 @@ def check_task_name(name: object) -> str:
     return name
 
 
+_JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
+
+
 def wire_payload(payload: Any) -> Any:
     """``payload`` in its JSON-ready form: an attrs or dataclass instance unstructured
     by cattrs (as a runner does for a typed payload), anything else as it is."""
     kind = type(payload)
+    if kind in _JSON_TYPES:  # the common case, decided at once
+        return payload
     if attrs.has(kind) or (dataclasses.is_dataclass(payload) and not isinstance(payload, type)):
         return converter.unstructure(payload)
     return payload
