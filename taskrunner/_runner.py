@@ -63,6 +63,7 @@ from taskrunner._registry import Registry
 from taskrunner._serve import (
     aggregator,
     bulk_writer,
+    catalog,
     cleanup,
     heartbeat,
     leadership,
@@ -523,6 +524,9 @@ class TaskRunner:
             async with trio.open_nursery() as services:
                 await services.start(
                     heartbeat.run, backend, cfg.host, self.instance_id, self._lost_host
+                )
+                await services.start(
+                    catalog.run, backend, group, cfg.host, self.instance_id, self._registry.tasks
                 )
                 await services.start(
                     partial(

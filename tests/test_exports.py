@@ -55,6 +55,8 @@ PUBLIC: dict[str, set[str]] = {
     },
     "taskrunner.backends": {
         "Backend",
+        "CatalogDocument",
+        "CatalogTask",
         "ConsumerInfo",
         "DeadLetter",
         "DelayedMove",
@@ -70,11 +72,13 @@ PUBLIC: dict[str, set[str]] = {
         "QueueMetrics",
         "SharedState",
         "StreamKeys",
+        "TaskCatalog",
         "TimingFields",
         "TimingIncrement",
     },
     "taskrunner.backends.memory": {
         "MemoryBackend",
+        "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
         "MemoryStream",
@@ -94,6 +98,7 @@ PUBLIC: dict[str, set[str]] = {
         "sync_command",
     },
     "taskrunner.admin": {"KeyInfo", "documented_keys", "flush", "list_keys"},
+    "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
 }
@@ -141,7 +146,13 @@ def test_the_version_comes_from_the_metadata() -> None:
     assert taskrunner.__version__ == version("trio-taskrunner")
 
 
-PACKAGES = ["taskrunner", "taskrunner.backends", "taskrunner.backends.redis", "taskrunner.testing"]
+PACKAGES = [
+    "taskrunner",
+    "taskrunner.backends",
+    "taskrunner.backends.redis",
+    "taskrunner.producer",
+    "taskrunner.testing",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
