@@ -43,7 +43,7 @@ class StreamKeys:
     """Its claim-delay ring, ``ring:<prefix>:metrics:<queue>``."""
 
 
-_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity")
+_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity", "catalog")
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 
 
@@ -59,8 +59,8 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
     Raises:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
-            ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``
-            or ``worker_tuning_capacity``).
+            ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
+            ``worker_tuning_capacity`` or ``catalog``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -94,6 +94,12 @@ def metrics(group: str) -> str:
 def worker_tuning_capacity(group: str) -> str:
     """The published pool capacity: ``taskrunner:<group>:worker_tuning_capacity``."""
     return f"{PREFIX}:{group}:worker_tuning_capacity"
+
+
+def catalog(group: str) -> str:
+    """The task catalog, the tasks the group's serving runners serve:
+    ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
+    return f"{PREFIX}:{group}:catalog"
 
 
 def leader(group: str) -> str:

@@ -67,6 +67,7 @@ from taskrunner._retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._serve import (
     aggregator,
     bulk_writer,
+    catalog,
     cleanup,
     heartbeat,
     leadership,
@@ -601,6 +602,9 @@ class TaskRunner:
             async with trio.open_nursery() as services:
                 await services.start(
                     heartbeat.run, backend, cfg.host, self.instance_id, self._lost_host
+                )
+                await services.start(
+                    catalog.run, backend, group, cfg.host, self.instance_id, self._registry.tasks
                 )
                 await services.start(
                     partial(

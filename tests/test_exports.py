@@ -63,6 +63,8 @@ PUBLIC: dict[str, set[str]] = {
     },
     "taskrunner.backends": {
         "Backend",
+        "CatalogDocument",
+        "CatalogTask",
         "ConsumerInfo",
         "DeadLetter",
         "Deferral",
@@ -79,12 +81,14 @@ PUBLIC: dict[str, set[str]] = {
         "QueueMetrics",
         "SharedState",
         "StreamKeys",
+        "TaskCatalog",
         "TimingFields",
         "TimingIncrement",
     },
     "taskrunner.backends.memory": {
         "MemoryBackend",
         "MemoryDefer",
+        "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
         "MemoryStream",
@@ -104,6 +108,7 @@ PUBLIC: dict[str, set[str]] = {
         "sync_command",
     },
     "taskrunner.admin": {"KeyInfo", "documented_keys", "flush", "list_keys"},
+    "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
     "taskrunner.otel": {"OUTCOME", "instrument"},
@@ -152,7 +157,13 @@ def test_the_version_comes_from_the_metadata() -> None:
     assert taskrunner.__version__ == version("trio-taskrunner")
 
 
-PACKAGES = ["taskrunner", "taskrunner.backends", "taskrunner.backends.redis", "taskrunner.testing"]
+PACKAGES = [
+    "taskrunner",
+    "taskrunner.backends",
+    "taskrunner.backends.redis",
+    "taskrunner.producer",
+    "taskrunner.testing",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

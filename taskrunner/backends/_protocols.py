@@ -1,9 +1,11 @@
 """The interfaces a backend implements; their docstrings are the spec.
 
-A backend is one object that is both a :class:`MessageQueue` (streams with
-consumer groups, like Redis streams) and a :class:`SharedState` (the small
+A backend is one object that is a :class:`MessageQueue` (streams with
+consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
-locks, the published pool size). That is all a runner needs to serve. The
+locks, the published pool size) and a :class:`~taskrunner.backends.TaskCatalog`
+(the tasks serving runners serve, for producers that send tasks by name).
+That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
 across the whole store, which both shipped backends implement and a backend
@@ -37,6 +39,7 @@ import attrs
 
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
+from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
 
@@ -385,9 +388,10 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Deferral, Protocol):
-    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, and the
-    step that re-queues a retry (:class:`Deferral`)."""
+class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
+    that re-queues a retry (:class:`Deferral`), and the task catalog it publishes
+    what it serves in."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

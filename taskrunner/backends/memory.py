@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_defer import MemoryDefer
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
@@ -41,6 +42,7 @@ class MemoryBackend(MemoryInspection, MemoryDefer):
         MemoryState.__init__(
             self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
         )
+        MemoryCatalog.__init__(self)
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

@@ -69,6 +69,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing registers the checks
+    check_catalog,
+    check_catalog_expiry,
+)
 from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
     check_defer,
     check_move_delayed_keeps_own_lock,
@@ -153,6 +157,7 @@ _MODULE_ORDER = (
     "_reclaim_checks",
     "_state_checks",
     "_defer_checks",
+    "_catalog_checks",
     "_inspection_checks",
 )
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
@@ -162,7 +167,8 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
                            _registry.index(check)),
     )
 )  # fmt: skip
-"""Every check, in a stable order (stream first, then shared state, then inspection)."""
+"""Every check, in a stable order (stream first, then shared state, the catalog, then
+inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
 )

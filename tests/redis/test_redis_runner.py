@@ -254,6 +254,7 @@ DOCUMENTED = [
     "taskrunner:{group}:delayed_tasks",
     "taskrunner:{group}:worker_tuning_capacity",
     "taskrunner:{group}:metrics",
+    "taskrunner:{group}:catalog",
     "taskrunner:leader:*",
     "taskrunner:replication:*",
     "taskrunner:unique:*",
@@ -302,6 +303,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         "taskrunner:g:delayed_tasks",
         "taskrunner:g:metrics",
         "taskrunner:g:worker_tuning_capacity",
+        "taskrunner:g:catalog",
         "taskrunner:replication:h",
         "taskrunner:unique:unique:1",
     }
