@@ -86,6 +86,9 @@ def _pairs(flat: Sequence[Any]) -> dict[bytes, Any]:
 def _entry_payload(fields: Sequence[Any] | None) -> bytes | None:
     if not fields:
         return None
+    if len(fields) == 2 and fields[0] == _PAYLOAD:  # every entry we write: one field
+        value = fields[1]
+        return value if isinstance(value, bytes) else None
     value = _pairs(fields).get(_PAYLOAD)
     return value if isinstance(value, bytes) else None
 
