@@ -25,7 +25,6 @@ from taskrunner._schedule import build_move
 from taskrunner._serve import bulk_writer
 from taskrunner._stats import compute_stats
 from taskrunner._timings import TimingRecorder
-from taskrunner._wire.encoding import json_object
 from taskrunner._wire import (
     MAX_MESSAGE_BYTES,
     DelayedTask,
@@ -40,6 +39,7 @@ from taskrunner._wire import (
     unique_key_for,
     unique_lock,
 )
+from taskrunner._wire.encoding import json_object
 from taskrunner.backends import DelayedMove
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
