@@ -130,8 +130,10 @@ class RedisQueue:
 
     # Adding -----------------------------------------------------------------
     async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
-        ids: list[str] = []
         stream = self._stream(group)
+        if len(payloads) == 1:  # one dispatch: one command, no pipeline to build
+            return [_text(await self._client.execute("XADD", stream, "*", _PAYLOAD, payloads[0]))]
+        ids: list[str] = []
         for start in range(0, len(payloads), ADD_CHUNK):
             chunk = payloads[start : start + ADD_CHUNK]
             commands = [("XADD", stream, "*", _PAYLOAD, p) for p in chunk]
