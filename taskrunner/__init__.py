@@ -10,6 +10,9 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
+from taskrunner._periodic import Schedule as Schedule
+from taskrunner._periodic import ScheduledTick as ScheduledTick
+from taskrunner._periodic import current_tick as current_tick
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner
 from taskrunner._stats import Stats as Stats

@@ -16,12 +16,12 @@ import sniffio
 import trio
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner.backends import Backend, Inspection, MessageQueue, SharedState
+from taskrunner.backends import Backend, Inspection, MessageQueue, Schedules, SharedState
 from taskrunner.errors import WrongAsyncLibrary
 
 BACKEND_METHODS = sorted(
     name
-    for protocol in (MessageQueue, SharedState, Backend)
+    for protocol in (MessageQueue, SharedState, Schedules, Backend)
     for name, value in vars(protocol).items()
     if callable(value) and not name.startswith("_")
 )

@@ -43,7 +43,13 @@ class StreamKeys:
     """Its claim-delay ring, ``ring:<prefix>:metrics:<queue>``."""
 
 
-_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity")
+_GROUP_KEY_NAMES = (
+    "delayed_tasks",
+    "metrics",
+    "worker_tuning_capacity",
+    "schedules",
+    "schedule_specs",
+)
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 
 
@@ -59,8 +65,8 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
     Raises:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
-            ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``
-            or ``worker_tuning_capacity``).
+            ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
+            ``worker_tuning_capacity``, ``schedules`` or ``schedule_specs``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -94,6 +100,16 @@ def metrics(group: str) -> str:
 def worker_tuning_capacity(group: str) -> str:
     """The published pool capacity: ``taskrunner:<group>:worker_tuning_capacity``."""
     return f"{PREFIX}:{group}:worker_tuning_capacity"
+
+
+def schedules(group: str) -> str:
+    """The periodic schedules' states (hash): ``taskrunner:<group>:schedules``."""
+    return f"{PREFIX}:{group}:schedules"
+
+
+def schedule_specs(group: str) -> str:
+    """The periodic schedules' published specs (hash): ``taskrunner:<group>:schedule_specs``."""
+    return f"{PREFIX}:{group}:schedule_specs"
 
 
 def leader(group: str) -> str:

@@ -10,7 +10,8 @@ finish; the nursery drains before the services around it stop.
 Running one message: decode, run the action, decide its outcome. Outcomes,
 exactly as docs/behaviour:
 
-- success: ack (batched), release the unique lock after the ack;
+- success: ack (batched), release the unique lock after the ack (and, for a
+  run of a periodic schedule, record its outcome after the ack);
 - the action raised and attempts remain: report it (``on_error``, log) and
   leave the message pending, so it comes back after ``reclaim_delay`` with a
   higher delivery count;
@@ -19,7 +20,8 @@ exactly as docs/behaviour:
 - unknown task, undecodable entry, or attempts exhausted: the failure path.
   ``failed_task_handler(delivery, error)`` returning means handled (ack);
   raising leaves the message pending for a later try. Without a handler the
-  message goes to the dead-letter stream, then is acked;
+  message goes to the dead-letter stream, then is acked (a periodic run's
+  outcome is recorded as failed);
 - cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
 
 Poison entries. Any exception while decoding or validating an entry (a
@@ -44,6 +46,7 @@ from taskrunner._codec import decode_payload
 from taskrunner._config import ConfigHolder
 from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._inflight import InFlight
+from taskrunner._periodic import enter_tick
 from taskrunner._poison import delivery_limit
 from taskrunner._serve import fetcher
 from taskrunner._serve.acker import Acker
@@ -53,7 +56,7 @@ from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
 from taskrunner._timings import TimingRecorder
 from taskrunner._wire import TaskMessage, decode_message, unique_lock
-from taskrunner.backends import Backend, QueueEntry
+from taskrunner.backends import Backend, QueueEntry, RunOutcome
 from taskrunner.errors import (
     BackendError,
     InvalidTaskPayload,
@@ -101,6 +104,22 @@ def _lock_of(message: TaskMessage) -> tuple[str, str] | None:
     if message.unique and message.unique_lock_value:
         return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
     return None
+
+
+def _outcome_of(
+    message: TaskMessage | None, entry_id: str, outcome: str, backend: Backend
+) -> RunOutcome | None:
+    """What to record for a run of a periodic schedule that reached its final outcome
+    (``None`` for any other message: nothing is recorded, nothing costs)."""
+    if message is None or message.schedule is None or message.tick is None:
+        return None
+    return RunOutcome(
+        schedule=message.schedule,
+        tick=message.tick,
+        message_id=entry_id,
+        outcome=outcome,
+        at=backend.now(),
+    )
 
 
 def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> Delivery:
@@ -192,6 +211,8 @@ class Worker:
             return
 
         self._inflight.add(entry.id, consumer, task.reservation, trio.current_time())
+        if message.schedule is not None and message.tick is not None:
+            enter_tick(message.schedule, message.tick)  # this run's trio task only
         started = trio.current_time()
         succeeded = False
         try:
@@ -207,7 +228,9 @@ class Worker:
             if self.observers:
                 self._notify(task.name, elapsed, succeeded)
         self.counters.completed += 1
-        self._acker.ack(entry.id, _lock_of(message))
+        self._acker.ack(
+            entry.id, _lock_of(message), _outcome_of(message, entry.id, "succeeded", self._backend)
+        )
 
     async def _belongs_to_another_group(self, entry: QueueEntry, message: TaskMessage) -> bool:
         """Whether an unknown task is another group's (the stream is shared): if
@@ -327,7 +350,8 @@ class Worker:
             self.counters.dead_lettered += 1
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
         lock = _lock_of(delivery.message) if delivery.message is not None else None
-        self._acker.ack(delivery.id, lock)
+        outcome = _outcome_of(delivery.message, delivery.id, "failed", self._backend)
+        self._acker.ack(delivery.id, lock, outcome)
 
 
 async def run(

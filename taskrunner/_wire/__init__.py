@@ -94,6 +94,12 @@ Optional fields in use (a Go worker ignores all of them):
 
 - delayed member ``unique_key``: the precomputed message ``unique_key``. A Go
   leader ignores it and recomputes the key from the payload.
+- message ``schedule`` (string) and ``tick`` (float, unix seconds): the
+  periodic schedule that fired the message and the tick it serves (issue 15),
+  both present or both absent. A Go worker runs the message once, as any
+  other; it does not record the run's outcome, so an ``overlap=False``
+  schedule's in-flight mark then lasts until its ``in_flight_ttl`` and the
+  schedule's last outcome is not updated.
 - metrics ``<task>_sum_us`` and ``taskrunner:<group>:delayed_tasks_schedule_sum_us``:
   see above.
 """

@@ -34,6 +34,10 @@ class TaskMessage:
     """The unique lock key's suffix, ``<task>:<key>`` (see the module docstring)."""
     unique_lock_value: str = ""
     reservation_timeout: int = 0
+    schedule: str | None = None
+    """Ours, optional: the periodic schedule that fired this message (absent otherwise)."""
+    tick: float | None = None
+    """Ours, optional: the tick it serves, unix seconds (present with ``schedule``)."""
 
     @property
     def reservation_timeout_seconds(self) -> float:
@@ -82,7 +86,7 @@ def encode_message(message: TaskMessage) -> bytes:
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable, or too large.
     """
-    doc = {
+    doc: dict[str, Any] = {
         "task_name": message.task_name,
         "payload": message.payload,
         "unique": message.unique,
@@ -91,6 +95,9 @@ def encode_message(message: TaskMessage) -> bytes:
         "unique_lock_value": message.unique_lock_value,
         "reservation_timeout": message.reservation_timeout,
     }
+    if message.schedule is not None:  # absent unless used: a plain message keeps its bytes
+        doc["schedule"] = message.schedule
+        doc["tick"] = message.tick
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -136,4 +143,15 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         unique_key=field(doc, "unique_key", str, ""),
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
         reservation_timeout=field(doc, "reservation_timeout", int, 0),
+        schedule=field(doc, "schedule", str, None),
+        tick=_tick(doc),
     )
+
+
+def _tick(doc: dict[str, Any]) -> float | None:
+    value = doc.get("tick")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidTaskPayload(f"field 'tick' should be unix seconds, got {value!r}")
+    return float(value)

@@ -1,9 +1,11 @@
 """The interfaces a backend implements; their docstrings are the spec.
 
-A backend is one object that is both a :class:`MessageQueue` (streams with
-consumer groups, like Redis streams) and a :class:`SharedState` (the small
+A backend is one object that is a :class:`MessageQueue` (streams with
+consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
-locks, the published pool size). That is all a runner needs to serve. The
+locks, the published pool size) and a :class:`Schedules` (the periodic
+schedules' fenced fires and state, :mod:`taskrunner.backends._schedules`).
+That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
 across the whole store, which both shipped backends implement and a backend
@@ -38,6 +40,7 @@ import attrs
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
+from taskrunner.backends._schedules import Schedules
 
 
 @attrs.frozen(kw_only=True)
@@ -380,8 +383,9 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Protocol):
-    """What a :class:`taskrunner.TaskRunner` needs: a queue and shared state."""
+class Backend(MessageQueue, SharedState, Schedules, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, and the
+    periodic schedules' state (:class:`~taskrunner.backends.Schedules`)."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

@@ -14,11 +14,12 @@ from __future__ import annotations
 from types import TracebackType
 
 from taskrunner.backends._memory_inspect import MemoryInspection
+from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection):
+class MemoryBackend(MemoryInspection, MemorySchedules):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -40,6 +41,7 @@ class MemoryBackend(MemoryInspection):
         MemoryState.__init__(
             self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
         )
+        self._init_schedules()
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

@@ -16,10 +16,11 @@ from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._state import RedisState
 
 
-class RedisBackend(RedisInspection):
+class RedisBackend(RedisInspection, RedisSchedules):
     """Queue and shared state on Redis (>= 6.2; 7+ recommended), and their
     :class:`~taskrunner.backends.Inspection`.
 
