@@ -336,6 +336,8 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "leader keys": ("0-1", 1),
         "tuning keys": ("0-1", 0),
         "metrics hashes": ("0-1", 1),
+        "schedule states": ("0-1", 0),  # the app declares no schedule
+        "schedule specs": ("0-1", 0),
         "replication": ("I", 1),
         "unique locks": ("U", 0),  # released when `once` finished
         "metric rings": ("0-1", 1),

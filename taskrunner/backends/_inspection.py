@@ -57,6 +57,10 @@ class KeyKind(enum.StrEnum):
     """The published pool capacity (``taskrunner:<group>:worker_tuning_capacity``)."""
     METRICS = "metrics"
     """The timing-metrics hash (``taskrunner:<group>:metrics``)."""
+    SCHEDULES = "schedules"
+    """The periodic schedules' states (``taskrunner:<group>:schedules``)."""
+    SCHEDULE_SPECS = "schedule_specs"
+    """The periodic schedules' published specs (``taskrunner:<group>:schedule_specs``)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -71,6 +75,8 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.LEADER: "leader lease",
     KeyKind.TUNING: "published pool capacity",
     KeyKind.METRICS: "timing metrics",
+    KeyKind.SCHEDULES: "periodic schedules' states",
+    KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -84,6 +90,8 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.LEADER: "string",
     KeyKind.TUNING: "string",
     KeyKind.METRICS: "hash",
+    KeyKind.SCHEDULES: "hash",
+    KeyKind.SCHEDULE_SPECS: "hash",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -131,6 +139,8 @@ class KeyCounts:
     leader: int = 0
     tuning: int = 0
     metrics: int = 0
+    schedules: int = 0
+    schedule_specs: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -187,6 +197,8 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.leader(group): KeyKind.LEADER,
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
         _keys.metrics(group): KeyKind.METRICS,
+        _keys.schedules(group): KeyKind.SCHEDULES,
+        _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
     }
 
 
@@ -212,15 +224,21 @@ NOT_GROUPS = ("unique:", "replication:", "leader:")
 """Heads of the names under ``taskrunner:`` that belong to no group (a unique lock's
 key may well end in ``:metrics``)."""
 
-_GROUP_TAILS = (":metrics", ":delayed_tasks", ":worker_tuning_capacity")
+_GROUP_TAILS = (
+    ":metrics",
+    ":delayed_tasks",
+    ":worker_tuning_capacity",
+    ":schedules",
+    ":schedule_specs",
+)
 
 
 def group_named_by(name: str, queue: str) -> str | None:
     """The group whose name ``name`` contains, if it is a key named after one.
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
-    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``
-    and ``:worker_tuning_capacity``. The leader lease is named by a hash of the
+    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
+    ``:worker_tuning_capacity``, ``:schedules`` and ``:schedule_specs``. The leader lease is named by a hash of the
     group, so it names none.
     """
     head = f"{_keys.PREFIX}:"

@@ -24,6 +24,7 @@ from taskrunner._guards import missing_inspection
 from taskrunner._wire import TimingIncrement, task_fields
 from taskrunner.backends._inspection import KeyCounts, KeyInfo, KeyKind
 from taskrunner.backends._protocols import Backend, Inspection
+from taskrunner.backends._schedules import ScheduleRecords
 from taskrunner.testing._harness import (
     _LATE,
     _SLACK,
@@ -128,6 +129,8 @@ async def check_list_keys(backend: Backend) -> None:
     for member in (b'{"id":"a"}', b'{"id":"b"}'):
         await backend.add_delayed(group, member, backend.now() + 60)
     await backend.acquire_lease(group, "owner-7", 30.0)
+    await backend.start_schedules(group, "owner-7", ["nightly", "hourly"], backend.now())
+    await backend.publish_schedule_specs(group, {"nightly": b"{}"})
     await _timing(backend, group)
     await backend.acquire_lock(lock, "token", 30.0)
     await backend.heartbeat(host, "instance", 30.0)
@@ -149,6 +152,8 @@ async def check_list_keys(backend: Backend) -> None:
         keys.dead_letter: (KeyKind.DEAD_LETTER, "stream", dead, None),
         _keys.delayed_tasks(group): (KeyKind.DELAYED_TASKS, "zset", 2, None),
         _keys.metrics(group): (KeyKind.METRICS, "hash", 3, None),
+        _keys.schedules(group): (KeyKind.SCHEDULES, "hash", 2, None),  # a watermark each
+        _keys.schedule_specs(group): (KeyKind.SCHEDULE_SPECS, "hash", 1, None),
     }
     for name, want in expected.items():
         key = by_name.get(name)
@@ -292,6 +297,8 @@ async def check_flush(backend: Backend) -> None:
         await backend.publish_tuning(g, 5, 30.0)
         await _timing(backend, g)
         await backend.add_delayed(g, b'{"id":"later"}', backend.now() + 60)
+        await backend.start_schedules(g, "owner", ["nightly"], backend.now())
+        await backend.publish_schedule_specs(g, {"nightly": b"{}"})
         await backend.add(g, [b"entry"])
     for g in (group, other):
         await backend.read(g, _name("consumer"), 10, 0)
@@ -314,9 +321,11 @@ async def check_flush(backend: Backend) -> None:
         await backend.read_metrics(group),
         await backend.due_delayed(group, math.inf, 10),
         (await backend.group_info(group)).pending,
+        await backend.read_schedules(group),
     )
-    assert gone == (None, None, {}, [], 0), (
-        f"flush left the group's lease, tuning, metrics, delayed set or pending: {gone!r}"
+    assert gone == (None, None, {}, [], 0, ScheduleRecords(specs={}, states={})), (
+        f"flush left the group's lease, tuning, metrics, delayed set, pending or "
+        f"schedules: {gone!r}"
     )
     kept = (
         await backend.lease_owner(other),
@@ -324,9 +333,10 @@ async def check_flush(backend: Backend) -> None:
         await backend.read_metrics(other),
         len(await backend.due_delayed(other, math.inf, 10)),
         (await backend.group_info(other)).pending,
+        sorted((await backend.read_schedules(other)).specs),
     )
     metrics = {"t_sum": 1.0, "t_sum_us": 1000.0, "t_count": 1.0}
-    expected = ("owner", 5, metrics, 1, 2 if shared else 1)
+    expected = ("owner", 5, metrics, 1, 2 if shared else 1, ["nightly"])
     assert kept == expected, f"flush touched another group's keys: {kept!r}, not {expected!r}"
     stream_left = await backend.length(group), len(await backend.dead_letters(group, 100_000))
     left = (base[0] + 2, base[1] + 1) if shared else (0, 0)
