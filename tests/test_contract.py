@@ -13,8 +13,8 @@ import trio.testing
 from taskrunner import _keys
 from taskrunner.backends import (
     DeadLetter,
-    FireResult,
     DelayedMove,
+    FireResult,
     Heartbeat,
     KeyCounts,
     KeyInfo,

@@ -238,8 +238,8 @@ def group_named_by(name: str, queue: str) -> str | None:
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
     stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:schedules`` and ``:schedule_specs``. The leader lease is named by a hash of the
-    group, so it names none.
+    ``:worker_tuning_capacity``, ``:schedules`` and ``:schedule_specs``. The
+    leader lease is named by a hash of the group, so it names none.
     """
     head = f"{_keys.PREFIX}:"
     if not name.startswith(head):
