@@ -26,7 +26,7 @@ state:
 
 :func:`due_ticks` decides, at ``now``, which ticks after the schedule's
 *watermark* (the newest tick already handled, kept in the store) fire. A tick
-at most ``grace`` seconds overdue is *on time* and always fires: a leader
+less than ``grace`` seconds overdue is *on time* and always fires: a leader
 handover or a short pause delays it, and the exactly-once promise covers it.
 Older ticks were *missed* (the fleet was down or leaderless), and the
 catch-up policy decides: ``"latest"`` runs one run for them (none when an on
@@ -216,7 +216,7 @@ def due_ticks(
             schedule was first seen): only later ticks are considered.
         now: The backend's clock now; no tick after it fires (never early).
         catch_up: What to do with missed ticks (see the module docstring).
-        grace: How overdue a tick may be and still count as on time.
+        grace: A tick less overdue than this is on time.
         limit: Most missed ticks ``"all"`` fires.
     """
     if now <= watermark:
