@@ -78,11 +78,11 @@ def wait_for(predicate: Callable[[], Any], what: str, limit: float = 20.0) -> An
 class Worker:
     """One ``taskrunner worker`` process with its log in a file."""
 
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *args: str, app: str = APP) -> None:
         self.log_path = log
         self._log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "taskrunner", "worker", APP, *args],
+            [sys.executable, "-m", "taskrunner", "worker", app, *args],
             env=env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
