@@ -47,6 +47,7 @@ _GROUP_KEY_NAMES = (
     "delayed_tasks",
     "metrics",
     "worker_tuning_capacity",
+    "catalog",
     "schedules",
     "schedule_specs",
 )
@@ -66,7 +67,7 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity``, ``schedules`` or ``schedule_specs``).
+            ``worker_tuning_capacity``, ``catalog``, ``schedules`` or ``schedule_specs``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -100,6 +101,12 @@ def metrics(group: str) -> str:
 def worker_tuning_capacity(group: str) -> str:
     """The published pool capacity: ``taskrunner:<group>:worker_tuning_capacity``."""
     return f"{PREFIX}:{group}:worker_tuning_capacity"
+
+
+def catalog(group: str) -> str:
+    """The task catalog, the tasks the group's serving runners serve:
+    ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
+    return f"{PREFIX}:{group}:catalog"
 
 
 def schedules(group: str) -> str:

@@ -7,9 +7,8 @@ it runs with a fixed payload, and when (``cron`` in a ``timezone``, or
 overlapping runs (``overlap``). Its ticks are the pure arithmetic of
 :mod:`taskrunner._ticks`. The leader fires it (:mod:`taskrunner._serve.periodic`);
 each fire is a stream message carrying the optional wire fields ``schedule``
-and ``tick``, so the run knows which tick it serves: the worker makes it
-:func:`current_tick` for the action (and ``Delivery.schedule`` /
-``Delivery.tick`` for the handlers).
+and ``tick``, so the run knows which tick it serves: the worker puts them in
+its :class:`~taskrunner.TaskContext` (``ctx.schedule``, ``ctx.tick``).
 
 Each instance publishes its schedules' :func:`spec_document` in the store
 (the published spec is what ``taskrunner schedules`` and ``admin.schedules``
@@ -19,10 +18,9 @@ show, and how two instances declaring one name differently are told apart:
 
 from __future__ import annotations
 
-import contextvars
 import json
 import math
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -34,8 +32,6 @@ from taskrunner._ticks import CATCH_UPS, CatchUp, Cron, Interval, Timetable
 __all__ = [
     "DEFAULT_IN_FLIGHT_TTL",
     "Schedule",
-    "ScheduledTick",
-    "current_tick",
     "spec_document",
 ]
 
@@ -186,44 +182,3 @@ def read_spec(raw: bytes) -> dict[str, Any] | None:
 def same_spec(schedule: Schedule, doc: dict[str, Any]) -> bool:
     """Whether a published document declares ``schedule`` as it is declared here."""
     return all(doc.get(key) == value for key, value in spec_fields(schedule).items())
-
-
-@attrs.frozen
-class ScheduledTick:
-    """The tick a run of a periodic schedule serves."""
-
-    schedule: str
-    """The schedule's name."""
-    tick: float
-    """The tick, unix seconds in the backend's clock (the instant the run was due)."""
-
-    @property
-    def at(self) -> datetime:
-        """The tick as an aware datetime in UTC (on Redis, where the clock is unix time)."""
-        return datetime.fromtimestamp(self.tick, UTC)
-
-
-_current: contextvars.ContextVar[ScheduledTick | None] = contextvars.ContextVar(
-    "taskrunner_current_tick", default=None
-)
-
-
-def current_tick() -> ScheduledTick | None:
-    """The tick the running action serves, when a periodic schedule fired it; else ``None``.
-
-    Call it inside an action (each run is a trio task of its own, so runs never
-    see each other's tick)::
-
-        @runner.periodic(cron="0 3 * * *", name="nightly")
-        async def nightly(payload: None) -> None:
-            tick = taskrunner.current_tick()
-            assert tick is not None
-            await build_report(for_day=tick.at.date())
-    """
-    return _current.get()
-
-
-def enter_tick(schedule: str, tick: float) -> None:
-    """Make ``(schedule, tick)`` the current tick of the calling trio task (the worker,
-    just before the action of a scheduled message runs)."""
-    _current.set(ScheduledTick(schedule, tick))

@@ -21,15 +21,20 @@ import taskrunner
 PUBLIC: dict[str, set[str]] = {
     "taskrunner": {
         "AlreadyServing",
+        "Schedule",
         "BackendError",
         "Delivery",
         "DuplicateHost",
+        "Backoff",
         "InvalidTaskPayload",
+        "LifespanError",
+        "Retry",
         "RunnerStatistics",
         "SharedStreamError",
         "Stats",
         "Task",
         "TaskAlreadyDispatched",
+        "TaskContext",
         "TaskExecutionError",
         "TaskMaxRetryExceeded",
         "TaskMessage",
@@ -37,6 +42,7 @@ PUBLIC: dict[str, set[str]] = {
         "TaskRunner",
         "TaskRunnerConfig",
         "TaskRunnerError",
+        "TaskTimeout",
         "WrongAsyncLibrary",
     },
     "taskrunner.errors": {
@@ -45,18 +51,31 @@ PUBLIC: dict[str, set[str]] = {
         "DuplicateHost",
         "InvalidCommandArgument",
         "InvalidTaskPayload",
+        "LifespanError",
+        "Retry",
         "SharedStreamError",
         "TaskAlreadyDispatched",
         "TaskExecutionError",
         "TaskMaxRetryExceeded",
         "TaskNotFound",
         "TaskRunnerError",
+        "TaskTimeout",
         "WrongAsyncLibrary",
     },
     "taskrunner.backends": {
         "Backend",
+        "FireResult",
+        "FireStatus",
+        "RunOutcome",
+        "ScheduleRecords",
+        "ScheduleState",
+        "Schedules",
+        "TickFire",
+        "CatalogDocument",
+        "CatalogTask",
         "ConsumerInfo",
         "DeadLetter",
+        "Deferral",
         "DelayedMove",
         "GroupInfo",
         "Heartbeat",
@@ -70,11 +89,15 @@ PUBLIC: dict[str, set[str]] = {
         "QueueMetrics",
         "SharedState",
         "StreamKeys",
+        "TaskCatalog",
         "TimingFields",
         "TimingIncrement",
     },
     "taskrunner.backends.memory": {
         "MemoryBackend",
+        "MemoryDefer",
+        "MemorySchedules",
+        "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
         "MemoryStream",
@@ -94,8 +117,10 @@ PUBLIC: dict[str, set[str]] = {
         "sync_command",
     },
     "taskrunner.admin": {"KeyInfo", "documented_keys", "flush", "list_keys"},
+    "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
+    "taskrunner.otel": {"OUTCOME", "instrument"},
 }
 """Every public module, and its public names."""
 
@@ -141,7 +166,13 @@ def test_the_version_comes_from_the_metadata() -> None:
     assert taskrunner.__version__ == version("trio-taskrunner")
 
 
-PACKAGES = ["taskrunner", "taskrunner.backends", "taskrunner.backends.redis", "taskrunner.testing"]
+PACKAGES = [
+    "taskrunner",
+    "taskrunner.backends",
+    "taskrunner.backends.redis",
+    "taskrunner.producer",
+    "taskrunner.testing",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from taskrunner._guards import BACKEND_METHODS
-from taskrunner._wire import TimingIncrement, task_fields
+from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
 from taskrunner.backends import Backend, DelayedMove, RunOutcome, TickFire
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
@@ -50,6 +50,10 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "release_lock": ("k", "t"),
     "publish_tuning": ("g", 4, 20.0),
     "read_tuning": ("g",),
+    "defer": ("g", "1-1", b"m", 1.0),
+    "publish_catalog": ("g", CatalogDocument(host="h", instance="me", expires=30.0), 30.0),
+    "remove_catalog": ("g", "h"),
+    "read_catalog": ("g",),
     "publish_schedule_specs": ("g", {"s": b"{}"}),
     "start_schedules": ("g", "me", ["s"], 1.0),
     "fire_ticks": ("g", "me", [TickFire(schedule="s", tick=1.0, message=b"{}")]),

@@ -14,17 +14,17 @@ import trio
 import trio.testing
 from _fleet import make_runner, serving
 
-import taskrunner
 from taskrunner import (
     AlreadyServing,
+    Backoff,
     InvalidTaskPayload,
     Schedule,
-    ScheduledTick,
+    TaskContext,
     TaskMessage,
     TaskNotFound,
     TaskRunner,
 )
-from taskrunner._wire import decode_message, encode_message
+from taskrunner._wire import MessageExtras, decode_message, encode_message
 from taskrunner.backends import Backend, FireStatus, TickFire
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.testing import PartitionedBackend
@@ -165,24 +165,24 @@ async def test_ticks_fire_on_time_with_the_payload_and_the_tick(
 ) -> None:
     backend = MemoryBackend()
     runner = make_runner(backend)
-    runs: list[tuple[float, dict[str, str], ScheduledTick | None]] = []
+    runs: list[tuple[float, dict[str, str], tuple[str | None, float | None]]] = []
 
     @runner.task
-    async def report(payload: dict[str, str]) -> None:
-        runs.append((trio.current_time(), payload, taskrunner.current_tick()))
+    async def report(payload: dict[str, str], ctx: TaskContext) -> None:
+        runs.append((trio.current_time(), payload, (ctx.schedule, ctx.tick)))
 
     runner.add_schedule("every-minute", task="report", every=60, payload={"kind": "minutely"})
     async with serving(runner):
         await trio.sleep(300.5)
     ticks = [START + 60 * k for k in range(1, 6)]
-    assert [tick for _, _, tick in runs] == [ScheduledTick("every-minute", t) for t in ticks]
+    assert [tick for _, _, tick in runs] == [("every-minute", t) for t in ticks]
     assert [payload for _, payload, _ in runs] == [{"kind": "minutely"}] * 5
-    for ran_at, _, tick in runs:
+    for ran_at, _, (_, tick) in runs:
         assert tick is not None
-        assert 0 <= ran_at - tick.tick < 0.1, "a run starts at its tick, never before"
-    assert runs[0][2] is not None
-    assert runs[0][2].at == datetime(2025, 6, 2, 8, 1, tzinfo=UTC)
-    assert taskrunner.current_tick() is None, "outside a run there is no tick"
+        assert 0 <= ran_at - tick < 0.1, "a run starts at its tick, never before"
+    first = runs[0][2][1]
+    assert first is not None
+    assert datetime.fromtimestamp(first, UTC) == datetime(2025, 6, 2, 8, 1, tzinfo=UTC)
 
 
 async def test_a_dispatched_run_of_the_same_task_has_no_tick(
@@ -190,16 +190,16 @@ async def test_a_dispatched_run_of_the_same_task_has_no_tick(
     at_start: None,
 ) -> None:
     runner = make_runner(MemoryBackend())
-    seen: list[ScheduledTick | None] = []
+    seen: list[tuple[str | None, float | None]] = []
 
     @runner.periodic(every=60)
-    async def ping(payload: None) -> None:
-        seen.append(taskrunner.current_tick())
+    async def ping(payload: None, ctx: TaskContext) -> None:
+        seen.append((ctx.schedule, ctx.tick))
 
     async with serving(runner):
         await runner.dispatch("ping")
         await trio.sleep(61)
-    assert seen == [None, ScheduledTick("ping", START + 60)]
+    assert seen == [(None, None), ("ping", START + 60)]
 
 
 async def test_overlap_false_skips_ticks_while_a_run_is_in_flight(
@@ -273,6 +273,43 @@ async def test_outcomes_are_recorded(
             None,
         )
         assert len(await backend.dead_letters("g")) == 1
+
+
+async def test_a_retried_run_serves_its_tick_and_stays_in_flight_until_its_last_attempt(
+    autojump_clock: trio.testing.MockClock, at_start: None
+) -> None:
+    """A retry goes through the delayed set: it carries the schedule and the tick, so
+    ctx.tick is the same on every attempt, and the in-flight mark (the fired entry's
+    id, which is the retry's task id) holds until the run's final outcome."""
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+    attempts: list[tuple[str, str | None, float | None, float]] = []
+
+    @runner.periodic(
+        every=60, overlap=False, max_retry=3, retry=Backoff(initial=50.0, factor=1.0, jitter=0)
+    )
+    async def flaky(payload: None, ctx: TaskContext) -> None:
+        attempts.append((ctx.task_id, ctx.schedule, ctx.tick, trio.current_time()))
+        if ctx.attempt < 3:
+            raise RuntimeError("boom")
+
+    async with serving(runner):
+        await trio.sleep(61)
+        state = (await backend.read_schedules("g")).states["flaky"]
+        assert state.running is not None, "the first attempt failed: the run is in flight"
+        await trio.sleep(60)  # the 08:02 tick: the retry is still waiting, so it is skipped
+        state = (await backend.read_schedules("g")).states["flaky"]
+        assert (state.tick, state.fired, state.running) == (START + 120, START + 60, state.running)
+        await trio.sleep(60)  # the third attempt succeeded at 08:02:40
+        state = (await backend.read_schedules("g")).states["flaky"]
+    first_run, next_run = attempts[:3], attempts[3:]
+    assert [a[1:3] for a in first_run] == [("flaky", START + 60)] * 3
+    assert len({task_id for task_id, *_ in first_run}) == 1, "one task across its retries"
+    assert [round(at - START) for *_, at in first_run] == [60, 110, 160]
+    assert [a[1:] for a in next_run] == [("flaky", START + 180, START + 180)]
+    assert (state.outcome, state.outcome_tick) == ("succeeded", START + 60)
+    assert state.fired == START + 180, "the mark cleared: the next tick fired"
+    assert state.running == state.message_id == next_run[0][0], "and is in flight now"
 
 
 async def test_a_new_schedule_starts_at_its_next_tick(
@@ -413,7 +450,11 @@ def test_the_schedule_fields_are_absent_from_a_plain_message() -> None:
 
 
 def test_the_schedule_fields_on_the_wire() -> None:
-    message = TaskMessage(task_name="ping", payload=None, schedule="nightly", tick=1748851200.0)
+    message = TaskMessage(
+        task_name="ping",
+        payload=None,
+        extras=MessageExtras(schedule="nightly", tick=1748851200.0),
+    )
     raw = encode_message(message)
     assert raw == (
         b'{"task_name":"ping","payload":null,"unique":false,"unique_for":0,"unique_key":"",'
@@ -446,7 +487,7 @@ async def test_a_message_names_its_schedule_and_tick(
         await trio.sleep(301)
     (at, message), *_ = recorder.messages
     assert attrs.evolve(message, reservation_timeout=0) == TaskMessage(
-        task_name="cleanup", schedule="cleanup", tick=START + 300
+        task_name="cleanup", extras=MessageExtras(schedule="cleanup", tick=START + 300)
     )
     assert at == START + 300
 

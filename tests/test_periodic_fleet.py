@@ -24,7 +24,7 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner import TaskRunner, TaskRunnerConfig, current_tick
+from taskrunner import TaskContext, TaskRunner, TaskRunnerConfig
 from taskrunner._wire import decode_message
 from taskrunner.backends import FireStatus
 from taskrunner.backends.memory import MemoryBackend
@@ -166,13 +166,13 @@ class Fleet:
         seen = self.seen
 
         @runner.task(max_retry=5)
-        async def tick(payload: None) -> None:
-            if current_tick() is None:
+        async def tick(payload: None, ctx: TaskContext) -> None:
+            if ctx.tick is None:
                 raise AssertionError("a scheduled run must know its tick")
 
         @runner.task(max_retry=5)
-        async def long_tick(payload: None) -> None:
-            tick = current_tick()
+        async def long_tick(payload: None, ctx: TaskContext) -> None:
+            tick = ctx.tick
             seen.timeline.append((trio.current_time(), f"run start {tick}", config.host))
             seen.running_exclusive += 1
             seen.most_exclusive = max(seen.most_exclusive, seen.running_exclusive)

@@ -35,7 +35,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import attrs
 import trio
 
 from taskrunner import _wire
@@ -128,8 +127,10 @@ class Periodic:
             InvalidTaskPayload: the message is too large.
         """
         task = self._tasks[schedule.task]
-        message = _wire.new_message(task, self._payloads[schedule.name])
-        return _wire.encode_message(attrs.evolve(message, schedule=schedule.name, tick=tick))
+        message = _wire.new_message(
+            task, self._payloads[schedule.name], schedule=schedule.name, tick=tick
+        )
+        return _wire.encode_message(message)
 
     # Every instance -------------------------------------------------------------
     async def announce(

@@ -57,6 +57,8 @@ class KeyKind(enum.StrEnum):
     """The published pool capacity (``taskrunner:<group>:worker_tuning_capacity``)."""
     METRICS = "metrics"
     """The timing-metrics hash (``taskrunner:<group>:metrics``)."""
+    CATALOG = "catalog"
+    """The tasks the group's serving runners serve (``taskrunner:<group>:catalog``)."""
     SCHEDULES = "schedules"
     """The periodic schedules' states (``taskrunner:<group>:schedules``)."""
     SCHEDULE_SPECS = "schedule_specs"
@@ -75,6 +77,7 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.LEADER: "leader lease",
     KeyKind.TUNING: "published pool capacity",
     KeyKind.METRICS: "timing metrics",
+    KeyKind.CATALOG: "task catalog (what serving runners serve)",
     KeyKind.SCHEDULES: "periodic schedules' states",
     KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
     KeyKind.HEARTBEAT: "instance heartbeat",
@@ -90,6 +93,7 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.LEADER: "string",
     KeyKind.TUNING: "string",
     KeyKind.METRICS: "hash",
+    KeyKind.CATALOG: "hash",
     KeyKind.SCHEDULES: "hash",
     KeyKind.SCHEDULE_SPECS: "hash",
     KeyKind.HEARTBEAT: "string",
@@ -139,6 +143,7 @@ class KeyCounts:
     leader: int = 0
     tuning: int = 0
     metrics: int = 0
+    catalog: int = 0
     schedules: int = 0
     schedule_specs: int = 0
     heartbeat: int = 0
@@ -197,6 +202,7 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.leader(group): KeyKind.LEADER,
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
         _keys.metrics(group): KeyKind.METRICS,
+        _keys.catalog(group): KeyKind.CATALOG,
         _keys.schedules(group): KeyKind.SCHEDULES,
         _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
     }
@@ -228,6 +234,7 @@ _GROUP_TAILS = (
     ":metrics",
     ":delayed_tasks",
     ":worker_tuning_capacity",
+    ":catalog",
     ":schedules",
     ":schedule_specs",
 )
@@ -238,8 +245,8 @@ def group_named_by(name: str, queue: str) -> str | None:
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
     stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:schedules`` and ``:schedule_specs``. The
-    leader lease is named by a hash of the group, so it names none.
+    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules`` and ``:schedule_specs``.
+    The leader lease is named by a hash of the group, so it names none.
     """
     head = f"{_keys.PREFIX}:"
     if not name.startswith(head):

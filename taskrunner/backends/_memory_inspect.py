@@ -4,7 +4,8 @@ Theory of operation: the in-memory backend keeps its state under the names
 Redis would hold it by (``taskrunner._keys``), so inspection lists, for each
 name, what Redis would report: a key exists exactly when Redis would keep it
 (a stream with entries or a consumer group, a non-empty ring, delayed set,
-metrics hash or dead-letter stream, a string that has not expired), with the
+metrics hash or dead-letter stream, a catalog or a string that has not
+expired), with the
 same type and size (bytes of a string). The decisions (which kind a key is,
 which names name a group, what a flush deletes) are the pure functions of
 :mod:`taskrunner.backends._inspection` that the Redis backend uses too.
@@ -28,12 +29,13 @@ from taskrunner.backends._inspection import (
     keys_to_flush,
     kind_of,
 )
+from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_stream import MemoryStream
 from taskrunner.backends._schedules import STATE_FIELDS
 
 
-class MemoryInspection(MemoryStream, MemorySchedules):
+class MemoryInspection(MemoryStream, MemorySchedules, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
     async def ping(self) -> float:
@@ -49,6 +51,7 @@ class MemoryInspection(MemoryStream, MemorySchedules):
                 names.append(key)
         names += [_keys.delayed_tasks(g) for g, members in self._delayed.items() if members]
         names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
+        names += [_keys.catalog(g) for g in list(self._catalogs) if self.catalog_size(g)]
         names += [_keys.schedules(g) for g in self._schedule_states if self._state_fields(g)]
         names += [_keys.schedule_specs(g) for g, specs in self._schedule_specs.items() if specs]
         return names + self.keys()
@@ -86,6 +89,9 @@ class MemoryInspection(MemoryStream, MemorySchedules):
             found[_keys.delayed_tasks(group)] = len(self._delayed[group]), None
         if self._metrics.get(group):
             found[_keys.metrics(group)] = len(self._metrics[group]), None
+        catalog = self.catalog_size(group)
+        if catalog is not None:
+            found[_keys.catalog(group)] = catalog
         if self._state_fields(group):
             found[_keys.schedules(group)] = self._state_fields(group), None
         if self._schedule_specs.get(group):
@@ -160,6 +166,8 @@ class MemoryInspection(MemoryStream, MemorySchedules):
                 self._delayed.pop(group, None)
             elif name == _keys.metrics(group):
                 self._metrics.pop(group, None)
+            elif name == _keys.catalog(group):
+                self._catalogs.pop(group, None)
             elif name == _keys.schedules(group):
                 self._schedule_states.pop(group, None)
             elif name == _keys.schedule_specs(group):

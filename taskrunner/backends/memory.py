@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from taskrunner.backends._memory_catalog import MemoryCatalog
+from taskrunner.backends._memory_defer import MemoryDefer
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection, MemorySchedules):
+class MemoryBackend(MemoryInspection, MemoryDefer, MemorySchedules):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -41,6 +43,7 @@ class MemoryBackend(MemoryInspection, MemorySchedules):
         MemoryState.__init__(
             self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
         )
+        MemoryCatalog.__init__(self)
         self._init_schedules()
 
     def __repr__(self) -> str:

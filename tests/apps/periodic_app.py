@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from taskrunner import TaskRunner, TaskRunnerConfig, current_tick
+from taskrunner import TaskContext, TaskRunner, TaskRunnerConfig
 from taskrunner.backends.redis import RedisBackend
 
 URL = os.environ["TASKRUNNER_TEST_URL"]
@@ -39,8 +39,7 @@ runner = TaskRunner(
 
 
 @runner.periodic(every=1.0, name="beat", catch_up="all", max_retry=3)
-async def beat(payload: None) -> None:
-    tick = current_tick()
-    assert tick is not None
-    line = f"{tick.tick!r} {time.time()!r} {os.getpid()}"
+async def beat(payload: None, ctx: TaskContext) -> None:
+    assert ctx.tick is not None
+    line = f"{ctx.tick!r} {time.time()!r} {os.getpid()}"
     await backend.client.execute("RPUSH", BEATS, line)
