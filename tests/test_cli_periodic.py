@@ -22,14 +22,16 @@ itself (each fire is one entry carrying ``schedule`` and ``tick``):
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import re
 import signal
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
-from test_cli import Worker, app_env, wait_for
+from test_cli import Worker, app_env, cli, ok, wait_for
 
 from taskrunner import _keys
 from taskrunner._wire import decode_message
@@ -146,3 +148,39 @@ def test_leader_killed_around_tick_boundaries_fires_each_tick_once(
     late = {tick: late for tick, late in lateness.items() if late > FAILOVER_BOUND}
     assert late == {}, f"ticks fired later than {FAILOVER_BOUND}s after they were due: {late}"
     assert set(ran) == set(ticks)
+
+
+def test_schedules_command_shows_a_served_schedule(
+    redis_server: ServerProcess, redis_url: str, tmp_path: Path
+) -> None:
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    env = app_env(redis_url, queue, group=GROUP)
+    redis = ("--url", redis_url, "--group", GROUP, "--queue", queue)
+    worker = Worker(env, tmp_path / "worker.log", app=APP)
+    try:
+        worker.wait_serving()
+        wait_for(lambda: len(runs(redis_server, queue)) >= 2, "two beats to run")
+        time.sleep(0.2)  # the second run's outcome is recorded after its ack
+        doc = json.loads(ok(cli(env, "schedules", *redis, "--json")))
+        human = ok(cli(env, "schedules", *redis))
+        assert worker.stop(signal.SIGTERM) == 0, worker.log()
+    finally:
+        worker.close()
+    (row,) = doc["schedules"]
+    assert (row["name"], row["task"], row["spec"], row["catch_up"]) == (
+        "beat",
+        "beat",
+        "every 1s",
+        "all",
+    )
+    assert row["last_outcome"] == "succeeded"
+    assert row["next_fire"] == row["last_fired"] + 1
+    assert human.splitlines()[0].split() == [
+        "SCHEDULE", "TASK", "SPEC", "NEXT", "FIRE", "LAST", "FIRED", "LAST", "OUTCOME"
+    ]  # fmt: skip
+    assert re.match(
+        r"beat\s+beat\s+every 1s\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+", human.splitlines()[1]
+    )
+    missing = cli(env, "schedules", "--url", redis_url, "--group", "nope")
+    assert missing.returncode == 1
+    assert "no group 'nope' on this server" in missing.stderr
