@@ -133,8 +133,9 @@ Optional fields in use (a Go worker ignores all of them):
   expires (``unique_for``), then dispatches it afresh (without ``attempts``).
 - message and delayed member ``schedule`` (string) and ``tick`` (float, unix
   seconds): the periodic schedule that fired the message and the tick it
-  serves (issue 15), both present or both absent; a retry keeps them. A Go worker runs the message once, as any
-  other; it does not record the run's outcome, so an ``overlap=False``
+  serves (issue 15), both present or both absent; a retry keeps them. A Go
+  worker runs the message once, as any other; it does not record the run's
+  outcome, so an ``overlap=False``
   schedule's in-flight mark then lasts until its ``in_flight_ttl`` and the
   schedule's last outcome is not updated.
 
