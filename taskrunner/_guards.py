@@ -16,12 +16,19 @@ import sniffio
 import trio
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner.backends import Backend, Inspection, MessageQueue, SharedState, TaskCatalog
+from taskrunner.backends import (
+    Backend,
+    Inspection,
+    MessageQueue,
+    Schedules,
+    SharedState,
+    TaskCatalog,
+)
 from taskrunner.errors import WrongAsyncLibrary
 
 BACKEND_METHODS = sorted(
     name
-    for protocol in (MessageQueue, SharedState, TaskCatalog, Backend)
+    for protocol in (MessageQueue, SharedState, TaskCatalog, Schedules, Backend)
     for name, value in vars(protocol).items()
     if callable(value) and not name.startswith("_")
 )

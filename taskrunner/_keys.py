@@ -43,7 +43,14 @@ class StreamKeys:
     """Its claim-delay ring, ``ring:<prefix>:metrics:<queue>``."""
 
 
-_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity", "catalog")
+_GROUP_KEY_NAMES = (
+    "delayed_tasks",
+    "metrics",
+    "worker_tuning_capacity",
+    "catalog",
+    "schedules",
+    "schedule_specs",
+)
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 
 
@@ -60,7 +67,7 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity`` or ``catalog``).
+            ``worker_tuning_capacity``, ``catalog``, ``schedules`` or ``schedule_specs``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -100,6 +107,16 @@ def catalog(group: str) -> str:
     """The task catalog, the tasks the group's serving runners serve:
     ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
     return f"{PREFIX}:{group}:catalog"
+
+
+def schedules(group: str) -> str:
+    """The periodic schedules' states (hash): ``taskrunner:<group>:schedules``."""
+    return f"{PREFIX}:{group}:schedules"
+
+
+def schedule_specs(group: str) -> str:
+    """The periodic schedules' published specs (hash): ``taskrunner:<group>:schedule_specs``."""
+    return f"{PREFIX}:{group}:schedule_specs"
 
 
 def leader(group: str) -> str:

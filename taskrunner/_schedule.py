@@ -70,7 +70,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
 
     Only the member's task, payload and our optional fields are used (the
     precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
-    ``dispatched_at`` and ``trace``, copied into the message); its ``time``
+    ``dispatched_at``, ``trace``, ``schedule`` and ``tick``, copied into the message); its ``time``
     is Go's and the run-at time is the score.
 
     Args:
@@ -93,6 +93,8 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         "id": delayed.id,
         "dispatched_at": delayed.dispatched_at,
         "trace": delayed.trace,
+        "schedule": delayed.schedule,
+        "tick": delayed.tick,
     }  # new_message's keywords
     task = tasks.get(delayed.task)
     if task is None:

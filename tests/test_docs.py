@@ -122,6 +122,8 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:<group>:worker_tuning_capacity`",
         "`taskrunner:<group>:metrics`",
         "`taskrunner:<group>:catalog`",
+        "`taskrunner:<group>:schedules`",
+        "`taskrunner:<group>:schedule_specs`",
         "`taskrunner:replication:<host>`",
         "`taskrunner:unique:<task>:<key>`",
     ]:

@@ -21,6 +21,7 @@ import taskrunner
 PUBLIC: dict[str, set[str]] = {
     "taskrunner": {
         "AlreadyServing",
+        "Schedule",
         "BackendError",
         "Delivery",
         "DuplicateHost",
@@ -63,6 +64,13 @@ PUBLIC: dict[str, set[str]] = {
     },
     "taskrunner.backends": {
         "Backend",
+        "FireResult",
+        "FireStatus",
+        "RunOutcome",
+        "ScheduleRecords",
+        "ScheduleState",
+        "Schedules",
+        "TickFire",
         "CatalogDocument",
         "CatalogTask",
         "ConsumerInfo",
@@ -88,6 +96,7 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.backends.memory": {
         "MemoryBackend",
         "MemoryDefer",
+        "MemorySchedules",
         "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
@@ -107,7 +116,14 @@ PUBLIC: dict[str, set[str]] = {
         "running_server",
         "sync_command",
     },
-    "taskrunner.admin": {"KeyInfo", "documented_keys", "flush", "list_keys"},
+    "taskrunner.admin": {
+        "KeyInfo",
+        "ScheduleRow",
+        "documented_keys",
+        "flush",
+        "list_keys",
+        "schedules",
+    },
     "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},

@@ -6,7 +6,12 @@ that call is in flight, new ids pile up for the next one, so the batch size
 grows with load by itself and idle latency stays at one round trip. Unique
 locks of finished messages are released only after their ack succeeded: a
 crash in between leaves the lock to expire (``unique_for``) rather than
-letting a duplicate in while the message could still run again.
+letting a duplicate in while the message could still run again. Likewise
+the outcomes of runs of periodic schedules (messages carrying ``schedule``)
+are recorded after their ack, in one backend call per flush; a retryable
+failure keeps them for the next try, any other drops them (the schedule's
+in-flight mark then lapses by its ``in_flight_ttl``). Other messages add
+nothing to a flush.
 
 A failed ack is retried with backoff when the failure may pass (a lost
 connection: ``BackendError.retryable``). One that retrying cannot fix (the
@@ -30,7 +35,7 @@ import trio
 
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import ConfigHolder
-from taskrunner.backends import Backend
+from taskrunner.backends import Backend, RunOutcome
 from taskrunner.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,7 @@ class Acker:
         self._ids: list[str] = []
         # (entry id, (key, token)): each lock is released after its entry's ack
         self._locks: list[tuple[str, tuple[str, str]]] = []
+        self._outcomes: list[RunOutcome] = []  # recorded after their entry's ack
         self._wake = trio.Event()
         self.acked = 0
         self.dropped = 0
@@ -60,11 +66,19 @@ class Acker:
     def _group(self) -> str:
         return self._config.current.consumer_group
 
-    def ack(self, entry_id: str, lock: tuple[str, str] | None = None) -> None:
-        """Queue ``entry_id`` for acknowledgement (and ``lock`` for release after it)."""
+    def ack(
+        self,
+        entry_id: str,
+        lock: tuple[str, str] | None = None,
+        outcome: RunOutcome | None = None,
+    ) -> None:
+        """Queue ``entry_id`` for acknowledgement (and ``lock`` for release after it,
+        and a periodic run's ``outcome`` to record after it)."""
         self._ids.append(entry_id)
         if lock is not None:
             self._locks.append((entry_id, lock))
+        if outcome is not None:
+            self._outcomes.append(outcome)
         self._wake.set()
 
     @property
@@ -97,7 +111,7 @@ class Acker:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + FINAL_FLUSH_TIMEOUT
                 try:
-                    while self._ids or self._locks:
+                    while self._ids or self._locks or self._outcomes:
                         await self._flush()
                 except BackendError as exc:
                     log.error("final ack flush failed (%s)", exc)
@@ -111,6 +125,7 @@ class Acker:
     async def _flush(self) -> None:
         ids, self._ids = self._ids, []
         locks, self._locks = self._locks, []
+        outcomes, self._outcomes = self._outcomes, []
         refused: Collection[str] = ()
         if ids:
             try:
@@ -118,10 +133,12 @@ class Acker:
             except BackendError as exc:
                 if exc.retryable:
                     self._put_back(ids, locks)  # acks are idempotent: next try
+                    self._outcomes[:0] = outcomes
                     raise
                 refused = await self._ack_one_by_one(ids, locks, exc)
             except BaseException:
                 self._put_back(ids, locks)
+                self._outcomes[:0] = outcomes
                 raise
             else:
                 self.acked += len(ids)
@@ -135,7 +152,29 @@ class Acker:
             except BaseException:
                 # Cancelled (shutdown): the final flush releases the rest.
                 self._locks[:0] = locks[done:]
+                self._outcomes[:0] = outcomes
                 raise
+        outcomes = [run for run in outcomes if run.message_id not in refused]
+        if outcomes:
+            await self._record(outcomes)
+
+    async def _record(self, outcomes: list[RunOutcome]) -> None:
+        """Record periodic runs' outcomes (their entries are acked)."""
+        try:
+            await self._backend.record_run_outcomes(self._group, outcomes)
+        except BackendError as exc:
+            if exc.retryable:
+                self._outcomes[:0] = outcomes
+                raise
+            log.warning(
+                "could not record the outcome of %d periodic run(s) (%s); their "
+                "in-flight marks lapse by themselves",
+                len(outcomes),
+                exc,
+            )
+        except BaseException:
+            self._outcomes[:0] = outcomes
+            raise
 
     async def _ack_one_by_one(
         self, ids: list[str], locks: list[tuple[str, tuple[str, str]]], error: BackendError

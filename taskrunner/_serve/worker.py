@@ -344,6 +344,8 @@ class Worker:
                 dispatched_at=_dispatched_at(entry.id, message),
                 state=self.state,
                 trace=message.trace or EMPTY_STATE,
+                schedule=message.schedule,
+                tick=message.tick,
             )
         if thread is None and not self.middlewares:  # a context alone: called as it is
             if shape.context == 1:

@@ -3,8 +3,10 @@
 A backend is one object that is a :class:`MessageQueue` (streams with
 consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
-locks, the published pool size) and a :class:`~taskrunner.backends.TaskCatalog`
-(the tasks serving runners serve, for producers that send tasks by name).
+locks, the published pool size), a :class:`~taskrunner.backends.TaskCatalog`
+(the tasks serving runners serve, for producers that send tasks by name) and a
+:class:`Schedules` (the periodic schedules' fenced fires and state,
+:mod:`taskrunner.backends._schedules`).
 That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
@@ -42,6 +44,7 @@ from taskrunner._wire import TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
+from taskrunner.backends._schedules import Schedules
 
 
 @attrs.frozen(kw_only=True)
@@ -388,10 +391,11 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Protocol):
+class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Schedules, Protocol):
     """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
-    that re-queues a retry (:class:`Deferral`), and the task catalog it publishes
-    what it serves in."""
+    that re-queues a retry (:class:`Deferral`), the task catalog it publishes
+    what it serves in, and the periodic schedules' state
+    (:class:`~taskrunner.backends.Schedules`)."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

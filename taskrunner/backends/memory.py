@@ -16,11 +16,12 @@ from types import TracebackType
 from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_defer import MemoryDefer
 from taskrunner.backends._memory_inspect import MemoryInspection
+from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection, MemoryDefer):
+class MemoryBackend(MemoryInspection, MemoryDefer, MemorySchedules):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -43,6 +44,7 @@ class MemoryBackend(MemoryInspection, MemoryDefer):
             self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
         )
         MemoryCatalog.__init__(self)
+        self._init_schedules()
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from taskrunner import __version__
-from taskrunner.cli import demo, dispatch, flush, keys, stats, top, worker
+from taskrunner.cli import demo, dispatch, flush, keys, schedules, stats, top, worker
 from taskrunner.cli.base import EXIT_USAGE, Command
 
 __all__ = ["main"]
@@ -46,6 +46,7 @@ COMMANDS: tuple[Command, ...] = (
     stats.COMMAND,
     top.COMMAND,
     keys.COMMAND,
+    schedules.COMMAND,
     flush.COMMAND,
 )
 

@@ -18,12 +18,13 @@ from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._state import RedisState
 
 
-class RedisBackend(RedisInspection, RedisDefer, RedisCatalog):
-    """Queue, shared state, retry deferral and task catalog on Redis (>= 6.2; 7+
-    recommended), and their :class:`~taskrunner.backends.Inspection`.
+class RedisBackend(RedisInspection, RedisDefer, RedisCatalog, RedisSchedules):
+    """Queue, shared state, retry deferral, task catalog and periodic schedules on
+    Redis (>= 6.2; 7+ recommended), and their :class:`~taskrunner.backends.Inspection`.
 
     Args:
         client: Any :class:`RedisClient` (native or redis-py transport).
