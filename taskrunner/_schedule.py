@@ -11,7 +11,10 @@ would have no UTF-8 form) is moved as it is, without a lock, and logged:
 the worker that reads it sends it down the failure path, so nothing
 disappears silently and no bad member holds up its batch. A member naming a
 task not registered here becomes a message with Go's zero values, for
-whichever worker knows the task. :func:`sleep_time` is how long the
+whichever worker knows the task. A member that re-queues a run (flow
+control's waits) names its queue, carries the attempts used so far into the
+message, and, for a unique task, the token of the lock the run still holds:
+that lock is kept, not taken again. :func:`sleep_time` is how long the
 scheduler waits before its next pass.
 
 Pure but for the fresh lock token and the error logged for a member that
@@ -24,6 +27,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
+
+import attrs
 
 from taskrunner import _wire
 from taskrunner._codec import decode_payload
@@ -85,14 +90,30 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
     except Exception as exc:  # RecursionError too: JSON nested 100,000 deep
         return _undeliverable(raw, f"not a delayed task: {type(exc).__name__}: {exc}")
     task = tasks.get(delayed.task)
+    queue, attempts = delayed.queue, delayed.attempts
+    held = delayed.unique_lock_value
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
         # a Go fleet) runs it with its own settings, or dead-letters it.
-        message = _wire.TaskMessage(task_name=delayed.task, payload=delayed.payload)
-        return DelayedMove(member=raw, message=_encode(message, raw))
+        message = _wire.TaskMessage(
+            task_name=delayed.task,
+            payload=delayed.payload,
+            attempts=attempts,
+            unique=held is not None,
+            unique_key=(delayed.unique_key or "") if held is not None else "",
+            unique_lock_value=held or "",
+        )
+        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
     if not task.unique:
-        message = _wire.new_message(task, delayed.payload)
-        return DelayedMove(member=raw, message=_encode(message, raw))
+        message = attrs.evolve(_wire.new_message(task, delayed.payload), attempts=attempts)
+        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
+    if held is not None and delayed.unique_key is not None:
+        # A re-queued run: its lock is still held, by this token. Keep it.
+        message = _wire.new_message(
+            task, delayed.payload, unique_key=delayed.unique_key, token=held
+        )
+        message = attrs.evolve(message, attempts=attempts)
+        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
     unique_key = delayed.unique_key
     if unique_key is None:  # written by the Go library: compute it
         try:
@@ -108,10 +129,11 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
     message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token)
     return DelayedMove(
         member=raw,
-        message=_encode(message, raw),
+        message=_encode(attrs.evolve(message, attempts=attempts), raw),
         lock_key=_wire.unique_lock(task.name, unique_key),
         lock_token=token,
         lock_ttl=task.unique_for,
+        queue=queue,
     )
 
 

@@ -94,6 +94,21 @@ Optional fields in use (a Go worker ignores all of them):
 
 - delayed member ``unique_key``: the precomputed message ``unique_key``. A Go
   leader ignores it and recomputes the key from the payload.
+- message ``attempts`` (int >= 0): attempts already used by earlier entries of
+  this task, written only on a run re-queued through the delayed set (by flow
+  control: a wait for a concurrency slot, a rate limit, a pause). The attempt
+  number of a delivery is ``attempts + delivery count``, and ``max_retry``
+  bounds it. A Go worker ignores it and bounds only its own deliveries of the
+  entry: it may run such a task more often in all, never lose it.
+- delayed member ``queue`` (str): the queue whose stream the member moves to;
+  absent means the default queue. A Go leader moves the member to its own
+  stream, where a Go worker runs it (or a Python runner of that queue).
+- delayed member ``attempts``: copied into the message it becomes (above).
+- delayed member ``unique_lock_value``: for a unique task's re-queued run, the
+  token of the lock it still holds; the message it becomes carries it, and no
+  new lock is taken. A Go leader ignores it and tries to take a new lock,
+  which the run's own still holds: it meets a held lock, as for a duplicate.
+  Flow control needs a Python leader (see docs/go-interop.md).
 - metrics ``<task>_sum_us`` and ``taskrunner:<group>:delayed_tasks_schedule_sum_us``:
   see above.
 """
@@ -102,6 +117,7 @@ from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
 from taskrunner._wire.delayed import new_delayed as new_delayed
+from taskrunner._wire.delayed import requeued_delayed as requeued_delayed
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
 from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
@@ -142,6 +158,7 @@ __all__ = [
     "new_delayed",
     "new_message",
     "read_timing",
+    "requeued_delayed",
     "reservation_ns",
     "reset_fields",
     "schedule_fields",

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
+from taskrunner._wire.message import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
 
 
@@ -28,6 +29,15 @@ class DelayedTask:
     payload: Any = None
     unique_key: str | None = None
     """Ours, for unique tasks: the message ``unique_key``, computed at dispatch."""
+    queue: str | None = None
+    """Ours: the queue whose stream the member moves to; ``None`` (absent) is the
+    default queue."""
+    attempts: int = 0
+    """Ours: attempts already used by this task's earlier entries, copied into the
+    message it becomes (absent when 0)."""
+    unique_lock_value: str | None = None
+    """Ours, for a unique task's re-queued run: the token of the lock it still
+    holds, carried into the message instead of taking a new lock."""
 
 
 def new_delayed(
@@ -47,8 +57,41 @@ def new_delayed(
     )
 
 
+def requeued_delayed(
+    message: TaskMessage,
+    run_at: float,
+    *,
+    id: str,
+    queue: str | None,
+    attempts: int,
+) -> DelayedTask:
+    """The member that runs ``message`` again at ``run_at``: a run re-queued
+    through the delayed set (a wait for a concurrency slot, a rate limit, a
+    pause), which keeps its payload, its attempts and its unique lock.
+
+    Args:
+        message: The message as read from the stream.
+        run_at: When it is due (the backend's seconds).
+        id: The member's id (the task's: the entry's stream id).
+        queue: The queue it goes back to (``None``: the default queue).
+        attempts: Attempts used so far, all entries of the task included.
+    """
+    unique = message.unique and bool(message.unique_lock_value)
+    return DelayedTask(
+        id=id,
+        task=message.task_name,
+        time=math.floor(run_at),
+        payload=message.payload,
+        unique_key=message.unique_key if unique else None,
+        queue=queue,
+        attempts=attempts,
+        unique_lock_value=message.unique_lock_value if unique else None,
+    )
+
+
 def encode_delayed(delayed: DelayedTask) -> bytes:
-    """The member's JSON: Go's four fields, then ``unique_key`` when set.
+    """The member's JSON: Go's four fields, then ``unique_key``, ``queue``,
+    ``attempts`` and ``unique_lock_value``, each only when set.
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -61,6 +104,12 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
     }
     if delayed.unique_key is not None:
         doc["unique_key"] = delayed.unique_key
+    if delayed.queue is not None:
+        doc["queue"] = delayed.queue
+    if delayed.attempts:
+        doc["attempts"] = delayed.attempts
+    if delayed.unique_lock_value is not None:
+        doc["unique_lock_value"] = delayed.unique_lock_value
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -82,10 +131,16 @@ def decode_delayed(raw: bytes) -> DelayedTask:
     moment = doc.get("time", 0)
     if isinstance(moment, bool) or not isinstance(moment, int | float) or not math.isfinite(moment):
         raise InvalidTaskPayload(f"field 'time' should be unix seconds, got {moment!r}")
+    attempts = field(doc, "attempts", int, 0)
+    if attempts < 0:
+        raise InvalidTaskPayload(f"field 'attempts' should be an integer >= 0, got {attempts!r}")
     return DelayedTask(
         id=field(doc, "id", str, ""),
         task=task,
         time=math.floor(moment),
         payload=doc.get("payload"),
         unique_key=field(doc, "unique_key", str, None),
+        queue=field(doc, "queue", str, None),
+        attempts=attempts,
+        unique_lock_value=field(doc, "unique_lock_value", str, None),
     )

@@ -34,6 +34,9 @@ class TaskMessage:
     """The unique lock key's suffix, ``<task>:<key>`` (see the module docstring)."""
     unique_lock_value: str = ""
     reservation_timeout: int = 0
+    attempts: int = 0
+    """Ours, optional: attempts already used by earlier entries of this task (a
+    run re-queued through the delayed set). Absent (0) on a plain dispatch."""
 
     @property
     def reservation_timeout_seconds(self) -> float:
@@ -91,6 +94,8 @@ def encode_message(message: TaskMessage) -> bytes:
         "unique_lock_value": message.unique_lock_value,
         "reservation_timeout": message.reservation_timeout,
     }
+    if message.attempts:
+        doc["attempts"] = message.attempts
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -128,6 +133,9 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         raise InvalidTaskPayload(
             f"field 'task_name' should be a non-empty string, got {task_name!r}"
         )
+    attempts = field(doc, "attempts", int, 0)
+    if attempts < 0:
+        raise InvalidTaskPayload(f"field 'attempts' should be an integer >= 0, got {attempts!r}")
     return TaskMessage(
         task_name=task_name,
         payload=doc.get("payload"),
@@ -136,4 +144,5 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         unique_key=field(doc, "unique_key", str, ""),
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
         reservation_timeout=field(doc, "reservation_timeout", int, 0),
+        attempts=attempts,
     )

@@ -1,14 +1,22 @@
 """Backend interfaces and value types.
 
-- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState`): what a runner serves on.
+- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Deferral` +
+  :class:`FlowControl`): what a runner serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
 """
 
 from taskrunner._keys import StreamKeys as StreamKeys
+from taskrunner._limits import Paused as Paused
 from taskrunner._wire import TimingFields as TimingFields
 from taskrunner._wire import TimingIncrement as TimingIncrement
+from taskrunner.backends._deferral import Deferral as Deferral
+from taskrunner.backends._flow import Admission as Admission
+from taskrunner.backends._flow import FlowControl as FlowControl
+from taskrunner.backends._flow import LimitedBy as LimitedBy
+from taskrunner.backends._flow import ParkOutcome as ParkOutcome
+from taskrunner.backends._flow import SlotHold as SlotHold
 from taskrunner.backends._inspection import Heartbeat as Heartbeat
 from taskrunner.backends._inspection import KeyCounts as KeyCounts
 from taskrunner.backends._inspection import KeyInfo as KeyInfo

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from taskrunner.backends._memory_deferral import MemoryDeferral
+from taskrunner.backends._memory_flow import MemoryFlow
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection):
+class MemoryBackend(MemoryInspection, MemoryDeferral, MemoryFlow):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -38,8 +40,12 @@ class MemoryBackend(MemoryInspection):
     ) -> None:
         MemoryStream.__init__(self, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
         MemoryState.__init__(
-            self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
+            self,
+            add_entry=lambda group, payload, queue: self.add_raw(
+                group, {"payload": payload}, queue=queue
+            ),
         )
+        MemoryFlow.__init__(self)
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

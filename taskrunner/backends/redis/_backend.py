@@ -12,6 +12,8 @@ from types import TracebackType
 from typing import Any
 
 from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._deferral import RedisDeferral
+from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
@@ -19,7 +21,7 @@ from taskrunner.backends.redis._queue import RedisQueue
 from taskrunner.backends.redis._state import RedisState
 
 
-class RedisBackend(RedisInspection):
+class RedisBackend(RedisInspection, RedisDeferral, RedisFlow):
     """Queue and shared state on Redis (>= 6.2; 7+ recommended), and their
     :class:`~taskrunner.backends.Inspection`.
 
