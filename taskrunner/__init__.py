@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
+from taskrunner._limits import RateLimit as RateLimit
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner
 from taskrunner._stats import Stats as Stats

@@ -23,7 +23,7 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._codec import encode_payload
-from taskrunner._config import ConfigHolder
+from taskrunner._config import ConfigHolder, queue_name_problem
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
 from taskrunner.backends import Backend
@@ -32,6 +32,21 @@ from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
+
+
+def _queue_of(task: Task, queue: str | None) -> str | None:
+    """The queue a dispatch goes to: the one given, else the task's (``None``: the
+    backend's).
+
+    Raises:
+        ValueError: ``queue`` cannot name a queue.
+    """
+    if queue is None:
+        return task.queue
+    problem = queue_name_problem(queue)
+    if problem is not None:
+        raise ValueError(f"queue {problem}, got {queue!r}")
+    return queue
 
 
 class Dispatcher:
@@ -58,6 +73,7 @@ class Dispatcher:
 
     def _message(self, task: Task, payload: Any) -> _wire.TaskMessage:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
+        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         if not task.unique:
             return _wire.new_message(task, wire_payload)
         return _wire.new_message(
@@ -73,20 +89,22 @@ class Dispatcher:
         except KeyError:
             raise TaskNotFound(name) from None
 
-    async def dispatch(self, name: str, payload: Any = None) -> str:
+    async def dispatch(self, name: str, payload: Any = None, *, queue: str | None = None) -> str:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
         task = self._get_task(name)
+        queue = _queue_of(task, queue)
         message = self._message(task, payload)
         data = _wire.encode_message(message)
+        group = self._config.current.consumer_group
         if not task.unique:
-            (message_id,) = await self._backend.add(self._config.current.consumer_group, [data])
+            (message_id,) = await self._backend.add(group, [data], queue=queue)
             return message_id
         key = _wire.unique_lock(task.name, message.unique_key)
         token = message.unique_lock_value
         if not await self._backend.acquire_lock(key, token, task.unique_for):
             raise TaskAlreadyDispatched(task.name, key)
         try:
-            (message_id,) = await self._backend.add(self._config.current.consumer_group, [data])
+            (message_id,) = await self._backend.add(group, [data], queue=queue)
         except BackendError as exc:
             if not exc.maybe_applied:
                 await self._give_back(task, key, token)
@@ -115,16 +133,26 @@ class Dispatcher:
                     task.unique_for,
                 )
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+    async def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[str]:
         """See :meth:`TaskRunner.dispatch_many <taskrunner.TaskRunner.dispatch_many>`."""
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
+        queue = _queue_of(task, queue)
         data = [_wire.encode_message(self._message(task, payload)) for payload in payloads]
-        return await self._backend.add(self._config.current.consumer_group, data) if data else []
+        if not data:
+            return []
+        return await self._backend.add(self._config.current.consumer_group, data, queue=queue)
 
     async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> str:
         """See :meth:`TaskRunner.dispatch_delayed <taskrunner.TaskRunner.dispatch_delayed>`."""
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
@@ -132,9 +160,11 @@ class Dispatcher:
             raise ValueError(f"delay must be seconds or a timedelta, got {delay!r}")
         if not (math.isfinite(seconds) and seconds >= 0):
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        return await self._add_delayed(name, payload, self._backend.now() + seconds)
+        return await self._add_delayed(name, payload, self._backend.now() + seconds, queue)
 
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+    async def schedule_for(
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+    ) -> str:
         """See :meth:`TaskRunner.schedule_for <taskrunner.TaskRunner.schedule_for>`."""
         if isinstance(when, datetime):
             if when.tzinfo is None or when.utcoffset() is None:
@@ -145,11 +175,14 @@ class Dispatcher:
         else:
             raise ValueError(f"when must be an aware datetime or unix seconds, got {when!r}")
         # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
-        return await self._add_delayed(name, payload, unix - time.time() + self._backend.now())
+        run_at = unix - time.time() + self._backend.now()
+        return await self._add_delayed(name, payload, run_at, queue)
 
-    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
+    async def _add_delayed(self, name: str, payload: Any, run_at: float, queue: str | None) -> str:
         task = self._get_task(name)
+        queue = _queue_of(task, queue)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
+        task.rate_key_for(payload)
         _wire.encode_message(_wire.new_message(task, wire_payload))  # refuse it now
         delayed = _wire.new_delayed(
             name,
@@ -158,6 +191,7 @@ class Dispatcher:
             id=str(uuid.uuid4()),
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            queue=queue,
         )
         await self._backend.add_delayed(
             self._config.current.consumer_group, _wire.encode_delayed(delayed), run_at

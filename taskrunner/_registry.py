@@ -21,7 +21,8 @@ import attrs
 from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
-from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._limits import RateLimit
+from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)
 
@@ -85,6 +86,10 @@ class Registry:
         unique_key: UniqueKey | None,
         unique_for: float,
         extra_keys: ExtraKeys,
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
     ) -> Callable[[A], A]:
         """The decorator that registers an action with these options (see
         :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`)."""
@@ -100,6 +105,10 @@ class Registry:
                     unique_key=unique_key,
                     unique_for=unique_for,
                     extra_keys=extra_keys,
+                    queue=queue,
+                    max_concurrency=max_concurrency,
+                    rate_limit=rate_limit,
+                    rate_limit_key=rate_limit_key,
                 )
             )
             return action

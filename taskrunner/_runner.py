@@ -22,7 +22,10 @@ node of the tree is one module of :mod:`taskrunner._serve`, named after it::
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
         │   ├── sharing          other groups on the stream (checked at start too)
         │   ├── acker            batched acks (and unique-lock releases)
-        │   └── refresher        keeps long runs from being reclaimed
+        │   ├── refresher        keeps long runs from being reclaimed (and their
+        │   │                    concurrency slots held)
+        │   └── gate             what is paused, read every second; admits each
+        │                        run of a limited or paused task (worker.py asks it)
         └── worker               the workers nursery: one task per message,
             │                    bounded by the pool (pool.py)
             └── fetcher          one per num_fetchers: reserve slots -> claim/read
@@ -59,6 +62,7 @@ from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._dispatch import Dispatcher
 from taskrunner._guards import check_runner_arguments, require_trio
 from taskrunner._inflight import InFlight
+from taskrunner._limits import RateLimit
 from taskrunner._registry import Registry
 from taskrunner._serve import (
     aggregator,
@@ -72,6 +76,7 @@ from taskrunner._serve import (
 )
 from taskrunner._serve.acker import Acker
 from taskrunner._serve.fetcher import FetcherContext, FetcherCounters
+from taskrunner._serve.gate import Gate
 from taskrunner._serve.heartbeat import ReplicationCounter
 from taskrunner._serve.leadership import Leadership
 from taskrunner._serve.pool import WorkerPool
@@ -79,7 +84,7 @@ from taskrunner._serve.scheduler import Scheduler
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._serve.worker import Worker
 from taskrunner._stats import Stats
-from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend
 from taskrunner.errors import AlreadyServing, DuplicateHost
@@ -118,6 +123,11 @@ class RunnerStatistics:
     """Messages acknowledged."""
     ack_backlog: int
     """Finished messages waiting for their ack."""
+    deferred: int = 0
+    """Runs sent back through the delayed set to wait for a concurrency slot or a
+    rate limit (not attempts)."""
+    parked: int = 0
+    """Runs of a paused task parked until it is resumed."""
 
 
 class TaskRunner:
@@ -150,6 +160,8 @@ class TaskRunner:
         self._acker = Acker(backend, self._config)
         self._sharing = StreamSharing(backend, self._config)
         self._fetch_counters = FetcherCounters()
+        self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
+        self._gate = Gate(backend, self._config, self._scheduler, self.instance_id)
         self._worker = Worker(
             self._config,
             backend,
@@ -159,10 +171,10 @@ class TaskRunner:
             self._sharing,
             self._inflight,
             self._timings,
+            self._gate,
         )
         self._leadership = Leadership()
         self._replicas = ReplicationCounter(backend)
-        self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
         self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler)
         self._serving = False
         self._stop = trio.Event()
@@ -217,6 +229,10 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -229,6 +245,10 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
     ) -> A | Callable[[A], A]:
         """Decorator form of :meth:`register`; the name defaults to the function's.
 
@@ -242,6 +262,10 @@ class TaskRunner:
 
             @runner.task(name="resize", max_retry=3)
             async def resize_image(payload: dict) -> None: ...
+
+            @runner.task(name="charge", queue="critical", max_concurrency=5,
+                         rate_limit=RateLimit(100, per=1.0))
+            async def charge(payload: dict) -> None: ...
 
         Raises:
             ValueError: as :meth:`register`, or an option is invalid (as for
@@ -257,18 +281,28 @@ class TaskRunner:
             unique_key=unique_key,
             unique_for=unique_for,
             extra_keys=extra_keys,
+            queue=queue,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key,
         )
 
     # Dispatch ---------------------------------------------------------------
-    async def dispatch(self, name: str, payload: Any = None) -> str:
+    async def dispatch(self, name: str, payload: Any = None, *, queue: str | None = None) -> str:
         """Queue one run of task ``name``.
+
+        Args:
+            queue: The queue to add it to, instead of the task's own (its
+                ``queue``, else the backend's).
 
         Returns:
             The message id.
 
         Raises:
             TaskNotFound: no task ``name`` is registered.
-            InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
+            InvalidTaskPayload: ``payload`` cannot be encoded (or its unique or
+                rate-limit key cannot be computed); nothing was queued.
+            ValueError: ``queue`` is not a valid queue name.
             TaskAlreadyDispatched: ``name`` is unique and its lock is held.
             BackendError: the backend could not be reached.
             WrongAsyncLibrary: awaited outside trio (under asyncio, say).
@@ -280,9 +314,11 @@ class TaskRunner:
         by the worker, if the message was queued after all).
         """
         require_trio("TaskRunner.dispatch")
-        return await self._dispatcher.dispatch(name, payload)
+        return await self._dispatcher.dispatch(name, payload, queue=queue)
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+    async def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[str]:
         """Queue one run of task ``name`` per payload, in one backend call.
 
         Every payload is encoded before anything is queued, so an invalid one
@@ -294,13 +330,18 @@ class TaskRunner:
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: the task is unique (dispatch those one by one, so each
-                duplicate can be refused on its own).
+                duplicate can be refused on its own), or ``queue`` is invalid.
         """
         require_trio("TaskRunner.dispatch_many")
-        return await self._dispatcher.dispatch_many(name, payloads)
+        return await self._dispatcher.dispatch_many(name, payloads, queue=queue)
 
     async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> str:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
 
@@ -313,12 +354,14 @@ class TaskRunner:
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``delay`` is negative or not finite.
+            ValueError: ``delay`` is negative or not finite, or ``queue`` is invalid.
         """
         require_trio("TaskRunner.dispatch_delayed")
-        return await self._dispatcher.dispatch_delayed(name, payload, delay)
+        return await self._dispatcher.dispatch_delayed(name, payload, delay, queue=queue)
 
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+    async def schedule_for(
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+    ) -> str:
         """Queue one run of task ``name`` at ``when``.
 
         Args:
@@ -327,10 +370,11 @@ class TaskRunner:
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``when`` is a naive datetime or not finite.
+            ValueError: ``when`` is a naive datetime or not finite, or ``queue`` is
+                invalid.
         """
         require_trio("TaskRunner.schedule_for")
-        return await self._dispatcher.schedule_for(name, payload, when)
+        return await self._dispatcher.schedule_for(name, payload, when, queue=queue)
 
     # Fleet ------------------------------------------------------------------
     @property
@@ -368,13 +412,24 @@ class TaskRunner:
         """
         require_trio("TaskRunner.get_timing_statistics")
         replication = await self.get_number_of_replications()
+        paused = self._gate.paused.queues
         return await aggregator.timing_statistics(
             self.backend,
             self.config.consumer_group,
             self._registry.tasks,
             self._pool.capacity,
             replication,
+            queues=[q for q in self.queues if q not in paused],
         )
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues this runner reads, in priority order: ``config.queues``, or the
+        backend's one queue."""
+        names = self.config.queue_names
+        if names is not None:
+            return names
+        return (self.backend.stream_keys(self.config.consumer_group).queue,)
 
     @property
     def capacity(self) -> int:
@@ -481,6 +536,7 @@ class TaskRunner:
             raise AlreadyServing(f"{self!r} is already serving")
         self._serving = True
         cfg = self.config
+        self._warn_unread_queues()
         log.info(
             "serving group %s as host %s (instance %s): %d fetcher(s), %d worker(s), tasks: %s",
             cfg.consumer_group,
@@ -514,6 +570,20 @@ class TaskRunner:
             self._grace_override = None
             log.info("stopped serving group %s", cfg.consumer_group)
 
+    def _warn_unread_queues(self) -> None:
+        default = self.backend.stream_keys(self.config.consumer_group).queue
+        served = set(self.queues)
+        for task in self._registry.tasks.values():
+            queue = task.queue or default
+            if queue not in served:
+                log.warning(
+                    "task %s goes to queue %s, which this runner does not read (it reads %s); "
+                    "other runners of the group must",
+                    task.name,
+                    queue,
+                    ", ".join(self.queues),
+                )
+
     async def _run_shielded(self, ready: trio.Event) -> None:
         # Shielded: outside cancellation reaches serve() only through the stop
         # event, so the drain below always runs to its (bounded) end.
@@ -546,12 +616,16 @@ class TaskRunner:
                 await services.start(
                     refresher.run, backend, group, self._inflight, self._refresh_tick
                 )
+                await services.start(self._gate.run)
                 fetching = FetcherContext(
                     config=cfg,
                     backend=backend,
                     pool=self._pool,
                     execute=self._worker.execute,
                     counters=self._fetch_counters,
+                    gate=self._gate,
+                    queues=self.queues,
+                    weights=cfg.queue_weights,
                 )
                 async with trio.open_nursery() as core:
                     self._workers_scope = await core.start(
@@ -582,4 +656,6 @@ class TaskRunner:
             handled=w.handled,
             acked=self._acker.acked,
             ack_backlog=self._acker.backlog,
+            deferred=self._gate.counters.deferred,
+            parked=self._gate.counters.parked,
         )

@@ -7,8 +7,11 @@ it (:mod:`taskrunner._serve.fetcher`), each of which starts
 the fetchers are cancelled at once and the running tasks get the grace to
 finish; the nursery drains before the services around it stop.
 
-Running one message: decode, run the action, decide its outcome. Outcomes,
-exactly as docs/behaviour:
+Running one message: decode, ask the gate (:mod:`taskrunner._serve.gate`:
+a paused task's run is parked, a limited one admitted or deferred), run the
+action, decide its outcome. The attempt number is the entry's delivery count
+plus the attempts its task's earlier entries used (a run re-queued through
+the delayed set carries them). Outcomes, exactly as docs/behaviour:
 
 - success: ack (batched), release the unique lock after the ack;
 - the action raised and attempts remain: report it (``on_error``, log) and
@@ -48,6 +51,7 @@ from taskrunner._poison import delivery_limit
 from taskrunner._serve import fetcher
 from taskrunner._serve.acker import Acker
 from taskrunner._serve.fetcher import FetcherContext
+from taskrunner._serve.gate import NO_HOLD, Gate
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
@@ -107,9 +111,10 @@ def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> 
     return Delivery(
         id=entry.id,
         consumer=consumer,
-        delivery_count=entry.delivery_count,
+        delivery_count=entry.delivery_count + (message.attempts if message is not None else 0),
         raw=entry.payload,
         message=message,
+        queue=entry.queue,
     )
 
 
@@ -125,6 +130,7 @@ class Worker:
         sharing: The other groups on the stream (an unknown task may be theirs).
         inflight: Running messages, for the refresher.
         timings: Where every run's duration is recorded.
+        gate: Admits each run of a limited or paused task.
     """
 
     def __init__(
@@ -137,8 +143,10 @@ class Worker:
         sharing: StreamSharing,
         inflight: InFlight,
         timings: TimingRecorder,
+        gate: Gate,
     ) -> None:
         self._config = config
+        self._gate = gate
         self._backend = backend
         self._tasks = tasks
         self._pool = pool
@@ -180,7 +188,8 @@ class Worker:
                 return
             await self._fail(_delivery(entry, consumer, message), TaskNotFound(message.task_name))
             return
-        if entry.delivery_count > task.attempts:
+        attempt = entry.delivery_count + message.attempts
+        if attempt > task.attempts:
             # The last allowed attempt never finished (its worker died): give up.
             error = TaskMaxRetryExceeded(task.name, entry.id, task.attempts)
             await self._fail(_delivery(entry, consumer, message), error)
@@ -190,24 +199,37 @@ class Worker:
         except Exception as exc:
             await self._fail(_delivery(entry, consumer, message), _undecodable(exc))
             return
+        hold = NO_HOLD
+        if task.limited or self._gate.pausing:
+            admitted = await self._gate.admit(entry, attempt, message, task, payload)
+            if admitted is None:
+                return  # parked or deferred: it runs later
+            hold = admitted
 
-        self._inflight.add(entry.id, consumer, task.reservation, trio.current_time())
+        self._inflight.add(
+            entry.id, consumer, task.reservation, trio.current_time(), queue=entry.queue,
+            hold=hold.slot,
+        )  # fmt: skip
         started = trio.current_time()
         succeeded = False
         try:
-            await task.action(payload)
+            try:
+                await task.action(payload)
+            finally:
+                if hold is not NO_HOLD:
+                    await self._gate.release(hold)
             succeeded = True
         except Exception as exc:
             await self._attempt_failed(task, _delivery(entry, consumer, message), exc)
             return
         finally:
-            self._inflight.remove(entry.id)
+            self._inflight.remove(entry.id, queue=entry.queue)
             elapsed = trio.current_time() - started
             self._timings.record(task.name, elapsed)
             if self.observers:
                 self._notify(task.name, elapsed, succeeded)
         self.counters.completed += 1
-        self._acker.ack(entry.id, _lock_of(message))
+        self._acker.ack(entry.id, _lock_of(message), queue=entry.queue)
 
     async def _belongs_to_another_group(self, entry: QueueEntry, message: TaskMessage) -> bool:
         """Whether an unknown task is another group's (the stream is shared): if
@@ -230,7 +252,7 @@ class Worker:
         if not others:
             return False
         self._sharing.skip_unknown(message.task_name, entry.id)
-        self._acker.ack(entry.id, None)
+        self._acker.ack(entry.id, None, queue=entry.queue)
         return True
 
     async def _over_limit(self, entry: QueueEntry, consumer: str) -> bool:
@@ -317,7 +339,11 @@ class Worker:
         else:
             try:
                 dead_id = await self._backend.dead_letter(
-                    self._config.current.consumer_group, delivery.id, delivery.raw, reason
+                    self._config.current.consumer_group,
+                    delivery.id,
+                    delivery.raw,
+                    reason,
+                    queue=delivery.queue,
                 )
             except BackendError as exc:
                 log.error(
@@ -327,7 +353,7 @@ class Worker:
             self.counters.dead_lettered += 1
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
         lock = _lock_of(delivery.message) if delivery.message is not None else None
-        self._acker.ack(delivery.id, lock)
+        self._acker.ack(delivery.id, lock, queue=delivery.queue)
 
 
 async def run(

@@ -41,7 +41,13 @@ class DelayedTask:
 
 
 def new_delayed(
-    task_name: str, payload: Any, run_at: float, *, id: str, unique_key: str | None = None
+    task_name: str,
+    payload: Any,
+    run_at: float,
+    *,
+    id: str,
+    unique_key: str | None = None,
+    queue: str | None = None,
 ) -> DelayedTask:
     """The delayed member that runs ``task_name`` at ``run_at`` (the backend's seconds).
 
@@ -51,9 +57,15 @@ def new_delayed(
         run_at: The run-at time; also the member's score, which keeps the fraction.
         id: A fresh uuid4 string (a fixed one in tests).
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
+        queue: The queue it moves to; ``None``: the default queue (and no field).
     """
     return DelayedTask(
-        id=id, task=task_name, time=math.floor(run_at), payload=payload, unique_key=unique_key
+        id=id,
+        task=task_name,
+        time=math.floor(run_at),
+        payload=payload,
+        unique_key=unique_key,
+        queue=queue,
     )
 
 

@@ -44,11 +44,16 @@ def _inspection(backend: Backend) -> Inspection:
     return cast(Inspection, backend)
 
 
+_ROUNDING = 1e-9
+"""Seconds a float ``(now + ttl) - now`` may come out above ``ttl`` (on trio's clock)."""
+
+
 def _fresh_ttl(left: float | None, ttl: float, what: str) -> float:
-    """``left``, the seconds a key set for ``ttl`` just now reports: in ``(0, ttl]``,
-    and more than ``ttl - _LATE``."""
+    """``left``, the seconds a key set for ``ttl`` just now reports: in ``(0, ttl]``
+    (give or take a float's rounding of ``now + ttl - now``), and more than
+    ``ttl - _LATE``."""
     assert left is not None, f"{what} was set for {ttl} s just now, but reports no expiry"
-    assert max(0.0, ttl - _LATE) < left <= ttl, (
+    assert max(0.0, ttl - _LATE) < left <= ttl + _ROUNDING, (
         f"{what} was set for {ttl} s just now, but has {left!r} s left"
     )
     return left
