@@ -12,7 +12,7 @@ start may be allowed. How long that is:
 - refused by the rate limit: the backend says (the pace of the limit: runs
   refused one after another are told to come back one interval apart, so a
   backlog flows at the allowed rate instead of stampeding each time a start
-  frees up);
+  frees up), and :func:`rate_wait` adds a millisecond so it is never early;
 - refused for want of a concurrency slot: nobody knows when one frees, so
   :func:`slot_wait`, about half a second, jittered so that waiting runs do
   not all come back at once.
@@ -31,16 +31,23 @@ import attrs
 
 __all__ = [
     "PARK_HORIZON",
+    "RATE_MARGIN",
     "SLOT_WAIT",
     "Paused",
     "RateLimit",
     "holder_id",
+    "rate_wait",
     "slot_wait",
 ]
 
 SLOT_WAIT = 0.5
 """Seconds a run refused a concurrency slot waits before it is tried again (on
 average; see :func:`slot_wait`)."""
+
+RATE_MARGIN = 0.001
+"""Seconds a run refused by a rate limit comes back after its turn: a run that came
+back a hair early (float rounding, a coarser clock) would find the window still
+full and lose its place in the pace."""
 
 PARK_HORIZON = 365 * 86400.0
 """How far in the future a paused task's run is parked in the delayed set: it is
@@ -102,6 +109,12 @@ def slot_wait(jitter: float) -> float:
     ``0.5 + jitter`` (``jitter`` uniform in [0, 1): between half and one and a
     half times it), so runs that were refused together come back spread out."""
     return SLOT_WAIT * (0.5 + min(max(jitter, 0.0), 1.0))
+
+
+def rate_wait(retry_after: float) -> float:
+    """How long a run refused by a rate limit waits: its turn in the limit's pace
+    (``retry_after``, from the backend), plus :data:`RATE_MARGIN`."""
+    return max(0.0, retry_after) + RATE_MARGIN
 
 
 def holder_id(instance_id: str, queue: str | None, entry_id: str, delivery_count: int) -> str:

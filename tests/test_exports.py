@@ -103,7 +103,15 @@ PUBLIC: dict[str, set[str]] = {
         "running_server",
         "sync_command",
     },
-    "taskrunner.admin": {"KeyInfo", "documented_keys", "flush", "list_keys"},
+    "taskrunner.admin": {
+        "KeyInfo",
+        "documented_keys",
+        "flush",
+        "list_keys",
+        "pause",
+        "paused",
+        "resume",
+    },
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
 }

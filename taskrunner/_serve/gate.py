@@ -4,7 +4,7 @@ Theory of operation. The worker asks the gate once per run, after the
 message is decoded and before the action starts (:meth:`Gate.admit`), and
 gives the run's slot back once the action ended (:meth:`Gate.release`); both
 are the only places flow control touches a run. A task with no limits, while
-no task is paused, never reaches the gate: the worker checks two flags, no
+nothing is paused, never reaches the gate: the worker checks two flags, no
 await, no round trip.
 
 - A run of a *paused task* is parked (:meth:`~taskrunner.backends.FlowControl.park`):
@@ -22,10 +22,12 @@ await, no round trip.
   is not an attempt: the member carries the attempts used so far, this
   delivery's not counted, and a unique task keeps its lock.
 
-Paused *queues* are the fetchers' business (they are not read); the gate
-reads what is paused every :data:`PAUSE_POLL` seconds (:func:`Gate.run`),
-for them and for itself, and when a task is resumed it nudges the
-scheduler, so the runs parked for it move back at once.
+Paused *queues* are the fetchers' business (they are not read); a message
+that a read in flight delivered after the gate saw its queue paused goes
+back to the end of its queue (deferred with no wait). The gate reads what is
+paused every :data:`PAUSE_POLL` seconds (:func:`Gate.run`), for the fetchers
+and for itself, and when a task is resumed it nudges the scheduler, so the
+runs parked for it move back at once.
 
 A backend error while admitting, parking or deferring leaves the message
 pending: it is reclaimed after ``reclaim_delay`` and asks again.
@@ -42,7 +44,7 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._config import ConfigHolder
-from taskrunner._limits import PARK_HORIZON, Paused, holder_id, slot_wait
+from taskrunner._limits import PARK_HORIZON, Paused, holder_id, rate_wait, slot_wait
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
 from taskrunner.backends import Backend, LimitedBy, ParkOutcome, QueueEntry, SlotHold
@@ -113,8 +115,8 @@ class Gate:
 
     @property
     def pausing(self) -> bool:
-        """Whether some task is paused: then every run goes through :meth:`admit`."""
-        return bool(self.paused.tasks)
+        """Whether something is paused: then every run goes through :meth:`admit`."""
+        return bool(self.paused)
 
     async def wait_changed(self) -> None:
         """Wait until what is paused changes."""
@@ -179,6 +181,11 @@ class Gate:
         """
         if task.name in self.paused.tasks and await self._parked(entry, attempt, message, task):
             return None
+        if entry.queue in self.paused.queues:
+            # Read just before its queue's pause was seen (a fetcher's read in
+            # flight): back to the end of its queue, where it waits, not run.
+            await self._defer(entry, attempt, message, task, 0.0)
+            return None
         if not task.limited:
             return NO_HOLD
         holder = holder_id(self._instance_id, entry.queue, entry.id, entry.delivery_count)
@@ -210,7 +217,7 @@ class Gate:
                 return NO_HOLD
             return Hold(slot=SlotHold(task=task.name, holder=holder, lease=task.reservation))
         if admission.limited_by is LimitedBy.RATE:
-            wait = admission.retry_after
+            wait = rate_wait(admission.retry_after)
         else:
             wait = slot_wait(self._jitter())
         await self._defer(entry, attempt, message, task, wait)

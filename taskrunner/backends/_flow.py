@@ -109,9 +109,11 @@ class FlowControl(Protocol):
         starts in the log of ``task`` (of ``rate_key``, when not ``""``). Only
         when every limit given admits it is anything recorded: the slot is
         taken for ``lease`` seconds and the start logged now. When refused by
-        the rate limit, :attr:`Admission.retry_after` is the run's place in the
-        pace: the first run refused comes back when the oldest start leaves the
-        window, and each one refused after it one ``rate.interval`` later.
+        the rate limit, :attr:`Admission.retry_after` is when the oldest start
+        leaves the window if that is less than one ``rate.interval`` away (the
+        run's turn is now: it came a hair early); otherwise the run's place in
+        the pace: the first run refused comes back when the oldest start leaves,
+        and each one refused after it one ``rate.interval`` later.
 
         Cancellation: the run may have been admitted (a slot taken that expires
         after ``lease``; a start logged).

@@ -77,8 +77,13 @@ class MemoryFlow(MemoryStream, MemoryState):
             pace_key = _keys.rate_pace(group, task, rate_key)
             log = self._drop_until(log_key, now - rate.per)
             if len(log) >= rate.limit:
+                frees_at = min(log.values()) + rate.per
+                if frees_at - now < rate.interval:  # its turn is now: a hair early
+                    return Admission(
+                        admitted=False, limited_by=LimitedBy.RATE, retry_after=frees_at - now
+                    )
                 paced = self._get(pace_key)
-                at = max(min(log.values()) + rate.per, float(paced) if paced else -1.0)
+                at = max(frees_at, float(paced) if paced else -1.0)
                 following = at + rate.interval
                 self._strings[pace_key] = (repr(following), following + rate.per)
                 return Admission(admitted=False, limited_by=LimitedBy.RATE, retry_after=at - now)

@@ -10,6 +10,11 @@
 -- Nothing is written unless every limit admits the run (a run refused by the
 -- rate limit takes no slot, one refused a slot logs no start), but the pace.
 -- The same rules as MemoryFlow.admit (taskrunner/backends/_memory_flow.py).
+-- A run refused by the rate limit comes back when the oldest start leaves the
+-- window if that is less than one interval (limit / window) away: its turn is
+-- now, it came a hair early. Otherwise it takes the next place in the pace: the
+-- first refused comes back when the oldest start leaves, each next one an
+-- interval later, so a backlog flows at the rate instead of stampeding.
 -- Returns {1, 0, 0} when admitted; {0, 1, 0} when no slot is free; {0, 2, wait}
 -- when the rate limit refuses, wait in microseconds.
 local t = redis.call('TIME')
@@ -27,8 +32,12 @@ end
 if rate > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - per)
     if redis.call('ZCARD', KEYS[2]) >= rate then
-        local oldest = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2])
-        local at = math.max(oldest + per, tonumber(redis.call('GET', KEYS[3]) or '-1'))
+        local frees_at = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]) + per
+        if frees_at - now < per / rate then
+            -- its turn is now (it came back a hair early): when the oldest start leaves
+            return {0, 2, math.ceil((frees_at - now) * 1000)}
+        end
+        local at = math.max(frees_at, tonumber(redis.call('GET', KEYS[3]) or '-1'))
         local following = at + per / rate
         redis.call('SET', KEYS[3], string.format('%.3f', following),
             'PX', math.ceil(following - now + per))
