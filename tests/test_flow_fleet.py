@@ -46,9 +46,7 @@ class Gauge:
 def most_in_any_window(starts: list[float], per: float) -> int:
     """The most starts in any half-open window ``[t, t + per)``."""
     ordered = sorted(starts)
-    return max(
-        (bisect.bisect_left(ordered, t + per) - i for i, t in enumerate(ordered)), default=0
-    )
+    return max((bisect.bisect_left(ordered, t + per) - i for i, t in enumerate(ordered)), default=0)
 
 
 async def test_concurrency_never_exceeds_the_limit_across_a_crash(
