@@ -65,6 +65,11 @@ async def main() -> None:
         await nursery.start(runner.serve)
         with trio.fail_after(20):
             await all_ran.wait()  # Go's message, ours, and Go's delayed task
+            # The pass that moved Go's task records its timing after the move returns,
+            # and the bulk writer flushes once a second: wait for the scheduler's fields.
+            schedule_count = "taskrunner:interop:delayed_tasks_schedule_count"
+            while not client.hexists("taskrunner:interop:metrics", schedule_count):  # noqa: ASYNC110
+                await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
 
     # --8<-- [start:after]

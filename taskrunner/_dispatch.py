@@ -6,16 +6,23 @@ its ``dispatch``, ``dispatch_many``, ``dispatch_delayed`` and
 Everything that can be refused (unknown task, payload that does not encode or
 does not fit the typed payload, a bad delay) is refused before anything is
 queued. A unique task's lock is taken before its message is added and given
-back if the add does not happen.
+back if the add certainly did not happen. The decisions are the pure rules of
+:mod:`taskrunner._enqueue`, which the producers (``taskrunner.producer``)
+follow too; this class is their trio shell over a backend.
+
+Tracing (``taskrunner.otel``) sets :attr:`Dispatcher.tracer`: each dispatch
+then runs inside the context manager it returns, and the trace context it
+yields is written into the message (or the delayed member) as ``trace``.
+Without it nothing is added to the message and nothing is called.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +31,15 @@ import trio
 from taskrunner import _wire
 from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder, queue_name_problem
+from taskrunner._enqueue import (
+    Enqueue,
+    LockRequest,
+    delay_seconds,
+    delayed_member,
+    enqueue,
+    give_back_lock,
+    unix_seconds,
+)
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
 from taskrunner.backends import Backend
@@ -32,6 +48,10 @@ from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
+
+Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
+"""``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
+one for the batch), yielding the trace context to carry, if any."""
 
 
 def _queue_of(task: Task, queue: str | None) -> str | None:
@@ -70,17 +90,30 @@ class Dispatcher:
         self._backend = backend
         self._tasks = tasks
         self._scheduler = scheduler
+        self.tracer: Tracer | None = None
+        """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
+        self._encoders: dict[str, tuple[Task, Callable[[Any], bytes]]] = {}
 
-    def _message(self, task: Task, payload: Any) -> _wire.TaskMessage:
+    def _plain(self, task: Task, payload: Any) -> bytes:
+        """The message of a plain (not unique, not traced) dispatch of ``task``: one
+        encoder per task, so only the payload is encoded per call (the bytes of
+        :func:`~taskrunner._enqueue.enqueue`)."""
+        cached = self._encoders.get(task.name)
+        if cached is None or cached[0] is not task:  # first use, or registered anew
+            cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))
+        return cached[1](encode_payload(payload, task.payload_type, task.name, task.extra_keys))
+
+    def _enqueue(self, task: Task, payload: Any, trace: dict[str, str] | None = None) -> Enqueue:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         if not task.unique:
-            return _wire.new_message(task, wire_payload)
-        return _wire.new_message(
+            return enqueue(task, wire_payload, trace=trace)
+        return enqueue(
             task,
             wire_payload,
             unique_key=_wire.unique_key_for(task, payload),
             token=uuid.uuid4().hex,
+            trace=trace,
         )
 
     def _get_task(self, name: str) -> Task:
@@ -91,46 +124,59 @@ class Dispatcher:
 
     async def dispatch(self, name: str, payload: Any = None, *, queue: str | None = None) -> str:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._dispatch(name, payload, trace, queue)
+        return await self._dispatch(name, payload, None, queue)
+
+    async def _dispatch(
+        self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
+    ) -> str:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
-        message = self._message(task, payload)
-        data = _wire.encode_message(message)
         group = self._config.current.consumer_group
-        if not task.unique:
-            (message_id,) = await self._backend.add(group, [data], queue=queue)
+        if not task.unique and trace is None:
+            if task.rate_limit_key is not None:
+                task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
+            (message_id,) = await self._backend.add(
+                group, [self._plain(task, payload)], queue=queue
+            )
             return message_id
-        key = _wire.unique_lock(task.name, message.unique_key)
-        token = message.unique_lock_value
-        if not await self._backend.acquire_lock(key, token, task.unique_for):
-            raise TaskAlreadyDispatched(task.name, key)
+        entry = self._enqueue(task, payload, trace)
+        lock = entry.lock
+        if lock is None:
+            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
+            return message_id
+        if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
+            raise TaskAlreadyDispatched(task.name, lock.key)
         try:
-            (message_id,) = await self._backend.add(group, [data], queue=queue)
+            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
         except BackendError as exc:
-            if not exc.maybe_applied:
-                await self._give_back(task, key, token)
+            if give_back_lock(exc.maybe_applied):
+                await self._give_back(lock)
             else:
                 log.warning(
                     "dispatch of unique task %s may or may not have queued it (%s); "
                     "keeping lock %s until it expires in %ss",
                     task.name,
                     exc,
-                    key,
-                    task.unique_for,
+                    lock.key,
+                    lock.ttl,
                 )
             raise
         return message_id
 
-    async def _give_back(self, task: Task, key: str, token: str) -> None:
+    async def _give_back(self, lock: LockRequest) -> None:
         with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
             try:
-                await self._backend.release_lock(key, token)
+                await self._backend.release_lock(lock.key, lock.token)
             except BackendError as exc:
                 log.warning(
                     "could not release unique lock %s after a failed dispatch (%s); "
                     "it expires in %ss",
-                    key,
+                    lock.key,
                     exc,
-                    task.unique_for,
+                    lock.ttl,
                 )
 
     async def dispatch_many(
@@ -141,7 +187,22 @@ class Dispatcher:
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
         queue = _queue_of(task, queue)
-        data = [_wire.encode_message(self._message(task, payload)) for payload in payloads]
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_many(task, payloads, trace, queue)
+        return await self._add_many(task, payloads, None, queue)
+
+    async def _add_many(
+        self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None, queue: str | None
+    ) -> list[str]:
+        if trace is None:
+            if task.rate_limit_key is not None:
+                payloads = list(payloads)
+                for payload in payloads:
+                    task.rate_key_for(payload)
+            data = [self._plain(task, payload) for payload in payloads]
+        else:
+            data = [self._enqueue(task, payload, trace).data for payload in payloads]
         if not data:
             return []
         return await self._backend.add(self._config.current.consumer_group, data, queue=queue)
@@ -155,46 +216,50 @@ class Dispatcher:
         queue: str | None = None,
     ) -> str:
         """See :meth:`TaskRunner.dispatch_delayed <taskrunner.TaskRunner.dispatch_delayed>`."""
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise ValueError(f"delay must be seconds or a timedelta, got {delay!r}")
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        seconds = delay_seconds(delay)
         return await self._add_delayed(name, payload, self._backend.now() + seconds, queue)
 
     async def schedule_for(
         self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
     ) -> str:
         """See :meth:`TaskRunner.schedule_for <taskrunner.TaskRunner.schedule_for>`."""
-        if isinstance(when, datetime):
-            if when.tzinfo is None or when.utcoffset() is None:
-                raise ValueError(f"when must be a timezone-aware datetime, got {when!r}")
-            unix = when.timestamp()
-        elif isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
-            unix = float(when)
-        else:
-            raise ValueError(f"when must be an aware datetime or unix seconds, got {when!r}")
+        unix = unix_seconds(when)
         # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
         run_at = unix - time.time() + self._backend.now()
         return await self._add_delayed(name, payload, run_at, queue)
 
     async def _add_delayed(self, name: str, payload: Any, run_at: float, queue: str | None) -> str:
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_delayed_traced(name, payload, run_at, trace, queue)
+        return await self._add_delayed_traced(name, payload, run_at, None, queue)
+
+    async def _add_delayed_traced(
+        self,
+        name: str,
+        payload: Any,
+        run_at: float,
+        trace: dict[str, str] | None,
+        queue: str | None,
+    ) -> str:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
-        task.rate_key_for(payload)
-        _wire.encode_message(_wire.new_message(task, wire_payload))  # refuse it now
-        delayed = _wire.new_delayed(
-            name,
+        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
+        delayed_id = str(uuid.uuid4())
+        group = self._config.current.consumer_group
+        member = delayed_member(
+            task,
             wire_payload,
             run_at,
-            id=str(uuid.uuid4()),
+            id=delayed_id,
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
-            queue=queue,
+            # The default queue's member has no field: it is what it always was.
+            queue=None if queue == self._backend.stream_keys(group).queue else queue,
+            dispatched_at=self._backend.now(),
+            trace=trace,
         )
-        await self._backend.add_delayed(
-            self._config.current.consumer_group, _wire.encode_delayed(delayed), run_at
-        )
+        await self._backend.add_delayed(self._config.current.consumer_group, member, run_at)
         self._scheduler.nudge(run_at)
-        return delayed.id
+        return delayed_id

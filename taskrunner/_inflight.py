@@ -3,7 +3,12 @@
 The worker adds an entry when an action starts and removes it when it ends;
 the refresher asks which entries are due and, once the backend confirmed a
 refresh, marks them refreshed. ``due`` only reads, so a refresh that failed is
-retried on the next tick.
+retried on the next tick. An entry whose run is past its deadline (its
+``timeout``) is never due: its attempt has failed, and a thread that cannot
+be cancelled must not keep its message from being reclaimed. The entry of a
+run with a timeout also holds that run's cancel scope, so another part of the
+runner can cancel it by message id (:meth:`InFlight.scope_of`); a run without
+a timeout has no scope (entering one per run is too dear for the hot path).
 
 Entries are keyed by queue and stream id (an id is unique only within its
 stream). A run that holds a concurrency slot is refreshed twice per
@@ -14,9 +19,11 @@ lease to spare, and a crashed runner's slot frees within one.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import attrs
+import trio
 
 from taskrunner.backends import SlotHold
 
@@ -30,6 +37,8 @@ class _Entry:
     period: float
     refresh_at: float
     hold: SlotHold | None
+    deadline: float
+    scope: trio.CancelScope | None
 
 
 class InFlight:
@@ -51,22 +60,34 @@ class InFlight:
         reservation_timeout: float,
         now: float,
         *,
+        deadline: float = math.inf,
+        scope: trio.CancelScope | None = None,
         queue: str | None = None,
         hold: SlotHold | None = None,
     ) -> None:
+        """Track a run of ``queue`` started at ``now``; past ``deadline`` it is no
+        longer refreshed. A run that holds a slot (``hold``) is refreshed twice as
+        often."""
         period = reservation_timeout / 2 if hold is not None else reservation_timeout
-        self._entries[queue, entry_id] = _Entry(consumer, period, now + period, hold)
+        self._entries[queue, entry_id] = _Entry(
+            consumer, period, now + period, hold, deadline, scope
+        )
 
     def remove(self, entry_id: str, *, queue: str | None = None) -> None:
         self._entries.pop((queue, entry_id), None)
 
+    def scope_of(self, entry_id: str, *, queue: str | None = None) -> trio.CancelScope | None:
+        """The cancel scope of the run of ``entry_id`` (of ``queue``), while it runs."""
+        entry = self._entries.get((queue, entry_id))
+        return entry.scope if entry is not None else None
+
     def due(self, now: float, slack: float) -> dict[RefreshKey, list[str]]:
         """Ids due for a refresh by ``now + slack``, grouped by consumer and queue
-        (read-only)."""
+        (read-only); runs past their deadline are left out."""
         out: dict[RefreshKey, list[str]] = defaultdict(list)
         horizon = now + slack
         for (queue, entry_id), entry in self._entries.items():
-            if entry.refresh_at <= horizon:
+            if entry.refresh_at <= horizon and entry.deadline > now:
                 out[entry.consumer, queue].append(entry_id)
         return dict(out)
 

@@ -50,7 +50,7 @@ class StreamKeys:
     """The queue's name (the ``<queue>`` of the three keys)."""
 
 
-_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity", "paused")
+_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity", "catalog", "paused")
 _GROUP_KEY_FAMILIES = ("concurrency:", "rate:", "rate_pace:", "parked:")
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 
@@ -68,8 +68,8 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity`` or ``paused``, or one starting with
-            ``concurrency:``, ``rate:``, ``rate_pace:`` or ``parked:``).
+            ``worker_tuning_capacity``, ``catalog`` or ``paused``, or one starting
+            with ``concurrency:``, ``rate:``, ``rate_pace:`` or ``parked:``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -104,6 +104,12 @@ def metrics(group: str) -> str:
 def worker_tuning_capacity(group: str) -> str:
     """The published pool capacity: ``taskrunner:<group>:worker_tuning_capacity``."""
     return f"{PREFIX}:{group}:worker_tuning_capacity"
+
+
+def catalog(group: str) -> str:
+    """The task catalog, the tasks the group's serving runners serve:
+    ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
+    return f"{PREFIX}:{group}:catalog"
 
 
 def paused(group: str) -> str:

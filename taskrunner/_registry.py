@@ -22,6 +22,7 @@ from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._limits import RateLimit
+from taskrunner._retry import Backoff
 from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)
@@ -86,6 +87,9 @@ class Registry:
         unique_key: UniqueKey | None,
         unique_for: float,
         extra_keys: ExtraKeys,
+        timeout: float | None,
+        retry: Backoff | None,
+        permanent: tuple[type[BaseException], ...],
         queue: str | None = None,
         max_concurrency: int | None = None,
         rate_limit: RateLimit | None = None,
@@ -105,6 +109,9 @@ class Registry:
                     unique_key=unique_key,
                     unique_for=unique_for,
                     extra_keys=extra_keys,
+                    timeout=timeout,
+                    retry=retry,
+                    permanent=permanent,
                     queue=queue,
                     max_concurrency=max_concurrency,
                     rate_limit=rate_limit,

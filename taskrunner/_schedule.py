@@ -27,8 +27,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
-
-import attrs
+from typing import Any
 
 from taskrunner import _wire
 from taskrunner._codec import decode_payload
@@ -72,13 +71,17 @@ def _undeliverable(raw: bytes, why: str) -> DelayedMove:
 def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = None) -> DelayedMove:
     """The stream message a delayed member becomes (pure but for a fresh lock token).
 
-    Only the member's task, payload and (ours) precomputed ``unique_key`` are
-    used; its ``time`` is Go's and the run-at time is the score.
+    Only the member's task, payload and our optional fields are used (the
+    precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
+    ``dispatched_at`` and ``trace``, copied into the message; the ``queue``
+    whose stream it goes to); its ``time`` is Go's and the run-at time is the
+    score.
 
     Args:
         raw: The member as stored.
         tasks: The registered tasks.
-        token: The lock token of a unique task; a random one by default.
+        token: The lock token of a unique task; a random one by default. A
+            retry's member carries its own, which is kept.
 
     Never raises: a member that cannot be turned into a message is moved as it
     is, for the worker's failure path to report.
@@ -89,30 +92,23 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         return _undeliverable(raw, f"not a delayed task: {exc}")
     except Exception as exc:  # RecursionError too: JSON nested 100,000 deep
         return _undeliverable(raw, f"not a delayed task: {type(exc).__name__}: {exc}")
+    extras: dict[str, Any] = {
+        "attempts": delayed.attempts,
+        "id": delayed.id,
+        "dispatched_at": delayed.dispatched_at,
+        "trace": delayed.trace,
+    }  # new_message's keywords
     task = tasks.get(delayed.task)
-    queue, attempts = delayed.queue, delayed.attempts
-    held = delayed.unique_lock_value
+    queue = delayed.queue  # a re-queued run goes back to its own queue's stream
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
         # a Go fleet) runs it with its own settings, or dead-letters it.
         message = _wire.TaskMessage(
-            task_name=delayed.task,
-            payload=delayed.payload,
-            attempts=attempts,
-            unique=held is not None,
-            unique_key=(delayed.unique_key or "") if held is not None else "",
-            unique_lock_value=held or "",
+            task_name=delayed.task, payload=delayed.payload, extras=_wire.MessageExtras(**extras)
         )
         return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
     if not task.unique:
-        message = attrs.evolve(_wire.new_message(task, delayed.payload), attempts=attempts)
-        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
-    if held is not None and delayed.unique_key is not None:
-        # A re-queued run: its lock is still held, by this token. Keep it.
-        message = _wire.new_message(
-            task, delayed.payload, unique_key=delayed.unique_key, token=held
-        )
-        message = attrs.evolve(message, attempts=attempts)
+        message = _wire.new_message(task, delayed.payload, **extras)
         return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
     unique_key = delayed.unique_key
     if unique_key is None:  # written by the Go library: compute it
@@ -125,11 +121,16 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
             return _undeliverable(raw, f"{type(exc).__name__}: {exc}")
     if not is_utf8_text(unique_key):  # the lock key could never be sent to the backend
         return _undeliverable(raw, f"unique_key {unique_key!r} is not valid UTF-8 text")
-    token = uuid.uuid4().hex if token is None else token
-    message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token)
+    if delayed.unique_lock_value:
+        # A retry keeps the lock its first attempt took: the move takes it only if it
+        # is free or still held with this token (it may have expired meanwhile).
+        token = delayed.unique_lock_value
+    elif token is None:
+        token = uuid.uuid4().hex
+    message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token, **extras)
     return DelayedMove(
         member=raw,
-        message=_encode(attrs.evolve(message, attempts=attempts), raw),
+        message=_encode(message, raw),
         lock_key=_wire.unique_lock(task.name, unique_key),
         lock_token=token,
         lock_ttl=task.unique_for,

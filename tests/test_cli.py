@@ -324,6 +324,7 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
     assert names[f"taskrunner:{GROUP}:delayed_tasks"]["size"] == 1
     assert names[f"taskrunner:{GROUP}:metrics"]["type"] == "hash"
     assert names[f"ring:taskrunner:{GROUP}:metrics:{queue}"]["type"] == "list"
+    assert names[f"taskrunner:{GROUP}:catalog"]["type"] == "hash"
     leader = next(k for k in doc["keys"] if k["category"] == "leader keys")
     assert 0 < leader["ttl"] <= 1.0
     (heartbeat,) = (k for k in doc["keys"] if k["category"] == "replication")
@@ -336,12 +337,13 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "leader keys": ("0-1", 1),
         "tuning keys": ("0-1", 0),
         "metrics hashes": ("0-1", 1),
+        "task catalogs": ("0-1", 1),
         "replication": ("I", 1),
         "unique locks": ("U", 0),  # released when `once` finished
         "metric rings": ("0-1", 1),
         "dead-letter streams": ("0-1", 0),
     }
-    assert doc["total"] == len(doc["keys"]) == 6
+    assert doc["total"] == len(doc["keys"]) == 7
     assert f"taskrunner:{GROUP}:delayed_tasks" in human
     assert "Key count" in human
 

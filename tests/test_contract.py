@@ -11,6 +11,7 @@ import pytest
 import trio.testing
 
 from taskrunner import _keys
+from taskrunner._wire import CatalogDocument, decode_catalog, encode_catalog
 from taskrunner.backends import (
     DeadLetter,
     DelayedMove,
@@ -24,6 +25,7 @@ from taskrunner.backends import (
     SlotHold,
     TimingIncrement,
 )
+from taskrunner.backends._memory_catalog import _Catalog
 from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
@@ -627,6 +629,62 @@ def _tuning_never_expires(b: MemoryBackend) -> None:
     _wrap(b, "publish_tuning", make)
 
 
+def _catalog_keeps_first(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_catalog(group: str, document: CatalogDocument, ttl: float) -> None:
+            known = {d.host for d in await b.read_catalog(group)}
+            if document.host not in known:
+                await orig(group, document, ttl)
+
+        return publish_catalog
+
+    _wrap(b, "publish_catalog", make)
+
+
+def _catalog_remove_clears_all(b: MemoryBackend) -> None:
+    async def remove_catalog(group: str, host: str) -> None:
+        await trio.lowlevel.checkpoint()
+        b._catalogs.pop(group, None)
+
+    b.remove_catalog = remove_catalog  # type: ignore[method-assign]
+
+
+def _catalog_ignores_expires(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read_catalog(group: str) -> list[CatalogDocument]:
+            catalog = b._catalog(group)
+            await orig(group)
+            if catalog is None:
+                return []
+            return [decode_catalog(catalog.documents[h]) for h in sorted(catalog.documents)]
+
+        return read_catalog
+
+    _wrap(b, "read_catalog", make)
+
+
+def _catalog_ttl_cuts_short(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_catalog(group: str, document: CatalogDocument, ttl: float) -> None:
+            await orig(group, document, ttl)
+            b._catalogs[group].until = trio.current_time() + ttl
+
+        return publish_catalog
+
+    _wrap(b, "publish_catalog", make)
+
+
+def _catalog_never_cleaned(b: MemoryBackend) -> None:
+    async def publish_catalog(group: str, document: CatalogDocument, ttl: float) -> None:
+        await trio.lowlevel.checkpoint()
+        now = trio.current_time()
+        catalog = b._catalog(group) or b._catalogs.setdefault(group, _Catalog({}, now))
+        catalog.documents[document.host] = encode_catalog(document)
+        catalog.until = max(catalog.until, now + ttl)
+
+    b.publish_catalog = publish_catalog  # type: ignore[method-assign]
+
+
 def _release_accepts_surrogates(b: MemoryBackend) -> None:
     async def release_lock(key: str, token: str) -> bool:  # the old check-free release
         await trio.lowlevel.checkpoint()
@@ -719,6 +777,19 @@ def _defer_unchecked(b: MemoryBackend) -> None:
     _wrap(b, "defer", make)
 
 
+def _defer_adds_anyway(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+            if await orig(group, entry_id, member, run_at):
+                return True
+            await b.add_delayed(group, member, run_at)
+            return False
+
+        return defer
+
+    _wrap(b, "defer", make)
+
+
 def _slots_unlimited(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def admit(group: str, task: str, holder: str, **kw: Any) -> Any:
@@ -805,6 +876,28 @@ def _resume_leaves_parked(b: MemoryBackend) -> None:
     _wrap(b, "resume", make)
 
 
+def _defer_without_ack(b: MemoryBackend) -> None:
+    async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+        g = b._stream(group).groups.get(group)
+        if g is None or entry_id not in g.pending:
+            return False
+        await b.add_delayed(group, member, run_at)
+        return True
+
+    b.defer = defer  # type: ignore[method-assign]
+
+
+def _move_refuses_own_lock(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            kept = [m for m in moves if m.lock_key and b._get(m.lock_key) == m.lock_token]
+            return await orig(group, [m for m in moves if m not in kept])
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
 MUTANTS: dict[str, tuple[str, Mutant]] = {
     "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
     "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
@@ -841,6 +934,11 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "holder_left_is_ttl": ("check_heartbeat_holder", _holder_left_is_ttl),
     "release_any_lock": ("check_locks", _release_any_lock),
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
+    "catalog_keeps_first": ("check_catalog", _catalog_keeps_first),
+    "catalog_remove_clears_all": ("check_catalog", _catalog_remove_clears_all),
+    "catalog_ignores_expires": ("check_catalog_expiry", _catalog_ignores_expires),
+    "catalog_ttl_cuts_short": ("check_catalog_expiry", _catalog_ttl_cuts_short),
+    "catalog_never_cleaned": ("check_catalog_expiry", _catalog_never_cleaned),
     "flush_clears_every_string": ("check_flush", _flush_clears_every_string),
     "flush_ignores_replication": ("check_flush", _flush_ignores_replication),
     "flush_reports_kept_keys": ("check_flush", _flush_reports_kept_keys),
@@ -873,7 +971,7 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
         _read_many_waits_on_the_first,
     ),
     "move_ignores_queue": ("check_queue_reclaim_and_moves_stay_apart", _move_ignores_queue),
-    "defer_unchecked": ("check_defer", _defer_unchecked),
+    "defer_unchecked": ("check_defer_on_a_queue", _defer_unchecked),
     "slots_unlimited": ("check_concurrency_slots", _slots_unlimited),
     "renew_puts_back": ("check_concurrency_slots", _renew_puts_back),
     "rate_unpaced": ("check_rate_limit", _rate_unpaced),
@@ -881,6 +979,9 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "pauses_for_every_group": ("check_pause_and_resume", _pauses_for_every_group),
     "park_ignores_pause": ("check_park_and_resume", _park_ignores_pause),
     "resume_leaves_parked": ("check_park_and_resume", _resume_leaves_parked),
+    "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
+    "defer_without_ack": ("check_defer", _defer_without_ack),
+    "move_refuses_own_lock": ("check_move_delayed_keeps_own_lock", _move_refuses_own_lock),
 }
 _CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
 

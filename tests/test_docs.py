@@ -16,7 +16,10 @@ BUILD_TIMEOUT = 120
 KEY_PAGES = [
     "index.html",
     "getting-started/index.html",
+    "dispatching/index.html",
     "concepts/index.html",
+    "life-of-a-run/index.html",
+    "coming-from-arq-or-celery/index.html",
     "backends/index.html",
     "testing-your-tasks/index.html",
     "redis-key-layout/index.html",
@@ -34,8 +37,10 @@ KEY_PAGES = [
     "reference/memory/index.html",
     "reference/redis/index.html",
     "reference/admin/index.html",
+    "reference/producer/index.html",
     "reference/testing/index.html",
     "reference/prometheus/index.html",
+    "reference/otel/index.html",
 ]
 
 REFERENCED = {
@@ -55,8 +60,15 @@ REFERENCED = {
     "reference/memory/index.html": ["taskrunner.backends.memory.MemoryBackend"],
     "reference/redis/index.html": ["taskrunner.backends.redis.RedisBackend.from_client"],
     "reference/admin/index.html": ["taskrunner.admin.flush"],
+    "reference/producer/index.html": [
+        "taskrunner.producer.Producer.dispatch",
+        "taskrunner.producer.Producer.from_url",
+        "taskrunner.producer.AsyncProducer.dispatch",
+        "taskrunner.producer.ProducerHandle",
+    ],
     "reference/testing/index.html": ["taskrunner.testing.contract_parametrize"],
     "reference/prometheus/index.html": ["taskrunner.prometheus.RunnerCollector"],
+    "reference/otel/index.html": ["taskrunner.otel.instrument"],
 }
 """Objects each API reference page must document (their HTML anchors)."""
 
@@ -109,6 +121,7 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:leader:<base32(sha1(<group>))>`",
         "`taskrunner:<group>:worker_tuning_capacity`",
         "`taskrunner:<group>:metrics`",
+        "`taskrunner:<group>:catalog`",
         "`taskrunner:replication:<host>`",
         "`taskrunner:unique:<task>:<key>`",
     ]:

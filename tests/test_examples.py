@@ -16,7 +16,40 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NEEDS_REDIS = ["bring_your_client.py", "redis_connection.py", "two_processes.py"]
+PRODUCER_EXAMPLES: dict[str, list[str]] = {
+    "producer_script.py": [
+        "worker: resized cat.png to 100 px",
+        "worker: resized 1.png to 50 px",
+        "worker: resized 2.png to 50 px",
+        "refused: taskrunner:unique:sync_account:acct-1 is held",
+        "refused: no live runner of group 'shop' serves task 'resise' on stream "
+        "'taskrunner:shop:tasks'",
+        "worker: synced account acct-1",
+        "worker: synced account acct-2",
+        "worker: reminded user 7",
+        "worker: reminded user 8",
+    ],
+    "producer_threads.py": [
+        "8 threads answered 80 requests, 80 distinct task ids",
+        "worker: sent 80 receipts",
+    ],
+    "fastapi_app.py": [
+        "HTTP 200: cat.png queued",
+        "HTTP 200: dog.png queued",
+        "HTTP 200: owl.png queued",
+        "worker: made cat.png at 128 px",
+        "worker: made dog.png at 128 px",
+        "worker: made owl.png at 128 px",
+    ],
+}
+"""The producers' examples (a trio runner on the test server runs what they send), and
+what each must print."""
+NEEDS_REDIS = [
+    "bring_your_client.py",
+    "redis_connection.py",
+    "two_processes.py",
+    *PRODUCER_EXAMPLES,
+]
 """Scripts that talk to a Redis server at ``$REDIS_URL``: run against the test server."""
 SCRIPTS = sorted(
     p.name
@@ -95,7 +128,7 @@ EXPECTED: dict[str, list[str]] = {
         "groups on the store: ['billing']",
         "instance on worker-1, heartbeat 15 s left",
         "leader lease: held, 5.0 s left",
-        "keys of billing: 4 (stream 1, delayed_tasks 1, leader 1, heartbeat 1)",
+        "keys of billing: 5 (stream 1, delayed_tasks 1, leader 1, catalog 1, heartbeat 1)",
     ],
     "go_interop.py": [
         "our message: unique_key 'echo:C-3', lock taskrunner:unique:echo:C-3 held: True",
@@ -119,6 +152,36 @@ EXPECTED: dict[str, list[str]] = {
         "  mail sent to ann@example.com",
         "  refused: ('mail',) read orders:tasks, and delete_on_ack is on",
         "  mail sent to bob@example.com",
+    ],
+    "retries_and_timeouts.py": [
+        "  t=  0.0s charge attempt 1 of 4",
+        "  t=  2.0s charge attempt 2 of 4",
+        "  t=  8.0s charge attempt 3 of 4",
+        "  t=  0.0s poll_export attempt 1: not ready",
+        "  t= 30.0s poll_export attempt 2: not ready",
+        "  t= 60.0s poll_export attempt 3: not ready",
+        "  t=  0.0s validate 'A-??'",
+        "  t=  0.0s fetch https://slow.example (the server never answers)",
+        "  t= 15.0s fetch https://slow.example (the server never answers)",
+        "completed 1, failed attempts 5, retried 5",
+    ],
+    "context_lifespan_middleware.py": [
+        "lifespan: opening the client",
+        "fetch: message True, attempt 1 of 1, deadline in 30s",
+        "audit: fetch returned '200 OK /index.html'",
+        "lifespan: closing the client",
+        "served",
+    ],
+    "sync_tasks.py": [
+        "convert: TaskMaxRetryExceeded on attempt 1 (TaskTimeout)",
+        "thumbnails made: 6, at most 2 threads at once",
+        "completed 6, failed 1",
+    ],
+    "opentelemetry_tracing.py": [
+        "send send_email (PRODUCER)",
+        "  process send_email (CONSUMER) attempt 1: error, child of the dispatch: True, "
+        "recorded ConnectionError",
+        "  process send_email (CONSUMER) attempt 2: success, child of the dispatch: True",
     ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',
@@ -261,6 +324,23 @@ def test_redis_examples_run(redis_url: str) -> None:
             stderr = worker.stderr.read()
     assert lines.get(timeout=1) == "worker: stopped after 5 task(s)\n", stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCER_EXAMPLES))
+def test_producer_examples_run(name: str, redis_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+        env={**os.environ, "REDIS_URL": redis_url},
+    )
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.splitlines()
+    missing = [line for line in PRODUCER_EXAMPLES[name] if line not in printed]
+    assert not missing, result.stdout
+    assert "Traceback" not in result.stderr
 
 
 DOCS = ["README.md", *sorted(str(p.relative_to(EXAMPLES.parent)) for p in DOCS_DIR.glob("*.md"))]

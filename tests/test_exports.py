@@ -24,13 +24,17 @@ PUBLIC: dict[str, set[str]] = {
         "BackendError",
         "Delivery",
         "DuplicateHost",
+        "Backoff",
         "InvalidTaskPayload",
         "RateLimit",
+        "LifespanError",
+        "Retry",
         "RunnerStatistics",
         "SharedStreamError",
         "Stats",
         "Task",
         "TaskAlreadyDispatched",
+        "TaskContext",
         "TaskExecutionError",
         "TaskMaxRetryExceeded",
         "TaskMessage",
@@ -38,6 +42,7 @@ PUBLIC: dict[str, set[str]] = {
         "TaskRunner",
         "TaskRunnerConfig",
         "TaskRunnerError",
+        "TaskTimeout",
         "WrongAsyncLibrary",
     },
     "taskrunner.errors": {
@@ -46,17 +51,22 @@ PUBLIC: dict[str, set[str]] = {
         "DuplicateHost",
         "InvalidCommandArgument",
         "InvalidTaskPayload",
+        "LifespanError",
+        "Retry",
         "SharedStreamError",
         "TaskAlreadyDispatched",
         "TaskExecutionError",
         "TaskMaxRetryExceeded",
         "TaskNotFound",
         "TaskRunnerError",
+        "TaskTimeout",
         "WrongAsyncLibrary",
     },
     "taskrunner.backends": {
         "Admission",
         "Backend",
+        "CatalogDocument",
+        "CatalogTask",
         "ConsumerInfo",
         "DeadLetter",
         "Deferral",
@@ -78,13 +88,15 @@ PUBLIC: dict[str, set[str]] = {
         "SharedState",
         "SlotHold",
         "StreamKeys",
+        "TaskCatalog",
         "TimingFields",
         "TimingIncrement",
     },
     "taskrunner.backends.memory": {
         "MemoryBackend",
-        "MemoryDeferral",
+        "MemoryDefer",
         "MemoryFlow",
+        "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
         "MemoryStream",
@@ -112,8 +124,10 @@ PUBLIC: dict[str, set[str]] = {
         "paused",
         "resume",
     },
+    "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
+    "taskrunner.otel": {"OUTCOME", "instrument"},
 }
 """Every public module, and its public names."""
 
@@ -159,7 +173,13 @@ def test_the_version_comes_from_the_metadata() -> None:
     assert taskrunner.__version__ == version("trio-taskrunner")
 
 
-PACKAGES = ["taskrunner", "taskrunner.backends", "taskrunner.backends.redis", "taskrunner.testing"]
+PACKAGES = [
+    "taskrunner",
+    "taskrunner.backends",
+    "taskrunner.backends.redis",
+    "taskrunner.producer",
+    "taskrunner.testing",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -31,6 +31,8 @@ from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.groups import UnknownGroup, require_group
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
 # Configuration ------------------------------------------------------------------------
 
 WRONG_TYPES: dict[str, tuple[Any, str]] = {
@@ -69,6 +71,8 @@ WRONG_TYPES: dict[str, tuple[Any, str]] = {
         "queues must be a tuple of queue names (strict priority) or a mapping of queue "
         "names to weights, got 'critical'",
     ),
+    "default_timeout": ("30", "default_timeout must be a number of seconds, got '30'"),
+    "sync_threads": (2.5, "sync_threads must be an integer, got 2.5"),
 }
 
 
@@ -158,12 +162,15 @@ async def test_task_decorator_without_parentheses_registers_under_the_function_n
         await wait_until(lambda: ran == [1])
 
 
-def test_task_decorator_without_parentheses_refuses_a_plain_function() -> None:
+def test_task_decorator_without_parentheses_takes_a_plain_function_for_a_thread() -> None:
     runner = make_runner(MemoryBackend())
-    with pytest.raises(ValueError, match=r"Task\.action must be an async function"):
 
-        @runner.task
-        def sync(payload: object) -> None: ...
+    @runner.task
+    def sync(payload: object) -> None: ...
+
+    assert runner.tasks["sync"].shape.sync, "a plain def runs in a worker thread"
+    with pytest.raises(ValueError, match=r"^Task\.action must be callable, got 'sync'$"):
+        runner.register(Task(name="other", action="sync"))
 
 
 # Typed payloads ------------------------------------------------------------------------
@@ -363,10 +370,14 @@ def test_a_method_awaited_under_asyncio_says_taskrunner_runs_on_trio(
     assert str(info.value) == (
         f"TaskRunner.{method}() was awaited under asyncio, but taskrunner runs on trio: "
         "await it inside trio.run(), or use taskrunner.producer.AsyncProducer from asyncio "
-        "code (taskrunner.producer.Producer from sync code)"
+        "code (taskrunner.producer.Producer from sync code); see the docs page "
+        "'Dispatching from your application' (docs/dispatching.md)"
     )
     assert (info.value.method, info.value.library) == (f"TaskRunner.{method}", "asyncio")
     assert isinstance(info.value, RuntimeError)
+    assert (
+        (DOCS / "dispatching.md").read_text().startswith("# Dispatching from your application\n")
+    ), "the page the message names exists"
     assert not runner.statistics().serving
     assert trio.run(backend.length, runner.config.consumer_group) == 0  # nothing was queued
 

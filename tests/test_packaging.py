@@ -23,7 +23,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[zipfile.ZipFile, st
     work = tmp_path_factory.mktemp("build")
     source = work / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(PACKAGE, source / "taskrunner", ignore=shutil.ignore_patterns("__pycache__"))
     result = subprocess.run(
@@ -54,6 +54,7 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: tuple[zipfile.ZipFile,
     assert "taskrunner/py.typed" in expected
     assert {p for p in expected if p.endswith(".lua")}, "no Lua scripts found in the sources"
     assert expected - names == set()
+    assert "trio_taskrunner-0.1.0.dist-info/licenses/LICENSE" in names
     assert {n.split("/")[0] for n in names} == {"taskrunner", "trio_taskrunner-0.1.0.dist-info"}
 
 
@@ -62,6 +63,7 @@ def test_the_metadata_is_complete(wheel: tuple[zipfile.ZipFile, str]) -> None:
     meta = metadata(built)
     assert meta["Name"] == "trio-taskrunner"
     assert meta["License-Expression"] == "MIT"
+    assert meta.get_all("License-File") == ["LICENSE"]
     assert meta["Requires-Python"] == ">=3.11"
     classifiers = meta.get_all("Classifier")
     for classifier in (

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from taskrunner._guards import BACKEND_METHODS
-from taskrunner._wire import TimingIncrement, task_fields
+from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
 from taskrunner.backends import Backend, DelayedMove, SlotHold
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
@@ -59,6 +59,9 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "pause": ("g",),
     "resume": ("g",),
     "park": ("g", "1-1", b"m", 1.0, "t"),
+    "publish_catalog": ("g", CatalogDocument(host="h", instance="me", expires=30.0), 30.0),
+    "remove_catalog": ("g", "h"),
+    "read_catalog": ("g",),
     "aclose": (),
 }
 """One valid call of every awaitable Backend method."""

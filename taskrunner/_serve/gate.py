@@ -45,6 +45,7 @@ import trio
 from taskrunner import _wire
 from taskrunner._config import ConfigHolder
 from taskrunner._limits import PARK_HORIZON, Paused, holder_id, rate_wait, slot_wait
+from taskrunner._serve.outcome import dispatched_at, member_queue
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
 from taskrunner.backends import Backend, LimitedBy, ParkOutcome, QueueEntry, SlotHold
@@ -226,13 +227,13 @@ class Gate:
     def _member(
         self, entry: QueueEntry, attempt: int, message: _wire.TaskMessage, run_at: float
     ) -> bytes:
-        default = self._backend.stream_keys(self._group).queue
-        member = _wire.requeued_delayed(
+        member = _wire.retry_delayed(
             message,
             run_at,
-            id=entry.id,
-            queue=None if entry.queue in (None, default) else entry.queue,
-            attempts=attempt - 1,  # this delivery did not run
+            id=message.id or entry.id,
+            attempts=attempt - 1,  # this delivery did not run: not an attempt
+            dispatched_at=dispatched_at(entry.id, message),
+            queue=member_queue(self._backend, self._group, entry.queue),
         )
         return _wire.encode_delayed(member)
 

@@ -74,6 +74,29 @@ name, ``taskrunner:<group>:delayed_tasks_schedule``
 ``delayed_tasks_schedule_sum`` / ``_count`` written by 0.1.0 are read too, and
 added. A reset zeroes every field named here (:func:`reset_fields`).
 
+**The task catalog** (``catalog``: :class:`CatalogDocument`, :class:`CatalogTask`,
+:func:`catalog_tasks`, :func:`encode_catalog`, :func:`decode_catalog`,
+:func:`served`). Ours alone: Go neither writes nor reads it. Each serving
+instance keeps one document in the hash ``taskrunner:<group>:catalog``, under
+its host::
+
+    host       string   the instance's host
+    instance   string   its instance id
+    expires    float    unix seconds: the document counts until then
+    tasks      list     one object per registered task:
+      name                 string  the task
+      stream               string  the stream the instance reads it from
+      reservation_timeout  float   seconds (what its own dispatch writes, in ns)
+      unique               bool
+      unique_for           float   seconds (0 when not unique)
+      keyed                bool    its lock key comes from a unique_key function
+      keep_result          float   seconds; written only for tasks that keep results
+
+A producer that knows a task only by name writes a message from a
+:class:`CatalogTask` (:class:`TaskSettings` is what :func:`new_message` needs of a
+task): Go's zero values for what it does not know, or the entry a live runner
+published (``strict``), which gives the bytes the runner's own dispatch writes.
+
 **Adding to the wire.** Later features will add optional fields to the
 message (an attempt count, trace context, result flags, ``dispatched_at``)
 and maybe to the delayed member. Each goes here, as an attribute with a
@@ -94,38 +117,56 @@ Optional fields in use (a Go worker ignores all of them):
 
 - delayed member ``unique_key``: the precomputed message ``unique_key``. A Go
   leader ignores it and recomputes the key from the payload.
-- message ``attempts`` (int >= 0): attempts already used by earlier entries of
-  this task, written only on a run re-queued through the delayed set (by flow
-  control: a wait for a concurrency slot, a rate limit, a pause). The attempt
-  number of a delivery is ``attempts + delivery count``, and ``max_retry``
-  bounds it. A Go worker ignores it and bounds only its own deliveries of the
-  entry: it may run such a task more often in all, never lose it.
+- message and delayed member ``attempts`` (int >= 0): attempts used by earlier
+  entries of the task (a retry re-queued through the delayed set; a run
+  re-queued to wait for a concurrency slot, a rate limit or a pause carries
+  the attempts used before the delivery that waited, which is not one).
+  Attempt number = ``attempts`` + delivery count, bounded by ``max_retry``. A
+  Go worker bounds only its own deliveries of the entry.
+- message ``id`` (str): the task's id when it is not the entry's stream id (a
+  moved delayed member's ``id``; a retry keeps its task's).
+- message and delayed member ``dispatched_at`` (float, the backend's clock):
+  the first dispatch's time, when it is not the stream id's (delayed, retried).
+- message and delayed member ``trace`` (an object of strings): the W3C trace
+  context of the dispatch (``taskrunner.otel``).
+- delayed member ``unique_lock_value`` (str): a unique retry's (or waiting
+  run's) lock token. The move takes the lock if it is free or still held with
+  it (so the run keeps its lock); a Go leader cannot take it and leaves the
+  member until the lock expires (``unique_for``), then dispatches it afresh
+  (without ``attempts``).
 - delayed member ``queue`` (str): the queue whose stream the member moves to;
   absent means the default queue. A Go leader moves the member to its own
-  stream, where a Go worker runs it (or a Python runner of that queue).
-- delayed member ``attempts``: copied into the message it becomes (above).
-- delayed member ``unique_lock_value``: for a unique task's re-queued run, the
-  token of the lock it still holds; the message it becomes carries it, and no
-  new lock is taken. A Go leader ignores it and tries to take a new lock,
-  which the run's own still holds: it meets a held lock, as for a duplicate.
-  Flow control needs a Python leader (see docs/go-interop.md).
+  stream, where a Go worker runs it (or a Python runner of that queue): flow
+  control with several queues needs a Python leader (see docs/go-interop.md).
+
+A plain dispatch writes none of them: its bytes are the same as before.
 - metrics ``<task>_sum_us`` and ``taskrunner:<group>:delayed_tasks_schedule_sum_us``:
   see above.
 """
 
+from taskrunner._wire.catalog import CatalogDocument as CatalogDocument
+from taskrunner._wire.catalog import CatalogTask as CatalogTask
+from taskrunner._wire.catalog import catalog_tasks as catalog_tasks
+from taskrunner._wire.catalog import decode_catalog as decode_catalog
+from taskrunner._wire.catalog import encode_catalog as encode_catalog
+from taskrunner._wire.catalog import served as served
 from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
 from taskrunner._wire.delayed import new_delayed as new_delayed
-from taskrunner._wire.delayed import requeued_delayed as requeued_delayed
+from taskrunner._wire.delayed import retry_delayed as retry_delayed
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
+from taskrunner._wire.locks import message_unique_key as message_unique_key
 from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
+from taskrunner._wire.message import MessageExtras as MessageExtras
 from taskrunner._wire.message import TaskMessage as TaskMessage
+from taskrunner._wire.message import TaskSettings as TaskSettings
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
 from taskrunner._wire.message import new_message as new_message
+from taskrunner._wire.message import plain_encoder as plain_encoder
 from taskrunner._wire.message import reservation_ns as reservation_ns
 from taskrunner._wire.message import unique_for_seconds as unique_for_seconds
 from taskrunner._wire.metrics import SCHEDULE_TIMING_NAME as SCHEDULE_TIMING_NAME
@@ -146,24 +187,34 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "SCHEDULE_TIMING_NAME",
     "UNIQUE_LOCK_PREFIX",
+    "CatalogDocument",
+    "CatalogTask",
     "DelayedTask",
+    "MessageExtras",
     "TaskMessage",
+    "TaskSettings",
     "TimingFields",
     "TimingIncrement",
     "add_timing",
+    "catalog_tasks",
+    "decode_catalog",
     "decode_delayed",
     "decode_message",
+    "encode_catalog",
     "encode_delayed",
     "encode_message",
+    "message_unique_key",
     "new_delayed",
     "new_message",
+    "plain_encoder",
     "read_timing",
-    "requeued_delayed",
     "reservation_ns",
     "reset_fields",
+    "retry_delayed",
     "schedule_fields",
     "schedule_timing",
     "schedule_timing_name",
+    "served",
     "task_fields",
     "task_names_in",
     "task_timing",

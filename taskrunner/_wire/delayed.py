@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
-from taskrunner._wire.message import TaskMessage
+from taskrunner._wire.message import TaskMessage, extras_of
 from taskrunner.errors import InvalidTaskPayload
 
 
@@ -29,15 +29,16 @@ class DelayedTask:
     payload: Any = None
     unique_key: str | None = None
     """Ours, for unique tasks: the message ``unique_key``, computed at dispatch."""
+    unique_lock_value: str = ""
+    """Ours, for a re-queued run of a unique task (a retry, a wait for a limit):
+    the token of the lock it keeps."""
     queue: str | None = None
     """Ours: the queue whose stream the member moves to; ``None`` (absent) is the
     default queue."""
+    # Ours, copied into the message when the member is moved (see TaskMessage):
     attempts: int = 0
-    """Ours: attempts already used by this task's earlier entries, copied into the
-    message it becomes (absent when 0)."""
-    unique_lock_value: str | None = None
-    """Ours, for a unique task's re-queued run: the token of the lock it still
-    holds, carried into the message instead of taking a new lock."""
+    dispatched_at: float | None = None
+    trace: dict[str, str] | None = None
 
 
 def new_delayed(
@@ -48,6 +49,8 @@ def new_delayed(
     id: str,
     unique_key: str | None = None,
     queue: str | None = None,
+    dispatched_at: float | None = None,
+    trace: dict[str, str] | None = None,
 ) -> DelayedTask:
     """The delayed member that runs ``task_name`` at ``run_at`` (the backend's seconds).
 
@@ -55,9 +58,11 @@ def new_delayed(
         task_name: The task to run.
         payload: The payload in its wire (JSON-ready) form.
         run_at: The run-at time; also the member's score, which keeps the fraction.
-        id: A fresh uuid4 string (a fixed one in tests).
+        id: A fresh uuid4 string (a fixed one in tests); the task's id.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
         queue: The queue it moves to; ``None``: the default queue (and no field).
+        dispatched_at: When it was dispatched (the backend's clock).
+        trace: The trace context of the dispatch, if traced.
     """
     return DelayedTask(
         id=id,
@@ -66,44 +71,47 @@ def new_delayed(
         payload=payload,
         unique_key=unique_key,
         queue=queue,
+        dispatched_at=dispatched_at,
+        trace=trace,
     )
 
 
-def requeued_delayed(
+def retry_delayed(
     message: TaskMessage,
     run_at: float,
     *,
     id: str,
-    queue: str | None,
     attempts: int,
+    dispatched_at: float,
+    queue: str | None = None,
 ) -> DelayedTask:
-    """The member that runs ``message`` again at ``run_at``: a run re-queued
-    through the delayed set (a wait for a concurrency slot, a rate limit, a
-    pause), which keeps its payload, its attempts and its unique lock.
+    """The member that re-queues ``message`` for another attempt at ``run_at``, or
+    for the same attempt once its wait is over (a concurrency slot, a rate limit,
+    a pause: then ``attempts`` excludes the delivery that waited).
 
-    Args:
-        message: The message as read from the stream.
-        run_at: When it is due (the backend's seconds).
-        id: The member's id (the task's: the entry's stream id).
-        queue: The queue it goes back to (``None``: the default queue).
-        attempts: Attempts used so far, all entries of the task included.
+    It keeps what the next attempt needs of the message: its task, payload,
+    trace, unique key and lock token (a unique task keeps its lock across
+    the retry), with the task's ``id``, the ``attempts`` used so far, the
+    original ``dispatched_at`` and the ``queue`` it goes back to (``None``:
+    the default queue, and no field).
     """
-    unique = message.unique and bool(message.unique_lock_value)
     return DelayedTask(
         id=id,
         task=message.task_name,
         time=math.floor(run_at),
         payload=message.payload,
-        unique_key=message.unique_key if unique else None,
+        unique_key=message.unique_key if message.unique else None,
+        unique_lock_value=message.unique_lock_value if message.unique else "",
         queue=queue,
         attempts=attempts,
-        unique_lock_value=message.unique_lock_value if unique else None,
+        dispatched_at=dispatched_at,
+        trace=message.trace,
     )
 
 
 def encode_delayed(delayed: DelayedTask) -> bytes:
-    """The member's JSON: Go's four fields, then ``unique_key``, ``queue``,
-    ``attempts`` and ``unique_lock_value``, each only when set.
+    """The member's JSON: Go's four fields, then ours when set (``unique_key``,
+    ``unique_lock_value``, ``queue``, ``attempts``, ``dispatched_at``, ``trace``).
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -116,12 +124,16 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
     }
     if delayed.unique_key is not None:
         doc["unique_key"] = delayed.unique_key
+    if delayed.unique_lock_value:
+        doc["unique_lock_value"] = delayed.unique_lock_value
     if delayed.queue is not None:
         doc["queue"] = delayed.queue
     if delayed.attempts:
         doc["attempts"] = delayed.attempts
-    if delayed.unique_lock_value is not None:
-        doc["unique_lock_value"] = delayed.unique_lock_value
+    if delayed.dispatched_at is not None:
+        doc["dispatched_at"] = delayed.dispatched_at
+    if delayed.trace:
+        doc["trace"] = delayed.trace
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -143,16 +155,16 @@ def decode_delayed(raw: bytes) -> DelayedTask:
     moment = doc.get("time", 0)
     if isinstance(moment, bool) or not isinstance(moment, int | float) or not math.isfinite(moment):
         raise InvalidTaskPayload(f"field 'time' should be unix seconds, got {moment!r}")
-    attempts = field(doc, "attempts", int, 0)
-    if attempts < 0:
-        raise InvalidTaskPayload(f"field 'attempts' should be an integer >= 0, got {attempts!r}")
+    extras = extras_of(doc)  # the same optional fields as a message's
     return DelayedTask(
         id=field(doc, "id", str, ""),
         task=task,
         time=math.floor(moment),
         payload=doc.get("payload"),
         unique_key=field(doc, "unique_key", str, None),
+        unique_lock_value=field(doc, "unique_lock_value", str, ""),
         queue=field(doc, "queue", str, None),
-        attempts=attempts,
-        unique_lock_value=field(doc, "unique_lock_value", str, None),
+        attempts=extras.attempts,
+        dispatched_at=extras.dispatched_at,
+        trace=extras.trace,
     )

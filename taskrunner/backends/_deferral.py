@@ -1,37 +1,42 @@
-"""The :class:`Deferral` protocol: putting a pending entry back through the delayed set.
+"""The :class:`Deferral` protocol: hand a pending entry back to the delayed set.
 
-A run that must wait (for a concurrency slot or a rate limit, issue 18; a
-retry with backoff, issue 13) leaves the stream and waits in the group's
-delayed set, from which the scheduler moves it back when due
-(:meth:`~taskrunner.backends.SharedState.move_delayed`). Leaving the stream
-and entering the set must be one step: a process that dies in between must
-neither lose the run (acked, never added) nor run it twice (added, still
-pending, reclaimed and run, then moved and run again).
+A run that must wait leaves the stream and waits in the group's delayed set,
+as a new member carrying what its next delivery needs: a failed attempt that
+will be retried after a backoff (issue 13), or a run held back by a
+concurrency slot or a rate limit (issue 18). The scheduler moves it back when
+due (:meth:`~taskrunner.backends.SharedState.move_delayed`). Acking the entry
+and adding the member must be one step: a process that dies between them
+would lose the task (acked, not added) or run it twice (added, still pending,
+so also reclaimed).
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Deferral"]
-
 
 @runtime_checkable
 class Deferral(Protocol):
-    """Acking a pending entry and adding its delayed member, atomically."""
+    """Moving a pending entry to the delayed set, atomically."""
 
     async def defer(
         self, group: str, entry_id: str, member: bytes, run_at: float, *, queue: str | None = None
     ) -> bool:
-        """Ack ``entry_id`` (pending in ``group`` on ``queue``'s stream, deleting it
-        from the stream when the backend deletes on ack) and add ``member`` to the
-        group's delayed set with run-at time ``run_at``, atomically.
+        """Ack the pending entry ``entry_id`` of ``group`` on ``queue``'s stream and
+        add ``member`` to the group's delayed set with run-at time ``run_at``, in
+        one atomic step.
+
+        The ack is the same as :meth:`MessageQueue.ack
+        <taskrunner.backends.MessageQueue.ack>`'s: the entry leaves the group's
+        pending list, and is deleted from the stream when the backend deletes
+        on ack. ``queue=None`` is the backend's own queue.
 
         Returns:
-            ``True`` when both happened; ``False`` when the entry was no longer
-            pending (acked, or its group gone), and then nothing was added.
+            True if the entry was pending and the member was added; False if
+            the entry was no longer pending (acked, or gone with its consumer
+            or its group), and then nothing was added.
 
-        Cancellation: both may have happened or neither; a repeat answers
-        ``False`` when they did, and adds nothing.
+        Cancellation: the step may or may not have happened, as a whole; a
+        repeat returns False (the entry is no longer pending) and adds nothing.
         """
         ...

@@ -57,6 +57,8 @@ class KeyKind(enum.StrEnum):
     """The published pool capacity (``taskrunner:<group>:worker_tuning_capacity``)."""
     METRICS = "metrics"
     """The timing-metrics hash (``taskrunner:<group>:metrics``)."""
+    CATALOG = "catalog"
+    """The tasks the group's serving runners serve (``taskrunner:<group>:catalog``)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -71,6 +73,7 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.LEADER: "leader lease",
     KeyKind.TUNING: "published pool capacity",
     KeyKind.METRICS: "timing metrics",
+    KeyKind.CATALOG: "task catalog (what serving runners serve)",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -84,6 +87,7 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.LEADER: "string",
     KeyKind.TUNING: "string",
     KeyKind.METRICS: "hash",
+    KeyKind.CATALOG: "hash",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -131,6 +135,7 @@ class KeyCounts:
     leader: int = 0
     tuning: int = 0
     metrics: int = 0
+    catalog: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -187,6 +192,7 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.leader(group): KeyKind.LEADER,
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
         _keys.metrics(group): KeyKind.METRICS,
+        _keys.catalog(group): KeyKind.CATALOG,
     }
 
 
@@ -212,15 +218,15 @@ NOT_GROUPS = ("unique:", "replication:", "leader:")
 """Heads of the names under ``taskrunner:`` that belong to no group (a unique lock's
 key may well end in ``:metrics``)."""
 
-_GROUP_TAILS = (":metrics", ":delayed_tasks", ":worker_tuning_capacity")
+_GROUP_TAILS = (":metrics", ":delayed_tasks", ":worker_tuning_capacity", ":catalog")
 
 
 def group_named_by(name: str, queue: str) -> str | None:
     """The group whose name ``name`` contains, if it is a key named after one.
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
-    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``
-    and ``:worker_tuning_capacity``. The leader lease is named by a hash of the
+    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
+    ``:worker_tuning_capacity`` and ``:catalog``. The leader lease is named by a hash of the
     group, so it names none.
     """
     head = f"{_keys.PREFIX}:"

@@ -4,9 +4,11 @@ A backend is one object that is a :class:`MessageQueue` (streams with
 consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
 locks, the published pool size), a :class:`~taskrunner.backends.Deferral`
-(a waiting run back through the delayed set, atomically) and a
-:class:`~taskrunner.backends.FlowControl` (pauses, concurrency slots, rate
-limits). That is all a runner needs to serve. The
+(a run that must wait, a retry or a run held back by a limit, back through
+the delayed set, atomically), a :class:`~taskrunner.backends.FlowControl`
+(pauses, concurrency slots, rate limits) and a
+:class:`~taskrunner.backends.TaskCatalog` (the tasks serving runners serve,
+for producers that send tasks by name). That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
 across the whole store, which both shipped backends implement and a backend
@@ -42,6 +44,7 @@ import attrs
 
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
+from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._flow import FlowControl
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
@@ -119,7 +122,9 @@ class DelayedMove:
     """The ``payload`` field of the entry to add."""
     lock_key: str | None = None
     """For a unique task: the lock to take first; the move is skipped (the member
-    stays) while the lock is held."""
+    stays) while another token holds the lock. A lock already held with
+    :attr:`lock_token` (a retry keeping its lock) counts as taken, and gets
+    :attr:`lock_ttl` again."""
     lock_token: str = ""
     lock_ttl: float = 0.0
     queue: str | None = None
@@ -358,9 +363,10 @@ class SharedState(Protocol):
 
     async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
         """Atomically, for each move: if the member is still in the set and its
-        lock (if any) can be taken, remove the member and add its message to
-        the group's stream of the move's queue. A process that dies mid-call
-        moves all or none.
+        lock (if any) can be taken (it is free, or held with the move's own
+        token, whose lifetime then starts again), remove the member and add its
+        message to the group's stream of the move's queue. A process that dies
+        mid-call moves all or none.
 
         Returns:
             How many members were moved.
@@ -440,9 +446,10 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Deferral, FlowControl, Protocol):
-    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the
-    deferral of a waiting run through the delayed set, and flow control."""
+class Backend(MessageQueue, SharedState, Deferral, FlowControl, TaskCatalog, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
+    that re-queues a waiting run (:class:`Deferral`), flow control, and the task
+    catalog it publishes what it serves in."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

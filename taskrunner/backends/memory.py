@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from taskrunner.backends._memory_deferral import MemoryDeferral
+from taskrunner.backends._memory_catalog import MemoryCatalog
+from taskrunner.backends._memory_defer import MemoryDefer
 from taskrunner.backends._memory_flow import MemoryFlow
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection, MemoryDeferral, MemoryFlow):
+class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow, MemoryCatalog):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -46,6 +47,7 @@ class MemoryBackend(MemoryInspection, MemoryDeferral, MemoryFlow):
             ),
         )
         MemoryFlow.__init__(self)
+        MemoryCatalog.__init__(self)
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

@@ -69,8 +69,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from taskrunner.testing._deferral_checks import (  # noqa: F401 - importing registers the checks
+from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing registers the checks
+    check_catalog,
+    check_catalog_expiry,
+)
+from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
     check_defer,
+    check_defer_on_a_queue,
+    check_move_delayed_keeps_own_lock,
 )
 from taskrunner.testing._embedded import (
     ServerProcess,
@@ -164,8 +170,9 @@ _MODULE_ORDER = (
     "_queues_checks",
     "_reclaim_checks",
     "_state_checks",
-    "_deferral_checks",
+    "_defer_checks",
     "_flow_checks",
+    "_catalog_checks",
     "_inspection_checks",
 )
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
@@ -176,7 +183,7 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     )
 )  # fmt: skip
 """Every check, in a stable order (stream and queues first, then shared state,
-deferral and flow control, then inspection)."""
+deferral and flow control, the catalog, then inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
 )

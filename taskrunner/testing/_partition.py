@@ -25,7 +25,7 @@ import trio
 from taskrunner._guards import require_inspection
 from taskrunner._keys import StreamKeys
 from taskrunner._limits import Paused, RateLimit
-from taskrunner._wire import TimingIncrement
+from taskrunner._wire import CatalogDocument, TimingIncrement
 from taskrunner.backends import (
     Admission,
     Backend,
@@ -336,6 +336,18 @@ class PartitionedBackend(Backend, Inspection):
             "park",
             partial(self.backend.park, group, entry_id, member, run_at, task, queue=queue),
         )
+
+    # TaskCatalog -------------------------------------------------------------------
+    async def publish_catalog(self, group: str, document: CatalogDocument, ttl: float) -> None:
+        await self._through(
+            "publish_catalog", partial(self.backend.publish_catalog, group, document, ttl)
+        )
+
+    async def remove_catalog(self, group: str, host: str) -> None:
+        await self._through("remove_catalog", partial(self.backend.remove_catalog, group, host))
+
+    async def read_catalog(self, group: str) -> list[CatalogDocument]:
+        return await self._through("read_catalog", partial(self.backend.read_catalog, group))
 
     # Inspection --------------------------------------------------------------------
     def _inspection(self) -> Inspection:

@@ -81,7 +81,7 @@ async def test_retry_then_handler_then_dead_letter_paths(backend: RedisBackend) 
     runner = make(backend, "h", failed_task_handler=lambda d, e: handled.append((d, e)))
     attempts: list[float] = []
 
-    @runner.task(max_retry=2, reservation_timeout=0.5)
+    @runner.task(max_retry=2, reservation_timeout=0.5, retry=None)  # retried by reclaim
     async def flaky(payload: None) -> None:
         attempts.append(trio.current_time())
         raise RuntimeError("boom")
@@ -254,6 +254,7 @@ DOCUMENTED = [
     "taskrunner:{group}:delayed_tasks",
     "taskrunner:{group}:worker_tuning_capacity",
     "taskrunner:{group}:metrics",
+    "taskrunner:{group}:catalog",
     "taskrunner:leader:*",
     "taskrunner:replication:*",
     "taskrunner:unique:*",
@@ -302,6 +303,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         "taskrunner:g:delayed_tasks",
         "taskrunner:g:metrics",
         "taskrunner:g:worker_tuning_capacity",
+        "taskrunner:g:catalog",
         "taskrunner:replication:h",
         "taskrunner:unique:unique:1",
     }

@@ -11,8 +11,9 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
+from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
-from taskrunner.backends.redis._deferral import RedisDeferral
+from taskrunner.backends.redis._defer import RedisDefer
 from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
@@ -21,8 +22,9 @@ from taskrunner.backends.redis._queue import RedisQueue
 from taskrunner.backends.redis._state import RedisState
 
 
-class RedisBackend(RedisInspection, RedisDeferral, RedisFlow):
-    """Queue and shared state on Redis (>= 6.2; 7+ recommended), and their
+class RedisBackend(RedisInspection, RedisDefer, RedisFlow, RedisCatalog):
+    """Queue, shared state, deferral through the delayed set, flow control and task
+    catalog on Redis (>= 6.2; 7+ recommended), and their
     :class:`~taskrunner.backends.Inspection`.
 
     Args:
