@@ -378,3 +378,48 @@ async def test_a_runner_of_one_queue_reads_as_before(
         await wait_until(lambda: len(done) == 10)
     assert (Reads.plain > 0, Reads.many) == (True, 0)
     assert backend.stream_keys("g").stream == "taskrunner:g:tasks"
+
+
+async def test_a_task_with_no_limits_takes_no_gate_round_trip(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Unlimited tasks, nothing paused: no admit, park, defer or slot call at all."""
+    calls: Counter[str] = Counter()
+
+    class Counting(MemoryBackend):
+        async def admit(self, *args: Any, **kwargs: Any) -> Any:
+            calls["admit"] += 1
+            return await super().admit(*args, **kwargs)
+
+        async def park(self, *args: Any, **kwargs: Any) -> Any:
+            calls["park"] += 1
+            return await super().park(*args, **kwargs)
+
+        async def defer(self, *args: Any, **kwargs: Any) -> Any:
+            calls["defer"] += 1
+            return await super().defer(*args, **kwargs)
+
+        async def release_slots(self, *args: Any, **kwargs: Any) -> Any:
+            calls["release_slots"] += 1
+            return await super().release_slots(*args, **kwargs)
+
+    backend = Counting()
+    runner = make_runner(backend)
+    done: list[int] = []
+
+    @runner.task()
+    async def job(payload: int) -> None:
+        done.append(payload)
+
+    @runner.task(max_concurrency=1)
+    async def limited(payload: int) -> None:
+        done.append(payload)
+
+    await runner.dispatch_many("job", range(50))
+    async with serving(runner):
+        await wait_until(lambda: len(done) == 50)
+        assert calls == {}, calls
+        await runner.dispatch("limited", 50)  # the counting works
+        await wait_until(lambda: len(done) == 51)
+    assert calls["admit"] == 1, calls
+    assert calls["release_slots"] == 1, calls

@@ -24,9 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from taskrunner import _wire
+from taskrunner._limits import Paused
 from taskrunner._runner import RunnerStatistics
 from taskrunner._stats import Stats
 from taskrunner.backends import KeyInfo, QueueMetrics
+from taskrunner.cli.base import paused_text
 
 __all__ = [
     "DemoFrame",
@@ -271,6 +273,8 @@ class FleetSnapshot:
     tuning_capacity: int | None
     workers: int
     """The per-instance pool size used for :attr:`stats` (published, or assumed)."""
+    paused: Paused = attrs.field(factory=Paused)
+    """The group's paused queues and tasks."""
 
     @property
     def runs(self) -> dict[str, int]:
@@ -336,7 +340,7 @@ def top_line(snapshot: FleetSnapshot, history: History) -> str:
         f"group {snapshot.group}: queue {snapshot.queue.queue_size}, throughput {rate}, "
         f"predicted wait {snapshot.stats.predicted_wait_time:.1f} ms, "
         f"leader {snapshot.leader_host or snapshot.leader or 'none'}, "
-        f"{len(snapshot.instances)} instance(s)"
+        f"{len(snapshot.instances)} instance(s), paused: {paused_text(snapshot.paused)}"
     )
 
 
@@ -361,6 +365,7 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         fleet.add_row(f"  {host}", instance_id + mark)
     fleet.add_row("tuning", tuning)
     fleet.add_row("workers per instance", str(snapshot.workers))
+    fleet.add_row("paused", paused_text(snapshot.paused))
 
     rates = history.throughput()
     queue_sizes = history.queue_sizes()
