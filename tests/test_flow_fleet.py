@@ -423,3 +423,22 @@ async def test_a_task_with_no_limits_takes_no_gate_round_trip(
         await wait_until(lambda: len(done) == 51)
     assert calls["admit"] == 1, calls
     assert calls["release_slots"] == 1, calls
+
+
+async def test_a_retry_goes_back_to_its_own_queue(autojump_clock: trio.testing.MockClock) -> None:
+    """Execution's retry through the delayed set, on a queue that is not the default."""
+    backend = MemoryBackend()
+    runner = make_runner(backend, queues=("high", "low"))
+    attempts: list[int] = []
+
+    @runner.task(name="flaky", queue="low", max_retry=3)
+    async def flaky(payload: None) -> None:
+        attempts.append(len(attempts) + 1)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+
+    await runner.dispatch("flaky")
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().completed == 1, limit=600)
+    assert attempts == [1, 2, 3]
+    assert await backend.length("g") == 0, "nothing went to the default queue"
