@@ -50,7 +50,15 @@ class StreamKeys:
     """The queue's name (the ``<queue>`` of the three keys)."""
 
 
-_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity", "catalog", "paused")
+_GROUP_KEY_NAMES = (
+    "delayed_tasks",
+    "metrics",
+    "worker_tuning_capacity",
+    "catalog",
+    "paused",
+    "schedules",
+    "schedule_specs",
+)
 _GROUP_KEY_FAMILIES = ("concurrency:", "rate:", "rate_pace:", "parked:")
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 
@@ -68,8 +76,9 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity``, ``catalog`` or ``paused``, or one starting
-            with ``concurrency:``, ``rate:``, ``rate_pace:`` or ``parked:``).
+            ``worker_tuning_capacity``, ``catalog``, ``paused``, ``schedules`` or
+            ``schedule_specs``, or one starting with ``concurrency:``, ``rate:``,
+            ``rate_pace:`` or ``parked:``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -110,6 +119,16 @@ def catalog(group: str) -> str:
     """The task catalog, the tasks the group's serving runners serve:
     ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
     return f"{PREFIX}:{group}:catalog"
+
+
+def schedules(group: str) -> str:
+    """The periodic schedules' states (hash): ``taskrunner:<group>:schedules``."""
+    return f"{PREFIX}:{group}:schedules"
+
+
+def schedule_specs(group: str) -> str:
+    """The periodic schedules' published specs (hash): ``taskrunner:<group>:schedule_specs``."""
+    return f"{PREFIX}:{group}:schedule_specs"
 
 
 def paused(group: str) -> str:

@@ -73,9 +73,9 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
 
     Only the member's task, payload and our optional fields are used (the
     precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
-    ``dispatched_at`` and ``trace``, copied into the message; the ``queue``
-    whose stream it goes to); its ``time`` is Go's and the run-at time is the
-    score.
+    ``dispatched_at``, ``trace``, ``schedule`` and ``tick``, copied into the
+    message; the ``queue`` whose stream it goes to); its ``time`` is Go's and
+    the run-at time is the score.
 
     Args:
         raw: The member as stored.
@@ -97,6 +97,8 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         "id": delayed.id,
         "dispatched_at": delayed.dispatched_at,
         "trace": delayed.trace,
+        "schedule": delayed.schedule,
+        "tick": delayed.tick,
     }  # new_message's keywords
     task = tasks.get(delayed.task)
     queue = delayed.queue  # a re-queued run goes back to its own queue's stream

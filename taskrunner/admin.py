@@ -10,6 +10,8 @@ docs/flow-control.md), through the backend's
 in-flight messages, forces a re-election and may let a duplicate unique job
 in, so it refuses to run without ``confirm=True``. :func:`list_keys` shows
 every documented key of a group that exists, with its type, size and TTL.
+:func:`schedules` shows a group's periodic schedules: task, spec, next fire,
+last fired tick and last outcome.
 
 Both go through the backend's :class:`~taskrunner.backends.Inspection` (``SCAN``,
 never ``KEYS``, on Redis), so they work the same on
@@ -21,10 +23,21 @@ that implements it.
 from __future__ import annotations
 
 from taskrunner._guards import require_inspection
+from taskrunner._schedule_view import ScheduleRow, schedule_rows
 from taskrunner.backends import Backend, KeyInfo, Paused
 from taskrunner.backends._inspection import PURPOSES, group_keys
 
-__all__ = ["KeyInfo", "documented_keys", "flush", "list_keys", "pause", "paused", "resume"]
+__all__ = [
+    "KeyInfo",
+    "ScheduleRow",
+    "documented_keys",
+    "flush",
+    "list_keys",
+    "pause",
+    "paused",
+    "resume",
+    "schedules",
+]
 
 
 async def pause(
@@ -73,6 +86,21 @@ async def paused(backend: Backend, group: str) -> Paused:
         BackendError: the backend could not be reached.
     """
     return await backend.paused(group)
+
+
+async def schedules(backend: Backend, group: str) -> list[ScheduleRow]:
+    """The periodic schedules of ``group``, one :class:`ScheduleRow` each, by name:
+    the task, the spec, the next fire, the last fired tick and the last outcome.
+
+    Read from the store (what serving instances published and what the leader
+    recorded), so it works from any process, serving or not. A schedule removed
+    from code keeps its row (without a task or next fire) until the group is
+    flushed.
+
+    Raises:
+        BackendError: the store could not be read.
+    """
+    return schedule_rows(await backend.read_schedules(group), backend.now())
 
 
 def documented_keys(backend: Backend, group: str) -> dict[str, str]:

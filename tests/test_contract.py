@@ -15,6 +15,7 @@ from taskrunner._wire import CatalogDocument, decode_catalog, encode_catalog
 from taskrunner.backends import (
     DeadLetter,
     DelayedMove,
+    FireResult,
     Heartbeat,
     KeyCounts,
     KeyInfo,
@@ -22,7 +23,10 @@ from taskrunner.backends import (
     LimitedBy,
     Paused,
     QueueEntry,
+    RunOutcome,
+    ScheduleState,
     SlotHold,
+    TickFire,
     TimingIncrement,
 )
 from taskrunner.backends._memory_catalog import _Catalog
@@ -777,6 +781,128 @@ def _defer_unchecked(b: MemoryBackend) -> None:
     _wrap(b, "defer", make)
 
 
+# Schedules: each mutant drops one of the fenced fire's promises.
+
+
+def _fire_without_lease(b: MemoryBackend) -> None:
+    """The lock-free scheduler's fire: whoever calls it fires."""
+    b._holds_lease = lambda group, owner: True  # type: ignore[method-assign]
+
+
+def _fire_ignores_watermark(b: MemoryBackend) -> None:
+    """Fires every tick it is given, as a scheduler that trusts its own memory would."""
+
+    def make(orig: Any) -> Any:
+        async def fire_ticks(group: str, owner: str, fires: Sequence[TickFire]) -> Any:
+            results: list[FireResult] = []
+            for fire in fires:
+                states = b._schedule_states.setdefault(group, {})
+                state = states.get(fire.schedule, ScheduleState())
+                states[fire.schedule] = attrs.evolve(state, tick=None)
+                results += await orig(group, owner, [fire])
+            return results
+
+        return fire_ticks
+
+    _wrap(b, "fire_ticks", make)
+
+
+def _watermark_rounded(b: MemoryBackend) -> None:
+    """Stores ticks at a script's default precision (cjson's 14 digits)."""
+
+    def make(orig: Any) -> Any:
+        async def start_schedules(group: str, owner: str, names: Any, baseline: float) -> Any:
+            return await orig(group, owner, names, float(f"{baseline:.14g}"))
+
+        return start_schedules
+
+    _wrap(b, "start_schedules", make)
+
+
+def _start_overwrites_watermark(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def start_schedules(group: str, owner: str, names: Any, baseline: float) -> Any:
+            for name in names:
+                state = b._schedule_states.setdefault(group, {}).get(name)
+                if state is not None:
+                    b._schedule_states[group][name] = attrs.evolve(state, tick=None)
+            return await orig(group, owner, names, baseline)
+
+        return start_schedules
+
+    _wrap(b, "start_schedules", make)
+
+
+def _outcome_keeps_mark(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def record_run_outcomes(group: str, outcomes: Sequence[RunOutcome]) -> None:
+            states = b._schedule_states.setdefault(group, {})
+            marks = {o.schedule: states.get(o.schedule, ScheduleState()) for o in outcomes}
+            await orig(group, outcomes)
+            for name, old in marks.items():
+                states[name] = attrs.evolve(
+                    states[name], running=old.running, running_until=old.running_until
+                )
+
+        return record_run_outcomes
+
+    _wrap(b, "record_run_outcomes", make)
+
+
+def _older_outcome_replaces(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def record_run_outcomes(group: str, outcomes: Sequence[RunOutcome]) -> None:
+            states = b._schedule_states.setdefault(group, {})
+            for o in outcomes:
+                state = states.get(o.schedule, ScheduleState())
+                states[o.schedule] = attrs.evolve(state, outcome_tick=None)
+            await orig(group, outcomes)
+
+        return record_run_outcomes
+
+    _wrap(b, "record_run_outcomes", make)
+
+
+def _mark_never_lapses(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def fire_ticks(group: str, owner: str, fires: Sequence[TickFire]) -> Any:
+            return await orig(group, owner, [attrs.evolve(f, in_flight_ttl=3600.0) for f in fires])
+
+        return fire_ticks
+
+    _wrap(b, "fire_ticks", make)
+
+
+def _specs_replaced_whole(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_schedule_specs(group: str, specs: Any) -> None:
+            b._schedule_specs.pop(group, None)
+            await orig(group, specs)
+
+        return publish_schedule_specs
+
+    _wrap(b, "publish_schedule_specs", make)
+
+
+def _flush_keeps_schedules(b: MemoryBackend) -> None:
+    """A flush from before the schedules: their states and specs stay behind."""
+
+    def make(orig: Any) -> Any:
+        async def flush_group(group: str, *, heartbeats: bool) -> list[str]:
+            states = b._schedule_states.get(group)
+            specs = b._schedule_specs.get(group)
+            deleted: list[str] = await orig(group, heartbeats=heartbeats)
+            if states:
+                b._schedule_states[group] = states
+            if specs:
+                b._schedule_specs[group] = specs
+            return [n for n in deleted if not n.endswith((":schedules", ":schedule_specs"))]
+
+        return flush_group
+
+    _wrap(b, "flush_group", make)
+
+
 def _defer_adds_anyway(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
@@ -979,6 +1105,15 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "pauses_for_every_group": ("check_pause_and_resume", _pauses_for_every_group),
     "park_ignores_pause": ("check_park_and_resume", _park_ignores_pause),
     "resume_leaves_parked": ("check_park_and_resume", _resume_leaves_parked),
+    "fire_without_lease": ("check_fires_are_fenced_by_the_lease", _fire_without_lease),
+    "fire_ignores_watermark": ("check_fires_only_newer_ticks", _fire_ignores_watermark),
+    "watermark_rounded": ("check_fires_only_newer_ticks", _watermark_rounded),
+    "start_overwrites_watermark": ("check_fires_only_newer_ticks", _start_overwrites_watermark),
+    "outcome_keeps_mark": ("check_in_flight_marks_and_outcomes", _outcome_keeps_mark),
+    "older_outcome_replaces": ("check_in_flight_marks_and_outcomes", _older_outcome_replaces),
+    "mark_never_lapses": ("check_in_flight_marks_and_outcomes", _mark_never_lapses),
+    "specs_replaced_whole": ("check_schedule_specs", _specs_replaced_whole),
+    "flush_keeps_schedules": ("check_flush", _flush_keeps_schedules),
     "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
     "defer_without_ack": ("check_defer", _defer_without_ack),
     "move_refuses_own_lock": ("check_move_delayed_keeps_own_lock", _move_refuses_own_lock),

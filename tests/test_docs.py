@@ -128,6 +128,8 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:<group>:rate:<task>`",
         "`taskrunner:<group>:rate_pace:<task>`",
         "`taskrunner:<group>:parked:<task>`",
+        "`taskrunner:<group>:schedules`",
+        "`taskrunner:<group>:schedule_specs`",
         "`taskrunner:replication:<host>`",
         "`taskrunner:unique:<task>:<key>`",
     ]:

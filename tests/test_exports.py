@@ -21,6 +21,7 @@ import taskrunner
 PUBLIC: dict[str, set[str]] = {
     "taskrunner": {
         "AlreadyServing",
+        "Schedule",
         "BackendError",
         "Delivery",
         "DuplicateHost",
@@ -65,6 +66,13 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.backends": {
         "Admission",
         "Backend",
+        "FireResult",
+        "FireStatus",
+        "RunOutcome",
+        "ScheduleRecords",
+        "ScheduleState",
+        "Schedules",
+        "TickFire",
         "CatalogDocument",
         "CatalogTask",
         "ConsumerInfo",
@@ -123,6 +131,8 @@ PUBLIC: dict[str, set[str]] = {
         "pause",
         "paused",
         "resume",
+        "ScheduleRow",
+        "schedules",
     },
     "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},

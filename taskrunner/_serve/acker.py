@@ -7,7 +7,12 @@ flight, new ids pile up for the next one, so the batch size grows with load
 by itself and idle latency stays at one round trip. Unique
 locks of finished messages are released only after their ack succeeded: a
 crash in between leaves the lock to expire (``unique_for``) rather than
-letting a duplicate in while the message could still run again.
+letting a duplicate in while the message could still run again. Likewise
+the outcomes of runs of periodic schedules (messages carrying ``schedule``)
+are recorded after their ack, in one backend call per flush; a retryable
+failure keeps them for the next try, any other drops them (the schedule's
+in-flight mark then lapses by its ``in_flight_ttl``). Other messages add
+nothing to a flush.
 
 A failed ack is retried with backoff when the failure may pass (a lost
 connection: ``BackendError.retryable``). One that retrying cannot fix (the
@@ -31,7 +36,7 @@ import trio
 
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import ConfigHolder
-from taskrunner.backends import Backend
+from taskrunner.backends import Backend, RunOutcome
 from taskrunner.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -56,6 +61,7 @@ class Acker:
         self._ids: list[Entry] = []
         # (entry, (key, token)): each lock is released after its entry's ack
         self._locks: list[tuple[Entry, tuple[str, str]]] = []
+        self._outcomes: list[RunOutcome] = []  # recorded after their entry's ack
         self._wake = trio.Event()
         self.acked = 0
         self.dropped = 0
@@ -65,14 +71,21 @@ class Acker:
         return self._config.current.consumer_group
 
     def ack(
-        self, entry_id: str, lock: tuple[str, str] | None = None, *, queue: str | None = None
+        self,
+        entry_id: str,
+        lock: tuple[str, str] | None = None,
+        outcome: RunOutcome | None = None,
+        *,
+        queue: str | None = None,
     ) -> None:
         """Queue ``entry_id`` (of ``queue``) for acknowledgement (and ``lock`` for
-        release after it)."""
+        release after it, and a periodic run's ``outcome`` to record after it)."""
         entry = (queue, entry_id)
         self._ids.append(entry)
         if lock is not None:
             self._locks.append((entry, lock))
+        if outcome is not None:
+            self._outcomes.append(outcome)
         self._wake.set()
 
     @property
@@ -105,7 +118,7 @@ class Acker:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + FINAL_FLUSH_TIMEOUT
                 try:
-                    while self._ids or self._locks:
+                    while self._ids or self._locks or self._outcomes:
                         await self._flush()
                 except BackendError as exc:
                     log.error("final ack flush failed (%s)", exc)
@@ -119,6 +132,7 @@ class Acker:
     async def _flush(self) -> None:
         entries, self._ids = self._ids, []
         locks, self._locks = self._locks, []
+        outcomes, self._outcomes = self._outcomes, []
         refused: set[Entry] = set()
         queues = list(dict.fromkeys(queue for queue, _ in entries))  # first seen first
         for at, queue in enumerate(queues):
@@ -128,10 +142,12 @@ class Acker:
             except BackendError as exc:
                 if exc.retryable:  # acks are idempotent: this queue and the rest, next try
                     self._put_back([e for e in entries if e[0] in queues[at:]], locks, refused)
+                    self._outcomes[:0] = outcomes
                     raise
                 await self._ack_one_by_one(ids, entries, locks, queues[at:], exc, refused)
             except BaseException:
                 self._put_back([e for e in entries if e[0] in queues[at:]], locks, refused)
+                self._outcomes[:0] = outcomes
                 raise
             else:
                 self.acked += len(ids)
@@ -145,7 +161,30 @@ class Acker:
             except BaseException:
                 # Cancelled (shutdown): the final flush releases the rest.
                 self._locks[:0] = locks[done:]
+                self._outcomes[:0] = outcomes
                 raise
+        refused_ids = {entry_id for _, entry_id in refused}
+        outcomes = [run for run in outcomes if run.message_id not in refused_ids]
+        if outcomes:
+            await self._record(outcomes)
+
+    async def _record(self, outcomes: list[RunOutcome]) -> None:
+        """Record periodic runs' outcomes (their entries are acked)."""
+        try:
+            await self._backend.record_run_outcomes(self._group, outcomes)
+        except BackendError as exc:
+            if exc.retryable:
+                self._outcomes[:0] = outcomes
+                raise
+            log.warning(
+                "could not record the outcome of %d periodic run(s) (%s); their "
+                "in-flight marks lapse by themselves",
+                len(outcomes),
+                exc,
+            )
+        except BaseException:
+            self._outcomes[:0] = outcomes
+            raise
 
     async def _ack_one_by_one(
         self,

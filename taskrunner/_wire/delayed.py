@@ -39,6 +39,8 @@ class DelayedTask:
     attempts: int = 0
     dispatched_at: float | None = None
     trace: dict[str, str] | None = None
+    schedule: str | None = None
+    tick: float | None = None
 
 
 def new_delayed(
@@ -92,8 +94,8 @@ def retry_delayed(
     It keeps what the next attempt needs of the message: its task, payload,
     trace, unique key and lock token (a unique task keeps its lock across
     the retry), with the task's ``id``, the ``attempts`` used so far, the
-    original ``dispatched_at`` and the ``queue`` it goes back to (``None``:
-    the default queue, and no field).
+    original ``dispatched_at``, a periodic run's ``schedule`` and ``tick``, and
+    the ``queue`` it goes back to (``None``: the default queue, and no field).
     """
     return DelayedTask(
         id=id,
@@ -106,12 +108,15 @@ def retry_delayed(
         attempts=attempts,
         dispatched_at=dispatched_at,
         trace=message.trace,
+        schedule=message.schedule,
+        tick=message.tick,
     )
 
 
 def encode_delayed(delayed: DelayedTask) -> bytes:
     """The member's JSON: Go's four fields, then ours when set (``unique_key``,
-    ``unique_lock_value``, ``queue``, ``attempts``, ``dispatched_at``, ``trace``).
+    ``unique_lock_value``, ``queue``, ``attempts``, ``dispatched_at``, ``trace``,
+    ``schedule`` and ``tick``).
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -134,6 +139,9 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
         doc["dispatched_at"] = delayed.dispatched_at
     if delayed.trace:
         doc["trace"] = delayed.trace
+    if delayed.schedule is not None:
+        doc["schedule"] = delayed.schedule
+        doc["tick"] = delayed.tick
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -167,4 +175,6 @@ def decode_delayed(raw: bytes) -> DelayedTask:
         attempts=extras.attempts,
         dispatched_at=extras.dispatched_at,
         trace=extras.trace,
+        schedule=extras.schedule,
+        tick=extras.tick,
     )

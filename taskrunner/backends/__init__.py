@@ -1,7 +1,8 @@
 """Backend interfaces and value types.
 
 - :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Deferral` +
-  :class:`FlowControl` + :class:`TaskCatalog`): what a runner serves on.
+  :class:`FlowControl` + :class:`TaskCatalog` + :class:`Schedules`): what a runner
+  serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
@@ -35,3 +36,10 @@ from taskrunner.backends._protocols import MessageQueue as MessageQueue
 from taskrunner.backends._protocols import QueueEntry as QueueEntry
 from taskrunner.backends._protocols import QueueMetrics as QueueMetrics
 from taskrunner.backends._protocols import SharedState as SharedState
+from taskrunner.backends._schedules import FireResult as FireResult
+from taskrunner.backends._schedules import FireStatus as FireStatus
+from taskrunner.backends._schedules import RunOutcome as RunOutcome
+from taskrunner.backends._schedules import ScheduleRecords as ScheduleRecords
+from taskrunner.backends._schedules import Schedules as Schedules
+from taskrunner.backends._schedules import ScheduleState as ScheduleState
+from taskrunner.backends._schedules import TickFire as TickFire

@@ -6,9 +6,11 @@ amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
 locks, the published pool size), a :class:`~taskrunner.backends.Deferral`
 (a run that must wait, a retry or a run held back by a limit, back through
 the delayed set, atomically), a :class:`~taskrunner.backends.FlowControl`
-(pauses, concurrency slots, rate limits) and a
+(pauses, concurrency slots, rate limits), a
 :class:`~taskrunner.backends.TaskCatalog` (the tasks serving runners serve,
-for producers that send tasks by name). That is all a runner needs to serve. The
+for producers that send tasks by name) and a :class:`Schedules` (the periodic
+schedules' fenced fires and state, :mod:`taskrunner.backends._schedules`).
+That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
 across the whole store, which both shipped backends implement and a backend
@@ -48,6 +50,7 @@ from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._flow import FlowControl
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
+from taskrunner.backends._schedules import Schedules
 
 
 @attrs.frozen(kw_only=True)
@@ -446,10 +449,11 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Deferral, FlowControl, TaskCatalog, Protocol):
+class Backend(MessageQueue, SharedState, Deferral, FlowControl, TaskCatalog, Schedules, Protocol):
     """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
-    that re-queues a waiting run (:class:`Deferral`), flow control, and the task
-    catalog it publishes what it serves in."""
+    that re-queues a waiting run (:class:`Deferral`), flow control, the task
+    catalog it publishes what it serves in, and the periodic schedules' state
+    (:class:`~taskrunner.backends.Schedules`)."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

@@ -21,7 +21,7 @@ from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow, MemoryCatalog):
+class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -48,6 +48,7 @@ class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow, MemoryCatalog):
         )
         MemoryFlow.__init__(self)
         MemoryCatalog.__init__(self)
+        self._init_schedules()
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

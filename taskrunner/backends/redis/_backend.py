@@ -19,12 +19,13 @@ from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._state import RedisState
 
 
-class RedisBackend(RedisInspection, RedisDefer, RedisFlow, RedisCatalog):
-    """Queue, shared state, deferral through the delayed set, flow control and task
-    catalog on Redis (>= 6.2; 7+ recommended), and their
+class RedisBackend(RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSchedules):
+    """Queue, shared state, deferral through the delayed set, flow control, task
+    catalog and periodic schedules on Redis (>= 6.2; 7+ recommended), and their
     :class:`~taskrunner.backends.Inspection`.
 
     Args:
