@@ -74,6 +74,23 @@ def lock_of(message: TaskMessage) -> tuple[str, str] | None:
     return None
 
 
+def dispatched_at(entry_id: str, message: TaskMessage) -> float:
+    """When the task was first dispatched: the message's ``dispatched_at``, else
+    its stream id's time."""
+    if message.dispatched_at is not None:
+        return message.dispatched_at
+    return int(entry_id.partition("-")[0]) / 1000
+
+
+def member_queue(backend: Backend, group: str, queue: str | None) -> str | None:
+    """The ``queue`` field of a delayed member that re-queues an entry read from
+    ``queue``: ``None`` (no field) for the backend's default queue, so a
+    one-queue runner's members are what they always were."""
+    if queue is None or queue == backend.stream_keys(group).queue:
+        return None
+    return queue
+
+
 def periodic_outcome(
     message: TaskMessage | None, entry_id: str, outcome: str, now: float
 ) -> RunOutcome | None:
@@ -132,17 +149,18 @@ class Outcomes:
         self.rng = random.Random()
         """Where retry jitter is drawn from (seed it in a test)."""
 
-    def done(self, entry_id: str, message: TaskMessage) -> None:
-        """The action returned: ack, then release the message's lock."""
+    def done(self, entry_id: str, message: TaskMessage, queue: str | None = None) -> None:
+        """The action returned: ack (the entry of ``queue``), then release the
+        message's lock."""
         self.counters.completed += 1
         outcome = None
         if message.extras is not None:  # a plain message pays one test
             outcome = periodic_outcome(message, entry_id, "succeeded", self._backend.now())
-        self._acker.ack(entry_id, lock_of(message), outcome)
+        self._acker.ack(entry_id, lock_of(message), outcome, queue=queue)
 
-    def ack(self, entry_id: str) -> None:
+    def ack(self, entry_id: str, queue: str | None = None) -> None:
         """Ack an entry that holds no lock (another group's, on a shared stream)."""
-        self._acker.ack(entry_id, None)
+        self._acker.ack(entry_id, None, queue=queue)
 
     async def attempt_failed(
         self, task: Task, delivery: Delivery, error: Exception, *, dispatched_at: float
@@ -207,6 +225,7 @@ class Outcomes:
         message = delivery.message
         assert message is not None  # a run always has its decoded message
         run_at = self._backend.now() + delay
+        group = self._config.current.consumer_group
         try:
             member = _wire.encode_delayed(
                 _wire.retry_delayed(
@@ -215,10 +234,11 @@ class Outcomes:
                     id=message.id or delivery.id,
                     attempts=delivery.attempt,
                     dispatched_at=dispatched_at,
+                    queue=member_queue(self._backend, group, delivery.queue),
                 )
             )
             deferred = await self._backend.defer(
-                self._config.current.consumer_group, delivery.id, member, run_at
+                group, delivery.id, member, run_at, queue=delivery.queue
             )
         except (BackendError, InvalidTaskPayload) as exc:
             log.warning(
@@ -269,7 +289,11 @@ class Outcomes:
         else:
             try:
                 dead_id = await self._backend.dead_letter(
-                    self._config.current.consumer_group, delivery.id, delivery.raw, reason
+                    self._config.current.consumer_group,
+                    delivery.id,
+                    delivery.raw,
+                    reason,
+                    queue=delivery.queue,
                 )
             except BackendError as exc:
                 log.error(
@@ -280,4 +304,4 @@ class Outcomes:
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
         lock = lock_of(delivery.message) if delivery.message is not None else None
         outcome = periodic_outcome(delivery.message, delivery.id, "failed", self._backend.now())
-        self._acker.ack(delivery.id, lock, outcome)
+        self._acker.ack(delivery.id, lock, outcome, queue=delivery.queue)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from taskrunner import __version__
-from taskrunner.cli import demo, dispatch, flush, keys, schedules, stats, top, worker
+from taskrunner.cli import demo, dispatch, flush, keys, pause, schedules, stats, top, worker
 from taskrunner.cli.base import EXIT_USAGE, Command
 
 __all__ = ["main"]
@@ -45,6 +45,8 @@ COMMANDS: tuple[Command, ...] = (
     dispatch.COMMAND,
     stats.COMMAND,
     top.COMMAND,
+    pause.PAUSE,
+    pause.RESUME,
     keys.COMMAND,
     schedules.COMMAND,
     flush.COMMAND,
