@@ -6,7 +6,9 @@ its ``dispatch``, ``dispatch_many``, ``dispatch_delayed`` and
 Everything that can be refused (unknown task, payload that does not encode or
 does not fit the typed payload, a bad delay) is refused before anything is
 queued. A unique task's lock is taken before its message is added and given
-back if the add does not happen.
+back if the add does not happen. Every dispatch returns a
+:class:`~taskrunner.TaskHandle`: the stream id of the entry added, or the id
+of the delayed member (indexed under it, so it can be looked up and cancelled).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import trio
 from taskrunner import _wire
 from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder
+from taskrunner._handle import TaskHandle
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
+from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
@@ -42,6 +46,7 @@ class Dispatcher:
         backend: Where the stream and the delayed set live.
         tasks: The registered tasks by name, read as it is.
         scheduler: Told of every delayed task added here, so it moves it on time.
+        tracker: Makes the handles returned.
     """
 
     def __init__(
@@ -50,11 +55,13 @@ class Dispatcher:
         backend: Backend,
         tasks: Mapping[str, Task],
         scheduler: Scheduler,
+        tracker: Tracker,
     ) -> None:
         self._config = config
         self._backend = backend
         self._tasks = tasks
         self._scheduler = scheduler
+        self._tracker = tracker
 
     def _message(self, task: Task, payload: Any) -> _wire.TaskMessage:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
@@ -73,14 +80,14 @@ class Dispatcher:
         except KeyError:
             raise TaskNotFound(name) from None
 
-    async def dispatch(self, name: str, payload: Any = None) -> str:
+    async def dispatch(self, name: str, payload: Any = None) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
         task = self._get_task(name)
         message = self._message(task, payload)
         data = _wire.encode_message(message)
         if not task.unique:
             (message_id,) = await self._backend.add(self._config.current.consumer_group, [data])
-            return message_id
+            return self._tracker.handle(message_id, task.name)
         key = _wire.unique_lock(task.name, message.unique_key)
         token = message.unique_lock_value
         if not await self._backend.acquire_lock(key, token, task.unique_for):
@@ -100,7 +107,7 @@ class Dispatcher:
                     task.unique_for,
                 )
             raise
-        return message_id
+        return self._tracker.handle(message_id, task.name)
 
     async def _give_back(self, task: Task, key: str, token: str) -> None:
         with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
@@ -115,17 +122,20 @@ class Dispatcher:
                     task.unique_for,
                 )
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[TaskHandle]:
         """See :meth:`TaskRunner.dispatch_many <taskrunner.TaskRunner.dispatch_many>`."""
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
         data = [_wire.encode_message(self._message(task, payload)) for payload in payloads]
-        return await self._backend.add(self._config.current.consumer_group, data) if data else []
+        if not data:
+            return []
+        ids = await self._backend.add(self._config.current.consumer_group, data)
+        return [self._tracker.handle(message_id, task.name) for message_id in ids]
 
     async def dispatch_delayed(
         self, name: str, payload: Any = None, delay: float | timedelta = 0.0
-    ) -> str:
+    ) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch_delayed <taskrunner.TaskRunner.dispatch_delayed>`."""
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if isinstance(seconds, bool) or not isinstance(seconds, int | float):
@@ -134,7 +144,7 @@ class Dispatcher:
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
         return await self._add_delayed(name, payload, self._backend.now() + seconds)
 
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> TaskHandle:
         """See :meth:`TaskRunner.schedule_for <taskrunner.TaskRunner.schedule_for>`."""
         if isinstance(when, datetime):
             if when.tzinfo is None or when.utcoffset() is None:
@@ -147,7 +157,7 @@ class Dispatcher:
         # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
         return await self._add_delayed(name, payload, unix - time.time() + self._backend.now())
 
-    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
+    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> TaskHandle:
         task = self._get_task(name)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         _wire.encode_message(_wire.new_message(task, wire_payload))  # refuse it now
@@ -158,9 +168,13 @@ class Dispatcher:
             id=str(uuid.uuid4()),
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            keep_result=task.keep_result,
         )
         await self._backend.add_delayed(
-            self._config.current.consumer_group, _wire.encode_delayed(delayed), run_at
+            self._config.current.consumer_group,
+            _wire.encode_delayed(delayed),
+            run_at,
+            task_id=delayed.id,
         )
         self._scheduler.nudge(run_at)
-        return delayed.id
+        return self._tracker.handle(delayed.id, task.name)

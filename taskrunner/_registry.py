@@ -85,6 +85,7 @@ class Registry:
         unique_key: UniqueKey | None,
         unique_for: float,
         extra_keys: ExtraKeys,
+        keep_result: float | None = None,
     ) -> Callable[[A], A]:
         """The decorator that registers an action with these options (see
         :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`)."""
@@ -100,6 +101,7 @@ class Registry:
                     unique_key=unique_key,
                     unique_for=unique_for,
                     extra_keys=extra_keys,
+                    keep_result=keep_result,
                 )
             )
             return action

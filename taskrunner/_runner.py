@@ -21,8 +21,9 @@ node of the tree is one module of :mod:`taskrunner._serve`, named after it::
         │   ├── bulk_writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
         │   ├── sharing          other groups on the stream (checked at start too)
-        │   ├── acker            batched acks (and unique-lock releases)
-        │   └── refresher        keeps long runs from being reclaimed
+        │   ├── acker            batched acks (and unique-lock releases, results)
+        │   ├── refresher        keeps long runs from being reclaimed
+        │   └── canceller        stops the runs TaskRunner.cancel asked to stop
         └── worker               the workers nursery: one task per message,
             │                    bounded by the pool (pool.py)
             └── fetcher          one per num_fetchers: reserve slots -> claim/read
@@ -58,11 +59,13 @@ from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._dispatch import Dispatcher
 from taskrunner._guards import check_runner_arguments, require_trio
+from taskrunner._handle import TaskHandle, TaskInfo
 from taskrunner._inflight import InFlight
 from taskrunner._registry import Registry
 from taskrunner._serve import (
     aggregator,
     bulk_writer,
+    canceller,
     cleanup,
     heartbeat,
     leadership,
@@ -81,6 +84,7 @@ from taskrunner._serve.worker import Worker
 from taskrunner._stats import Stats
 from taskrunner._task import Action, Task, UniqueKey
 from taskrunner._timings import TimingRecorder
+from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
 from taskrunner.errors import AlreadyServing, DuplicateHost
 
@@ -114,6 +118,8 @@ class RunnerStatistics:
     """Messages moved to the dead-letter stream."""
     handled: int
     """Messages handed to ``failed_task_handler`` that it accepted."""
+    cancelled: int
+    """Runs stopped by :meth:`TaskRunner.cancel` (or dropped, cancelled, before they ran)."""
     acked: int
     """Messages acknowledged."""
     ack_backlog: int
@@ -163,7 +169,8 @@ class TaskRunner:
         self._leadership = Leadership()
         self._replicas = ReplicationCounter(backend)
         self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
-        self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler)
+        self._tracker = Tracker(self._config, backend, tasks)
+        self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler, self._tracker)
         self._serving = False
         self._stop = trio.Event()
         self._workers_scope: trio.CancelScope | None = None  # the workers nursery, serving
@@ -217,6 +224,7 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        keep_result: float | None = None,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -229,6 +237,7 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        keep_result: float | None = None,
     ) -> A | Callable[[A], A]:
         """Decorator form of :meth:`register`; the name defaults to the function's.
 
@@ -257,14 +266,17 @@ class TaskRunner:
             unique_key=unique_key,
             unique_for=unique_for,
             extra_keys=extra_keys,
+            keep_result=keep_result,
         )
 
     # Dispatch ---------------------------------------------------------------
-    async def dispatch(self, name: str, payload: Any = None) -> str:
+    async def dispatch(self, name: str, payload: Any = None) -> TaskHandle:
         """Queue one run of task ``name``.
 
         Returns:
-            The message id.
+            Its handle: ``handle.id`` (also ``str(handle)``) is the task id, the
+            stream id of the entry added; ``await handle.result(timeout)`` waits
+            for the outcome of a task that keeps results.
 
         Raises:
             TaskNotFound: no task ``name`` is registered.
@@ -282,14 +294,14 @@ class TaskRunner:
         require_trio("TaskRunner.dispatch")
         return await self._dispatcher.dispatch(name, payload)
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[TaskHandle]:
         """Queue one run of task ``name`` per payload, in one backend call.
 
         Every payload is encoded before anything is queued, so an invalid one
         queues none.
 
         Returns:
-            The message ids, in order.
+            Their handles, in order.
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
@@ -301,7 +313,7 @@ class TaskRunner:
 
     async def dispatch_delayed(
         self, name: str, payload: Any = None, delay: float | timedelta = 0.0
-    ) -> str:
+    ) -> TaskHandle:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
 
         The task waits in the group's delayed set; the leader moves it to the
@@ -309,7 +321,8 @@ class TaskRunner:
         now; while the lock is held it stays in the set.
 
         Returns:
-            The delayed task's id.
+            Its handle; its id is the delayed member's, which the entry it becomes
+            keeps, so it stays the task's id throughout.
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
@@ -318,12 +331,15 @@ class TaskRunner:
         require_trio("TaskRunner.dispatch_delayed")
         return await self._dispatcher.dispatch_delayed(name, payload, delay)
 
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> TaskHandle:
         """Queue one run of task ``name`` at ``when``.
 
         Args:
             when: A timezone-aware datetime, or unix seconds. A time in the
                 past runs at the next scheduler pass.
+
+        Returns:
+            Its handle (as :meth:`dispatch_delayed`).
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
@@ -331,6 +347,62 @@ class TaskRunner:
         """
         require_trio("TaskRunner.schedule_for")
         return await self._dispatcher.schedule_for(name, payload, when)
+
+    # Tasks by id -------------------------------------------------------------
+    async def get_task(self, task_id: str | TaskHandle) -> TaskInfo | None:
+        """Where a task is now, and, once done, what it did.
+
+        Read in one atomic step from the backend, so it answers for a task run by
+        any instance: queued (in the stream, not delivered), running (delivered,
+        not acknowledged), scheduled (in the delayed set, dispatched with a
+        delay or waiting for a retry), and, for a task that keeps results, its
+        final state (succeeded, failed, cancelled) until ``keep_result`` runs out.
+
+        Args:
+            task_id: A task id (``handle.id``), or the handle.
+
+        Returns:
+            ``None`` for an id the backend does not know now: never dispatched,
+            done without a kept result (or its result expired), or a delayed
+            task the Go library dispatched (it does not index its members).
+
+        Raises:
+            BackendError: the backend could not be reached.
+        """
+        require_trio("TaskRunner.get_task")
+        return await self._tracker.get_task(str(task_id))
+
+    async def cancel(self, task_id: str | TaskHandle) -> bool:
+        """Cancel a task, wherever it is in the fleet.
+
+        - queued: its entry is deleted from the stream in one atomic step, so it
+          never runs (a fetcher that read it first holds it: it is running);
+        - scheduled: its member is removed from the delayed set;
+        - running: the instance that runs it cancels that run within about a
+          second (its cancel scope), then acknowledges it as cancelled, never
+          to be retried. A sync action in a thread cannot be interrupted: its
+          outcome is discarded and it is recorded as cancelled.
+
+        A cancelled task releases its unique lock and, when it keeps results,
+        is recorded as cancelled (``handle.result`` raises
+        :class:`~taskrunner.errors.TaskCancelled`).
+
+        Args:
+            task_id: A task id (``handle.id``), or the handle.
+
+        Returns:
+            ``True`` if it was cancelled (or, running, asked to stop: a run that
+            finishes first keeps its outcome); ``False`` for a task that is done
+            or unknown.
+
+        Raises:
+            BackendError: the backend could not be reached.
+
+        Cancellation: the task may have been cancelled; a repeat returns
+        ``False`` once it is gone.
+        """
+        require_trio("TaskRunner.cancel")
+        return await self._tracker.cancel(str(task_id))
 
     # Fleet ------------------------------------------------------------------
     @property
@@ -546,6 +618,7 @@ class TaskRunner:
                 await services.start(
                     refresher.run, backend, group, self._inflight, self._refresh_tick
                 )
+                await services.start(canceller.run, backend, group, self._inflight)
                 fetching = FetcherContext(
                     config=cfg,
                     backend=backend,
@@ -580,6 +653,7 @@ class TaskRunner:
             retried=w.retried,
             dead_lettered=w.dead_lettered,
             handled=w.handled,
+            cancelled=self._worker.finishing.cancelled_count,
             acked=self._acker.acked,
             ack_backlog=self._acker.backlog,
         )

@@ -67,8 +67,9 @@ def _undeliverable(raw: bytes, why: str) -> DelayedMove:
 def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = None) -> DelayedMove:
     """The stream message a delayed member becomes (pure but for a fresh lock token).
 
-    Only the member's task, payload and (ours) precomputed ``unique_key`` are
-    used; its ``time`` is Go's and the run-at time is the score.
+    Only the member's id (which the message carries as the task's id), task,
+    payload and (ours) precomputed ``unique_key`` and ``keep_result`` are used;
+    its ``time`` is Go's and the run-at time is the score.
 
     Args:
         raw: The member as stored.
@@ -85,14 +86,24 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
     except Exception as exc:  # RecursionError too: JSON nested 100,000 deep
         return _undeliverable(raw, f"not a delayed task: {type(exc).__name__}: {exc}")
     task = tasks.get(delayed.task)
+    # The entry keeps the member's id as the task's (lookup, cancel, results), and
+    # its keep_result (a producer may have asked for one the task here lacks).
+    task_id = delayed.id or None
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
         # a Go fleet) runs it with its own settings, or dead-letters it.
-        message = _wire.TaskMessage(task_name=delayed.task, payload=delayed.payload)
-        return DelayedMove(member=raw, message=_encode(message, raw))
+        message = _wire.TaskMessage(
+            task_name=delayed.task,
+            payload=delayed.payload,
+            id=delayed.id,
+            keep_result=delayed.keep_result,
+        )
+        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id)
     if not task.unique:
-        message = _wire.new_message(task, delayed.payload)
-        return DelayedMove(member=raw, message=_encode(message, raw))
+        message = _wire.new_message(
+            task, delayed.payload, id=delayed.id, keep_result=delayed.keep_result
+        )
+        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id)
     unique_key = delayed.unique_key
     if unique_key is None:  # written by the Go library: compute it
         try:
@@ -105,13 +116,21 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
     if not is_utf8_text(unique_key):  # the lock key could never be sent to the backend
         return _undeliverable(raw, f"unique_key {unique_key!r} is not valid UTF-8 text")
     token = uuid.uuid4().hex if token is None else token
-    message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token)
+    message = _wire.new_message(
+        task,
+        delayed.payload,
+        unique_key=unique_key,
+        token=token,
+        id=delayed.id,
+        keep_result=delayed.keep_result,
+    )
     return DelayedMove(
         member=raw,
         message=_encode(message, raw),
         lock_key=_wire.unique_lock(task.name, unique_key),
         lock_token=token,
         lock_ttl=task.unique_for,
+        task_id=task_id,
     )
 
 

@@ -88,14 +88,15 @@ EXPECTED: dict[str, list[str]] = {
         "main stream (+ consumer group state)",
         "taskrunner:billing:delayed_tasks   zset   size 1   ttl -      "
         "delayed tasks (score = run-at)",
+        "taskrunner:billing:delayed_ids     hash   size 1   ttl -      delayed tasks by task id",
         "taskrunner:unique:invoice:A-17     string size 32  ttl 60 s   unique-job lock",
-        "flushed 3 key(s); left: []",
+        "flushed 4 key(s); left: []",
     ],
     "inspect_fleet.py": [
         "groups on the store: ['billing']",
         "instance on worker-1, heartbeat 15 s left",
         "leader lease: held, 5.0 s left",
-        "keys of billing: 4 (stream 1, delayed_tasks 1, leader 1, heartbeat 1)",
+        "keys of billing: 5 (stream 1, delayed_tasks 1, delayed_index 1, leader 1, heartbeat 1)",
     ],
     "go_interop.py": [
         "our message: unique_key 'echo:C-3', lock taskrunner:unique:echo:C-3 held: True",

@@ -12,7 +12,7 @@ import trio.testing
 
 from taskrunner._guards import BACKEND_METHODS
 from taskrunner._wire import TimingIncrement, task_fields
-from taskrunner.backends import Backend, DelayedMove
+from taskrunner.backends import Backend, DelayedMove, Outcome, Replay
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
 from taskrunner.testing import ContractCheck, PartitionedBackend, contract_parametrize
@@ -50,6 +50,14 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "release_lock": ("k", "t"),
     "publish_tuning": ("g", 4, 20.0),
     "read_tuning": ("g",),
+    "finish": ("g", ["1-1"], [Outcome(entry_id="1-1", task_id="1-1", cancelled=True)]),
+    "wait_result": ("g", "1-1", 0.0),
+    "lookup": ("g", "1-1"),
+    "cancel": ("g", "1-1"),
+    "cancel_requested": ("g", ["1-1"]),
+    "find_dead_letters": ("g", ["1-1"]),
+    "replay_dead_letters": ("g", [Replay(dead_id="1-1", task_id="1-1", message=b"{}")]),
+    "purge_dead_letters": ("g",),
     "aclose": (),
 }
 """One valid call of every awaitable Backend method."""

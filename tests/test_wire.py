@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -287,40 +288,64 @@ def test_malformed_members_are_refused(raw: bytes, reason: str) -> None:
         decode_delayed(raw)
 
 
+MOVED_ID = b',"id":"5f0c8c6e-4d52-4bd4-9a8e-0c2f6a3b7d11"}'
+"""What a moved member's message ends with: the member's id, the task's id (ours; Go
+ignores it), after Go's fields."""
+OUR_MOVED_UNIQUE_MESSAGE = OUR_UNIQUE_MESSAGE[:-1] + MOVED_ID
+
+
 def test_a_go_member_moves_to_the_message_go_would_dispatch() -> None:
     move = build_move(GO_MEMBER, {"echo": UNIQUE_ECHO}, token=TOKEN)
     assert move == DelayedMove(
         member=GO_MEMBER,
-        message=OUR_UNIQUE_MESSAGE,
+        message=OUR_MOVED_UNIQUE_MESSAGE,
         lock_key="taskrunner:unique:echo:A-17",
         lock_token=TOKEN,
         lock_ttl=60,
+        task_id=DELAYED_ID,
     )
+    # Go's own fields are what Go would dispatch: a Go worker reads the same message.
+    moved = decode_message(move.message)
+    assert attrs.evolve(moved, id="") == decode_message(OUR_UNIQUE_MESSAGE)
 
 
 def test_our_member_moves_with_its_precomputed_key() -> None:
     # The key function is not called again: the member carries the message's key.
     task = echo(unique=True, unique_for=60, unique_key=lambda p: pytest.fail("called"))
     move = build_move(OUR_UNIQUE_MEMBER, {"echo": task}, token=TOKEN)
-    assert move.message == OUR_UNIQUE_MESSAGE
+    assert move.message == OUR_MOVED_UNIQUE_MESSAGE
     assert move.lock_key == "taskrunner:unique:echo:A-17"
     plain = build_move(OUR_MEMBER, {"echo": echo()})
     assert plain == DelayedMove(
         member=OUR_MEMBER,
         message=(
             b'{"task_name":"echo","payload":{"n":3},"unique":false,"unique_for":0,'
-            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000}'
-        ),
+            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000'
+        )
+        + MOVED_ID,
+        task_id=DELAYED_ID,
     )
 
 
 def test_a_member_of_a_task_not_registered_here_moves_with_go_zero_values() -> None:
     move = build_move(GO_MEMBER, {})
-    assert move.message == (
-        b'{"task_name":"echo","payload":{"key":"A-17"},"unique":false,"unique_for":0,'
-        b'"unique_key":"","unique_lock_value":"","reservation_timeout":0}'
+    assert (
+        move.message
+        == (
+            b'{"task_name":"echo","payload":{"key":"A-17"},"unique":false,"unique_for":0,'
+            b'"unique_key":"","unique_lock_value":"","reservation_timeout":0'
+        )
+        + MOVED_ID
     )
     assert move.lock_key is None
+
+
+def test_a_member_that_keeps_results_moves_with_its_keep_result() -> None:
+    member = OUR_MEMBER[:-1] + b',"keep_result":60.0}'
+    assert decode_delayed(member).keep_result == 60.0
+    move = build_move(member, {"echo": echo()})
+    assert move.message.endswith(MOVED_ID[:-1] + b',"keep_result":60.0}')
+    assert decode_message(move.message).keep_result == 60.0
 
 
 async def test_in_memory_the_score_not_the_integer_time_schedules(
@@ -351,7 +376,7 @@ async def test_dispatch_delayed_on_redis_writes_go_s_member(redis_url: str) -> N
                 name="echo", action=_noop, unique=True, unique_for=60, unique_key=lambda p: p["key"]
             )
         )
-        delayed_id = await runner.schedule_for("echo", {"key": "A-17"}, 1796108038.335579)
+        delayed_id = (await runner.schedule_for("echo", {"key": "A-17"}, 1796108038.335579)).id
         raw = await backend.client.execute(
             "ZRANGE", "taskrunner:interop:delayed_tasks", 0, -1, "WITHSCORES"
         )

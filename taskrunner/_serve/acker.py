@@ -16,6 +16,13 @@ messages refused again are dropped, logged (they are delivered again after
 ``reclaim_delay``, and their locks are left to expire). A lock whose release
 fails is never retried either; it expires after ``unique_for``.
 
+A run that leaves something beside its ack (a task that keeps results, an
+entry moved from the delayed set, a cancelled run: an
+:class:`~taskrunner.backends.Outcome`) is acknowledged with it, atomically,
+by :meth:`Tracking.finish <taskrunner.backends.Tracking.finish>`, in the same
+single call as the rest of its batch; a batch without outcomes is a plain
+``ack``, as it always was.
+
 Shutdown: the loop is cancelled last, after the workers drained, and its
 final flush runs shielded with a timeout so nothing finished stays un-acked
 unless the backend is unreachable.
@@ -30,7 +37,7 @@ import trio
 
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import ConfigHolder
-from taskrunner.backends import Backend
+from taskrunner.backends import Backend, Outcome
 from taskrunner.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -52,6 +59,7 @@ class Acker:
         self._ids: list[str] = []
         # (entry id, (key, token)): each lock is released after its entry's ack
         self._locks: list[tuple[str, tuple[str, str]]] = []
+        self._outcomes: list[Outcome] = []
         self._wake = trio.Event()
         self.acked = 0
         self.dropped = 0
@@ -60,11 +68,19 @@ class Acker:
     def _group(self) -> str:
         return self._config.current.consumer_group
 
-    def ack(self, entry_id: str, lock: tuple[str, str] | None = None) -> None:
-        """Queue ``entry_id`` for acknowledgement (and ``lock`` for release after it)."""
+    def ack(
+        self,
+        entry_id: str,
+        lock: tuple[str, str] | None = None,
+        outcome: Outcome | None = None,
+    ) -> None:
+        """Queue ``entry_id`` for acknowledgement (with ``outcome``, recorded with the
+        ack), and ``lock`` for release after it."""
         self._ids.append(entry_id)
         if lock is not None:
             self._locks.append((entry_id, lock))
+        if outcome is not None:
+            self._outcomes.append(outcome)
         self._wake.set()
 
     @property
@@ -97,7 +113,7 @@ class Acker:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + FINAL_FLUSH_TIMEOUT
                 try:
-                    while self._ids or self._locks:
+                    while self._ids or self._locks or self._outcomes:
                         await self._flush()
                 except BackendError as exc:
                     log.error("final ack flush failed (%s)", exc)
@@ -108,20 +124,27 @@ class Acker:
                     len(self._ids),
                 )
 
+    async def _send(self, ids: list[str], outcomes: list[Outcome]) -> None:
+        if outcomes:
+            await self._backend.finish(self._group, ids, outcomes)
+        else:
+            await self._backend.ack(self._group, ids)
+
     async def _flush(self) -> None:
         ids, self._ids = self._ids, []
         locks, self._locks = self._locks, []
+        outcomes, self._outcomes = self._outcomes, []
         refused: Collection[str] = ()
         if ids:
             try:
-                await self._backend.ack(self._group, ids)
+                await self._send(ids, outcomes)
             except BackendError as exc:
                 if exc.retryable:
-                    self._put_back(ids, locks)  # acks are idempotent: next try
+                    self._put_back(ids, locks, outcomes)  # acks are idempotent: next try
                     raise
-                refused = await self._ack_one_by_one(ids, locks, exc)
+                refused = await self._ack_one_by_one(ids, locks, outcomes, exc)
             except BaseException:
-                self._put_back(ids, locks)
+                self._put_back(ids, locks, outcomes)
                 raise
             else:
                 self.acked += len(ids)
@@ -138,7 +161,11 @@ class Acker:
                 raise
 
     async def _ack_one_by_one(
-        self, ids: list[str], locks: list[tuple[str, tuple[str, str]]], error: BackendError
+        self,
+        ids: list[str],
+        locks: list[tuple[str, tuple[str, str]]],
+        outcomes: list[Outcome],
+        error: BackendError,
     ) -> set[str]:
         """Ack ``ids`` one at a time after their batch was refused for good (``error``).
 
@@ -146,25 +173,33 @@ class Acker:
             The ids refused again, dropped.
 
         Raises:
-            BackendError: a retryable failure; the ids not acked yet, and the
-                locks of every id not refused, are back in the queue.
+            BackendError: a retryable failure; the ids not acked yet (with their
+                outcomes), and the locks of every id not refused, are back in the
+                queue.
         """
         if len(ids) == 1:
             self._drop(ids[0], error)
             return {ids[0]}
         refused: set[str] = set()
         for index, entry_id in enumerate(ids):
+            mine = [o for o in outcomes if o.entry_id == entry_id]
             try:
-                await self._backend.ack(self._group, [entry_id])
+                await self._send([entry_id], mine)
             except BackendError as exc:
                 if not exc.retryable:
                     refused.add(entry_id)
                     self._drop(entry_id, exc)
                     continue
-                self._put_back(ids[index:], locks, refused)
+                left = set(ids[index:])
+                self._put_back(
+                    ids[index:], locks, [o for o in outcomes if o.entry_id in left], refused
+                )
                 raise
             except BaseException:
-                self._put_back(ids[index:], locks, refused)
+                left = set(ids[index:])
+                self._put_back(
+                    ids[index:], locks, [o for o in outcomes if o.entry_id in left], refused
+                )
                 raise
             self.acked += 1
         return refused
@@ -173,10 +208,12 @@ class Acker:
         self,
         ids: list[str],
         locks: list[tuple[str, tuple[str, str]]],
+        outcomes: list[Outcome],
         refused: set[str] | None = None,
     ) -> None:
         self._ids[:0] = ids
         self._locks[:0] = [lock for lock in locks if lock[0] not in refused] if refused else locks
+        self._outcomes[:0] = outcomes
 
     def _drop(self, entry_id: str, error: BackendError) -> None:
         self.dropped += 1

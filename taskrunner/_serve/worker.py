@@ -20,7 +20,17 @@ exactly as docs/behaviour:
   ``failed_task_handler(delivery, error)`` returning means handled (ack);
   raising leaves the message pending for a later try. Without a handler the
   message goes to the dead-letter stream, then is acked;
-- cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
+- cancelled (hard shutdown): nothing is acked; the message is reclaimed later;
+- cancelled by ``TaskRunner.cancel`` (the canceller cancelled the run's own
+  scope, see :mod:`taskrunner._serve.canceller`), or failed while being
+  stopped: acked as cancelled, never retried, its lock released. A
+  redelivered entry is checked for such a stop request before it runs (it may
+  have been cancelled while its worker was dead).
+
+How each outcome is acknowledged (with the result of a task that keeps
+results: the return value, the error of a final failure, or that it was
+cancelled) is :mod:`taskrunner._serve.finishing`'s. A value that cannot be
+kept fails the run for good with ``InvalidTaskResult``.
 
 Poison entries. Any exception while decoding or validating an entry (a
 ``RecursionError`` from JSON nested 100,000 deep, a typed payload that does
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import trio
 
@@ -44,19 +55,22 @@ from taskrunner._codec import decode_payload
 from taskrunner._config import ConfigHolder
 from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._inflight import InFlight
+from taskrunner._outcomes import keep_of
 from taskrunner._poison import delivery_limit
 from taskrunner._serve import fetcher
 from taskrunner._serve.acker import Acker
 from taskrunner._serve.fetcher import FetcherContext
+from taskrunner._serve.finishing import Finishing
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
 from taskrunner._timings import TimingRecorder
-from taskrunner._wire import TaskMessage, decode_message, unique_lock
+from taskrunner._wire import TaskMessage, decode_message
 from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import (
     BackendError,
     InvalidTaskPayload,
+    InvalidTaskResult,
     TaskExecutionError,
     TaskMaxRetryExceeded,
     TaskNotFound,
@@ -95,12 +109,6 @@ class WorkerCounters:
         self.retried = 0
         self.dead_lettered = 0
         self.handled = 0
-
-
-def _lock_of(message: TaskMessage) -> tuple[str, str] | None:
-    if message.unique and message.unique_lock_value:
-        return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
-    return None
 
 
 def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> Delivery:
@@ -146,6 +154,7 @@ class Worker:
         self._inflight = inflight
         self._timings = timings
         self.counters = WorkerCounters()
+        self.finishing = Finishing(config, backend, acker)
         self._sharing = sharing
         self.observers: list[Callable[[str, float, bool], object]] = []
 
@@ -180,6 +189,10 @@ class Worker:
                 return
             await self._fail(_delivery(entry, consumer, message), TaskNotFound(message.task_name))
             return
+        if entry.delivery_count > 1 and await self.finishing.cancelled_meanwhile(
+            entry, task, message
+        ):
+            return
         if entry.delivery_count > task.attempts:
             # The last allowed attempt never finished (its worker died): give up.
             error = TaskMaxRetryExceeded(task.name, entry.id, task.attempts)
@@ -191,23 +204,40 @@ class Worker:
             await self._fail(_delivery(entry, consumer, message), _undecodable(exc))
             return
 
-        self._inflight.add(entry.id, consumer, task.reservation, trio.current_time())
+        keep = keep_of(task, message)
+        begun = self.finishing.now() if keep is not None else 0.0  # a result's started_at
+        run = trio.CancelScope()  # its own, which TaskRunner.cancel cancels
+        self._inflight.add(entry.id, consumer, task.reservation, trio.current_time(), run)
         started = trio.current_time()
         succeeded = False
+        value: Any = None
         try:
-            await task.action(payload)
-            succeeded = True
+            with run:
+                value = await task.action(payload)
+                succeeded = True
         except Exception as exc:
-            await self._attempt_failed(task, _delivery(entry, consumer, message), exc)
+            if self._inflight.remove(entry.id):  # failed while being stopped: cancelled
+                self.finishing.cancelled(entry, task, message, keep, begun)
+            else:
+                await self._attempt_failed(task, _delivery(entry, consumer, message), exc)
             return
         finally:
-            self._inflight.remove(entry.id)
+            stopped = self._inflight.remove(entry.id)
             elapsed = trio.current_time() - started
             self._timings.record(task.name, elapsed)
             if self.observers:
                 self._notify(task.name, elapsed, succeeded)
+        if run.cancelled_caught:  # only TaskRunner.cancel cancels this scope
+            self.finishing.cancelled(entry, task, message, keep, begun)
+            return
+        try:
+            self.finishing.succeeded(
+                entry, task, message, keep, begun, value, stop_requested=stopped
+            )
+        except InvalidTaskResult as error:
+            await self._fail(_delivery(entry, consumer, message), error, started_at=begun)
+            return
         self.counters.completed += 1
-        self._acker.ack(entry.id, _lock_of(message))
 
     async def _belongs_to_another_group(self, entry: QueueEntry, message: TaskMessage) -> bool:
         """Whether an unknown task is another group's (the stream is shared): if
@@ -290,9 +320,15 @@ class Worker:
             self.counters.retried += 1
 
     async def _fail(
-        self, delivery: Delivery, error: TaskRunnerError, *, reported: bool = False
+        self,
+        delivery: Delivery,
+        error: TaskRunnerError,
+        *,
+        reported: bool = False,
+        started_at: float | None = None,
     ) -> None:
-        """The failure path: handler or dead-letter, then ack; or leave pending."""
+        """The failure path: handler or dead-letter, then ack (with the failure, for a
+        task that keeps results); or leave pending."""
         reason = brief(f"{type(error).__name__}: {error}")
         if not reported:
             log.error(
@@ -326,8 +362,11 @@ class Worker:
                 return
             self.counters.dead_lettered += 1
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
-        lock = _lock_of(delivery.message) if delivery.message is not None else None
-        self._acker.ack(delivery.id, lock)
+        message = delivery.message
+        task = self._tasks.get(message.task_name) if message is not None else None
+        self.finishing.failed(
+            delivery.id, delivery.delivery_count, message, task, error, started_at
+        )
 
 
 async def run(

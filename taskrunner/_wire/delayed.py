@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._wire.encoding import dumps, field, json_object
+from taskrunner._wire.encoding import dumps, field, json_object, seconds_field
 from taskrunner.errors import InvalidTaskPayload
 
 
@@ -28,10 +28,18 @@ class DelayedTask:
     payload: Any = None
     unique_key: str | None = None
     """Ours, for unique tasks: the message ``unique_key``, computed at dispatch."""
+    keep_result: float | None = None
+    """Ours, for tasks that keep results: copied into the message when it is moved."""
 
 
 def new_delayed(
-    task_name: str, payload: Any, run_at: float, *, id: str, unique_key: str | None = None
+    task_name: str,
+    payload: Any,
+    run_at: float,
+    *,
+    id: str,
+    unique_key: str | None = None,
+    keep_result: float | None = None,
 ) -> DelayedTask:
     """The delayed member that runs ``task_name`` at ``run_at`` (the backend's seconds).
 
@@ -39,16 +47,22 @@ def new_delayed(
         task_name: The task to run.
         payload: The payload in its wire (JSON-ready) form.
         run_at: The run-at time; also the member's score, which keeps the fraction.
-        id: A fresh uuid4 string (a fixed one in tests).
+        id: A fresh uuid4 string (a fixed one in tests); also the task's id.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
+        keep_result: For a task that keeps results, its ``keep_result``.
     """
     return DelayedTask(
-        id=id, task=task_name, time=math.floor(run_at), payload=payload, unique_key=unique_key
+        id=id,
+        task=task_name,
+        time=math.floor(run_at),
+        payload=payload,
+        unique_key=unique_key,
+        keep_result=keep_result,
     )
 
 
 def encode_delayed(delayed: DelayedTask) -> bytes:
-    """The member's JSON: Go's four fields, then ``unique_key`` when set.
+    """The member's JSON: Go's four fields, then ``unique_key`` and ``keep_result`` when set.
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -61,6 +75,8 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
     }
     if delayed.unique_key is not None:
         doc["unique_key"] = delayed.unique_key
+    if delayed.keep_result is not None:
+        doc["keep_result"] = delayed.keep_result
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -88,4 +104,5 @@ def decode_delayed(raw: bytes) -> DelayedTask:
         time=math.floor(moment),
         payload=doc.get("payload"),
         unique_key=field(doc, "unique_key", str, None),
+        keep_result=seconds_field(doc, "keep_result"),
     )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from taskrunner._wire.encoding import dumps, field, json_object
+from taskrunner._wire.encoding import dumps, field, json_object, seconds_field
 from taskrunner.errors import InvalidTaskPayload
 
 if TYPE_CHECKING:
@@ -34,6 +34,12 @@ class TaskMessage:
     """The unique lock key's suffix, ``<task>:<key>`` (see the module docstring)."""
     unique_lock_value: str = ""
     reservation_timeout: int = 0
+    id: str = ""
+    """Ours, optional: the task's id when it is not the entry's stream id (an entry moved
+    from the delayed set carries its member's id). Written only when set."""
+    keep_result: float | None = None
+    """Ours, optional: seconds to keep the task's result for (the task's ``keep_result``).
+    Written only when set."""
 
     @property
     def reservation_timeout_seconds(self) -> float:
@@ -50,7 +56,15 @@ def unique_for_seconds(seconds: float) -> int:
     return math.ceil(seconds)
 
 
-def new_message(task: Task, payload: Any, *, unique_key: str = "", token: str = "") -> TaskMessage:
+def new_message(
+    task: Task,
+    payload: Any,
+    *,
+    unique_key: str = "",
+    token: str = "",
+    id: str = "",
+    keep_result: float | None = None,
+) -> TaskMessage:
     """The message that runs ``task`` once.
 
     Args:
@@ -58,12 +72,19 @@ def new_message(task: Task, payload: Any, *, unique_key: str = "", token: str = 
         payload: The payload in its wire (JSON-ready) form.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
         token: For a unique task, the lock's token (random at dispatch).
+        id: The task id, when it is not the entry's stream id (moved from the
+            delayed set: the member's id).
+        keep_result: Seconds to keep the result for; ``None`` (the default)
+            takes the task's ``keep_result``.
     """
+    keep = task.keep_result if keep_result is None else keep_result
     if not task.unique:
         return TaskMessage(
             task_name=task.name,
             payload=payload,
             reservation_timeout=reservation_ns(task.reservation),
+            id=id,
+            keep_result=keep,
         )
     return TaskMessage(
         task_name=task.name,
@@ -73,6 +94,8 @@ def new_message(task: Task, payload: Any, *, unique_key: str = "", token: str = 
         unique_key=unique_key,
         unique_lock_value=token,
         reservation_timeout=reservation_ns(task.reservation),
+        id=id,
+        keep_result=keep,
     )
 
 
@@ -82,7 +105,7 @@ def encode_message(message: TaskMessage) -> bytes:
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable, or too large.
     """
-    doc = {
+    doc: dict[str, Any] = {
         "task_name": message.task_name,
         "payload": message.payload,
         "unique": message.unique,
@@ -91,6 +114,12 @@ def encode_message(message: TaskMessage) -> bytes:
         "unique_lock_value": message.unique_lock_value,
         "reservation_timeout": message.reservation_timeout,
     }
+    # Our optional fields, after Go's and only when set: a plain message stays
+    # byte for byte what it was.
+    if message.id:
+        doc["id"] = message.id
+    if message.keep_result is not None:
+        doc["keep_result"] = message.keep_result
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -136,4 +165,6 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         unique_key=field(doc, "unique_key", str, ""),
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
         reservation_timeout=field(doc, "reservation_timeout", int, 0),
+        id=field(doc, "id", str, ""),
+        keep_result=seconds_field(doc, "keep_result"),
     )

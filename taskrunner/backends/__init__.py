@@ -1,6 +1,7 @@
 """Backend interfaces and value types.
 
-- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState`): what a runner serves on.
+- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Tracking`):
+  what a runner serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
@@ -24,3 +25,9 @@ from taskrunner.backends._protocols import MessageQueue as MessageQueue
 from taskrunner.backends._protocols import QueueEntry as QueueEntry
 from taskrunner.backends._protocols import QueueMetrics as QueueMetrics
 from taskrunner.backends._protocols import SharedState as SharedState
+from taskrunner.backends._tracking import Cancellation as Cancellation
+from taskrunner.backends._tracking import Outcome as Outcome
+from taskrunner.backends._tracking import Replay as Replay
+from taskrunner.backends._tracking import Replayed as Replayed
+from taskrunner.backends._tracking import TaskSnapshot as TaskSnapshot
+from taskrunner.backends._tracking import Tracking as Tracking

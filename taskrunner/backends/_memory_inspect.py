@@ -28,11 +28,10 @@ from taskrunner.backends._inspection import (
     keys_to_flush,
     kind_of,
 )
-from taskrunner.backends._memory_state import MemoryState
-from taskrunner.backends._memory_stream import MemoryStream
+from taskrunner.backends._memory_tracking import MemoryTracking
 
 
-class MemoryInspection(MemoryStream, MemoryState):
+class MemoryInspection(MemoryTracking):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
     async def ping(self) -> float:
@@ -47,7 +46,12 @@ class MemoryInspection(MemoryStream, MemoryState):
             if stream.entries or stream.groups:
                 names.append(key)
         names += [_keys.delayed_tasks(g) for g, members in self._delayed.items() if members]
+        names += [_keys.delayed_index(g) for g, index in self._delayed_index.items() if index]
+        names += [_keys.entry_index(g) for g, index in self._entry_index.items() if index]
+        names += [_keys.cancelled(g) for g, stops in self._stop_requests.items() if stops]
         names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
+        names += [k for k in list(self._results) if self._live(self._results, k)]
+        names += [k for k in list(self._notices) if self._live(self._notices, k)]
         return names + self.keys()
 
     async def list_groups(self) -> list[str]:
@@ -73,6 +77,12 @@ class MemoryInspection(MemoryStream, MemoryState):
                 found[keys.claim_delay_ring] = len(stream.ring), None
         if self._delayed.get(group):
             found[_keys.delayed_tasks(group)] = len(self._delayed[group]), None
+        if self._delayed_index.get(group):
+            found[_keys.delayed_index(group)] = len(self._delayed_index[group]), None
+        if self._entry_index.get(group):
+            found[_keys.entry_index(group)] = len(self._entry_index[group]), None
+        if self._stop_requests.get(group):
+            found[_keys.cancelled(group)] = len(self._stop_requests[group]), None
         if self._metrics.get(group):
             found[_keys.metrics(group)] = len(self._metrics[group]), None
         for name in (_keys.leader(group), _keys.worker_tuning_capacity(group)):
@@ -95,6 +105,22 @@ class MemoryInspection(MemoryStream, MemoryState):
                 found.append(
                     KeyInfo(name=name, kind=kind, type="string", size=size, ttl=self.ttl(name))
                 )
+        now = trio.current_time()
+        for name in self.result_keys(group):
+            document, expires = self._results[name]
+            found.append(
+                KeyInfo(
+                    name=name, kind=KeyKind.RESULT, type="string", size=len(document),
+                    ttl=expires - now,
+                )
+            )  # fmt: skip
+        for name in self.notify_keys(group):
+            found.append(
+                KeyInfo(
+                    name=name, kind=KeyKind.RESULT_NOTICE, type="list", size=1,
+                    ttl=self._notices[name][1] - now,
+                )
+            )  # fmt: skip
         return sorted(found, key=lambda key: key.order)
 
     async def list_keys(self, group: str) -> list[KeyInfo]:
@@ -143,8 +169,18 @@ class MemoryInspection(MemoryStream, MemoryState):
                 stream.ring.clear()
             elif name == _keys.delayed_tasks(group):
                 self._delayed.pop(group, None)
+            elif name == _keys.delayed_index(group):
+                self._delayed_index.pop(group, None)
+            elif name == _keys.entry_index(group):
+                self._entry_index.pop(group, None)
+            elif name == _keys.cancelled(group):
+                self._stop_requests.pop(group, None)
             elif name == _keys.metrics(group):
                 self._metrics.pop(group, None)
+            elif name in self._results:
+                del self._results[name]
+            elif name in self._notices:
+                del self._notices[name]
             else:
                 self._strings.pop(name, None)
         return doomed

@@ -49,6 +49,9 @@ class MemoryState:
         self._add_entry = add_entry
         self._strings: dict[str, tuple[str, float]] = {}  # key -> (value, expires_at)
         self._delayed: dict[str, dict[bytes, float]] = {}
+        # Per group: task id -> member (delayed_ids), task id -> stream id (entry_ids).
+        self._delayed_index: dict[str, dict[str, bytes]] = {}
+        self._entry_index: dict[str, dict[str, str]] = {}
         self._metrics: dict[str, dict[str, float]] = {}
 
     def now(self) -> float:
@@ -113,8 +116,13 @@ class MemoryState:
         return self._get(_keys.leader(group))
 
     # Delayed set ----------------------------------------------------------
-    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
+    async def add_delayed(
+        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+    ) -> None:
         await trio.lowlevel.checkpoint()
+        if task_id is not None:
+            check_text("add_delayed", "task_id", task_id)
+            self._delayed_index.setdefault(group, {})[task_id] = member
         self._delayed.setdefault(group, {})[member] = run_at
 
     async def due_delayed(
@@ -134,6 +142,7 @@ class MemoryState:
         for move in moves:  # all refused before any moves, as one script call on Redis
             check_text("move_delayed", "lock_key", move.lock_key or "")
             check_text("move_delayed", "lock_token", move.lock_token)
+            check_text("move_delayed", "task_id", move.task_id or "")
         members = self._delayed.get(group, {})
         moved = 0
         for move in moves:  # no checkpoint inside: atomic, like the Lua script
@@ -144,7 +153,9 @@ class MemoryState:
             ):
                 continue
             del members[move.member]
-            self._add_entry(group, move.message)
+            entry_id = self._add_entry(group, move.message)
+            if move.task_id and self._delayed_index.get(group, {}).pop(move.task_id, None):
+                self._entry_index.setdefault(group, {})[move.task_id] = entry_id
             moved += 1
         return moved
 

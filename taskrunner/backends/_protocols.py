@@ -1,9 +1,11 @@
 """The interfaces a backend implements; their docstrings are the spec.
 
-A backend is one object that is both a :class:`MessageQueue` (streams with
-consumer groups, like Redis streams) and a :class:`SharedState` (the small
+A backend is one object that is a :class:`MessageQueue` (streams with
+consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
-locks, the published pool size). That is all a runner needs to serve. The
+locks, the published pool size) and a :class:`~taskrunner.backends.Tracking`
+(results, lookup by task id, cancellation, dead-letter replay:
+:mod:`taskrunner.backends._tracking`). That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
 across the whole store, which both shipped backends implement and a backend
@@ -38,6 +40,7 @@ import attrs
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
+from taskrunner.backends._tracking import Tracking
 
 
 @attrs.frozen(kw_only=True)
@@ -112,6 +115,10 @@ class DelayedMove:
     stays) while the lock is held."""
     lock_token: str = ""
     lock_ttl: float = 0.0
+    task_id: str | None = None
+    """The member's id (the task's id), when it has one: moving it ends its entry
+    in the delayed id index and, if it had one there, maps the task id to the new
+    stream entry (the entry index)."""
 
 
 @runtime_checkable
@@ -250,9 +257,12 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
+    async def dead_letters(
+        self, group: str, count: int = 100, *, after: str | None = None
+    ) -> list[DeadLetter]:
         """The oldest ``count`` entries of the group's dead-letter stream (shared,
-        like the stream, with the other groups that read it)."""
+        like the stream, with the other groups that read it); with ``after``, the
+        oldest ones whose id comes after it (to read the stream page by page)."""
         ...
 
 
@@ -282,8 +292,19 @@ class SharedState(Protocol):
         ...
 
     # Delayed set --------------------------------------------------------
-    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
-        """Add a member (DelayedTask JSON) to the group's delayed set."""
+    async def add_delayed(
+        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+    ) -> None:
+        """Add a member (DelayedTask JSON) to the group's delayed set.
+
+        With ``task_id`` (the member's id), also index it under that id
+        (``taskrunner:<group>:delayed_ids``), in the same atomic step, so
+        :meth:`Tracking.lookup <taskrunner.backends.Tracking.lookup>` and
+        :meth:`~taskrunner.backends.Tracking.cancel` find it.
+
+        Cancellation: the member (and its index entry) may have been added; a
+        repeat is harmless.
+        """
         ...
 
     async def due_delayed(
@@ -300,7 +321,9 @@ class SharedState(Protocol):
     async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
         """Atomically, for each move: if the member is still in the set and its
         lock (if any) can be taken, remove the member and add its message to
-        the group's stream. A process that dies mid-call moves all or none.
+        the group's stream; for a move with a ``task_id`` that the delayed id
+        index holds, replace that index entry by one of the entry index (task id
+        -> the new stream id). A process that dies mid-call moves all or none.
 
         Returns:
             How many members were moved.
@@ -380,8 +403,9 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Protocol):
-    """What a :class:`taskrunner.TaskRunner` needs: a queue and shared state."""
+class Backend(MessageQueue, SharedState, Tracking, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, and the
+    tracking of tasks by id."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""
@@ -437,13 +461,14 @@ class Inspection(Protocol):
 
     async def list_keys(self, group: str) -> list[KeyInfo]:
         """Every key of the layout that exists now for ``group``, with its type,
-        size and TTL: the group's fixed keys, then every heartbeat and unique
-        lock (not per group: every group's), each kind in the order of
-        :class:`~taskrunner.backends._inspection.KeyKind`, heartbeats and locks
-        by name.
+        size and TTL: the group's fixed keys, its tasks' kept results and result
+        notices, then every heartbeat and unique lock (not per group: every
+        group's), each kind in the order of
+        :class:`~taskrunner.backends._inspection.KeyKind`, the keys found by
+        pattern by name.
 
-        Cost: two pattern walks (heartbeats, unique locks) and one round trip
-        for every key found.
+        Cost: four pattern walks (results, notices, heartbeats, unique locks)
+        and one round trip for every key found.
         """
         ...
 
@@ -451,8 +476,8 @@ class Inspection(Protocol):
         """How many keys of each kind :meth:`list_keys` would list now; on a
         store nobody changes meanwhile, ``KeyCounts.of(await list_keys(group))``.
 
-        Cost: the same two walks, then one round trip for the fixed keys only:
-        nothing is read per heartbeat or unique lock.
+        Cost: the same four walks, then one round trip for the fixed keys only:
+        nothing is read per result, notice, heartbeat or unique lock.
         """
         ...
 
@@ -476,8 +501,9 @@ class Inspection(Protocol):
         entries and cursor go). When other consumer groups read the same stream
         (an explicit shared prefix), the stream, the dead-letter stream and the
         claim-delay ring are kept for them; otherwise they are deleted too, with
-        the group's delayed set, lease, tuning value and metrics hash. Other
-        groups' keys are never touched. Unique locks and (with ``heartbeats``)
+        the group's delayed set and its id indexes, stop requests, lease, tuning
+        value, metrics hash, and its tasks' results and notices. Other groups'
+        keys are never touched. Unique locks and (with ``heartbeats``)
         heartbeat keys are not per group: every one is deleted.
 
         Returns:

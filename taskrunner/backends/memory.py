@@ -16,10 +16,11 @@ from types import TracebackType
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
+from taskrunner.backends._memory_tracking import MemoryTracking
 
 
-class MemoryBackend(MemoryInspection):
-    """Queue and shared state in process memory, and their
+class MemoryBackend(MemoryInspection, MemoryTracking):
+    """Queue, shared state and task tracking in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
     Args:
@@ -40,6 +41,7 @@ class MemoryBackend(MemoryInspection):
         MemoryState.__init__(
             self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
         )
+        self._init_tracking()
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

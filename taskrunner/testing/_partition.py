@@ -27,6 +27,7 @@ from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends import (
     Backend,
+    Cancellation,
     DeadLetter,
     DelayedMove,
     GroupInfo,
@@ -35,8 +36,12 @@ from taskrunner.backends import (
     KeyCounts,
     KeyInfo,
     Lease,
+    Outcome,
     QueueEntry,
     QueueMetrics,
+    Replay,
+    Replayed,
+    TaskSnapshot,
 )
 from taskrunner.errors import BackendError
 
@@ -142,8 +147,12 @@ class PartitionedBackend(Backend, Inspection):
             "dead_letter", partial(self.backend.dead_letter, group, message_id, payload, error)
         )
 
-    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
-        return await self._through("dead_letters", partial(self.backend.dead_letters, group, count))
+    async def dead_letters(
+        self, group: str, count: int = 100, *, after: str | None = None
+    ) -> list[DeadLetter]:
+        return await self._through(
+            "dead_letters", partial(self.backend.dead_letters, group, count, after=after)
+        )
 
     # SharedState -----------------------------------------------------------------
     async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
@@ -162,8 +171,13 @@ class PartitionedBackend(Backend, Inspection):
     async def lease_owner(self, group: str) -> str | None:
         return await self._through("lease_owner", partial(self.backend.lease_owner, group))
 
-    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
-        await self._through("add_delayed", partial(self.backend.add_delayed, group, member, run_at))
+    async def add_delayed(
+        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+    ) -> None:
+        await self._through(
+            "add_delayed",
+            partial(self.backend.add_delayed, group, member, run_at, task_id=task_id),
+        )
 
     async def due_delayed(
         self, group: str, until: float, limit: int, offset: int = 0
@@ -220,6 +234,41 @@ class PartitionedBackend(Backend, Inspection):
 
     async def read_tuning(self, group: str) -> int | None:
         return await self._through("read_tuning", partial(self.backend.read_tuning, group))
+
+    # Tracking ----------------------------------------------------------------------
+    async def finish(self, group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+        return await self._through("finish", partial(self.backend.finish, group, ids, outcomes))
+
+    async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
+        return await self._through(
+            "wait_result", partial(self.backend.wait_result, group, task_id, block)
+        )
+
+    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
+        return await self._through("lookup", partial(self.backend.lookup, group, task_id))
+
+    async def cancel(self, group: str, task_id: str) -> Cancellation:
+        return await self._through("cancel", partial(self.backend.cancel, group, task_id))
+
+    async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:
+        return await self._through(
+            "cancel_requested", partial(self.backend.cancel_requested, group, entry_ids)
+        )
+
+    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
+        return await self._through(
+            "find_dead_letters", partial(self.backend.find_dead_letters, group, ids)
+        )
+
+    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
+        return await self._through(
+            "replay_dead_letters", partial(self.backend.replay_dead_letters, group, replays)
+        )
+
+    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
+        return await self._through(
+            "purge_dead_letters", partial(self.backend.purge_dead_letters, group, ids)
+        )
 
     # Inspection --------------------------------------------------------------------
     def _inspection(self) -> Inspection:

@@ -17,11 +17,12 @@ from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
 from taskrunner.backends.redis._state import RedisState
+from taskrunner.backends.redis._tracking import RedisTracking
 
 
-class RedisBackend(RedisInspection):
-    """Queue and shared state on Redis (>= 6.2; 7+ recommended), and their
-    :class:`~taskrunner.backends.Inspection`.
+class RedisBackend(RedisInspection, RedisTracking):
+    """Queue, shared state and task tracking on Redis (>= 6.2; 7+ recommended), and
+    their :class:`~taskrunner.backends.Inspection`.
 
     Args:
         client: Any :class:`RedisClient` (native or redis-py transport).
@@ -49,6 +50,7 @@ class RedisBackend(RedisInspection):
     ) -> None:
         RedisQueue.__init__(self, client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
         RedisState.__init__(self, client, stream_of=self._stream)
+        self._init_tracking()
         self.client = client
         self._owns_client = owns_client
 
@@ -105,6 +107,7 @@ class RedisBackend(RedisInspection):
     async def aclose(self) -> None:
         """Close the dedicated connections, and the client if this backend made it."""
         await self._close_readers()
+        await self._close_waiters()
         if self._owns_client:
             await self.client.aclose()
 

@@ -2,14 +2,20 @@
 --
 -- KEYS[1]   the delayed-task ZSET
 -- KEYS[2]   the stream
--- KEYS[3..] the unique locks of the moves that have one
--- ARGV      five values per move, in move order:
---           member, message, lock (index into KEYS, 0 = no lock), token, ttl (ms)
+-- KEYS[3]   the delayed id index (task id -> member)
+-- KEYS[4]   the entry index (task id -> stream id)
+-- KEYS[5..] the unique locks of the moves that have one
+-- ARGV      six values per move, in move order:
+--           member, message, lock (index into KEYS, 0 = no lock), token, ttl (ms),
+--           task id ('' = none)
 --
 -- For each move: skip it if the member is no longer in the ZSET (another pass
 -- moved it); skip it if it has a lock that is held (the member stays and is
 -- tried again on a later pass); otherwise take the lock, XADD the message as
--- the entry's `payload` field and ZREM the member.
+-- the entry's `payload` field and ZREM the member. A member the delayed id index
+-- holds (added by taskrunner, with its task id) leaves that index for the entry
+-- index, which maps its task id to the new stream id; a member added without it
+-- (by the Go library) is in neither.
 --
 -- A failing command stops a script without undoing what it already did, so
 -- the XADD comes first and is guarded: if it fails (a wrong type, OOM) the
@@ -18,7 +24,7 @@
 -- are complete. ZREM of a member ZSCORE just found cannot fail.
 -- Returns how many members were moved.
 local moved = 0
-for i = 1, #ARGV, 5 do
+for i = 1, #ARGV, 6 do
     local member = ARGV[i]
     if redis.call('ZSCORE', KEYS[1], member) then
         local lock = tonumber(ARGV[i + 2])
@@ -31,6 +37,10 @@ for i = 1, #ARGV, 5 do
                 return redis.error_reply(added.err)
             end
             redis.call('ZREM', KEYS[1], member)
+            local task_id = ARGV[i + 5]
+            if task_id ~= '' and redis.call('HDEL', KEYS[3], task_id) == 1 then
+                redis.call('HSET', KEYS[4], task_id, added)
+            end
             moved = moved + 1
         end
     end

@@ -1,0 +1,165 @@
+"""How the end of a run is acknowledged: plainly, with its result, or as cancelled.
+
+Theory of operation. The worker (:mod:`taskrunner._serve.worker`) decides a
+run's outcome; this part turns it into the ack the acker sends: the entry,
+its unique lock (released after the ack) and, when there is something to
+record, an :class:`~taskrunner.backends.Outcome` built by
+:mod:`taskrunner._outcomes` (the result document of a task that keeps
+results, the end of an entry-index mapping, the end of a stop request). A
+task that keeps no results, did not come from the delayed set and was not
+cancelled is acknowledged with its entry and lock alone, as it always was.
+
+Cancelled runs: a run stopped by ``TaskRunner.cancel`` is acknowledged as
+cancelled, never retried, and recorded as such when it keeps results; so is a
+redelivered entry found asked to stop before it runs again (its runner died
+while it ran), which :meth:`Finishing.cancelled_meanwhile` checks with one
+backend call (redeliveries only).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from taskrunner._config import ConfigHolder
+from taskrunner._outcomes import (
+    cancelled_document,
+    entry_time,
+    failure_document,
+    keep_of,
+    outcome,
+    success_document,
+)
+from taskrunner._serve.acker import Acker
+from taskrunner._task import Task
+from taskrunner._wire import TaskMessage, unique_lock
+from taskrunner.backends import Backend, QueueEntry
+from taskrunner.errors import BackendError, TaskRunnerError
+
+__all__ = ["Finishing", "lock_of"]
+
+log = logging.getLogger(__name__)
+
+
+def lock_of(message: TaskMessage) -> tuple[str, str] | None:
+    """The unique lock ``(key, token)`` a message holds, if any."""
+    if message.unique and message.unique_lock_value:
+        return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
+    return None
+
+
+class Finishing:
+    """Acknowledges the runs of one runner (see the module docstring).
+
+    Args:
+        config: The runner's configuration (the group).
+        backend: Its clock (a result's times) and its stop requests.
+        acker: Where acks go.
+    """
+
+    def __init__(self, config: ConfigHolder, backend: Backend, acker: Acker) -> None:
+        self._config = config
+        self._backend = backend
+        self._acker = acker
+        self.cancelled_count = 0
+
+    def now(self) -> float:
+        """The backend's clock: a result's times."""
+        return self._backend.now()
+
+    def succeeded(
+        self,
+        entry: QueueEntry,
+        task: Task,
+        message: TaskMessage,
+        keep: float | None,
+        started_at: float,
+        value: Any,
+        *,
+        stop_requested: bool,
+    ) -> None:
+        """Acknowledge a run whose action returned ``value`` (with its result).
+
+        Raises:
+            InvalidTaskResult: the task keeps results and ``value`` cannot be
+                kept; nothing was acknowledged (the run fails).
+        """
+        document = None
+        if keep is not None:
+            document = success_document(
+                task,
+                value,
+                attempts=entry.delivery_count,
+                enqueued_at=entry_time(entry.id),
+                started_at=started_at,
+                finished_at=self._backend.now(),
+            )
+        done = outcome(entry.id, message, keep, document, cancelled=stop_requested)
+        self._acker.ack(entry.id, lock_of(message), done)
+
+    def cancelled(
+        self,
+        entry: QueueEntry,
+        task: Task,
+        message: TaskMessage,
+        keep: float | None,
+        started_at: float | None,
+    ) -> None:
+        """Acknowledge a run stopped by ``TaskRunner.cancel`` (or dropped before it ran)."""
+        self.cancelled_count += 1
+        log.info("task %s (message %s) cancelled", task.name, entry.id)
+        document = None
+        if keep is not None:
+            document = cancelled_document(
+                task.name,
+                attempts=entry.delivery_count,
+                enqueued_at=entry_time(entry.id),
+                started_at=started_at,
+                finished_at=self._backend.now(),
+            )
+        done = outcome(entry.id, message, keep, document, cancelled=True)
+        self._acker.ack(entry.id, lock_of(message), done)
+
+    def failed(
+        self,
+        entry_id: str,
+        delivery_count: int,
+        message: TaskMessage | None,
+        task: Task | None,
+        error: TaskRunnerError,
+        started_at: float | None,
+    ) -> None:
+        """Acknowledge an entry the failure path handled (with its failure, when its
+        task keeps results)."""
+        if message is None:
+            self._acker.ack(entry_id, None)
+            return
+        keep = keep_of(task, message)
+        document = None
+        if keep is not None:
+            document = failure_document(
+                message.task_name,
+                error,
+                attempts=delivery_count,
+                enqueued_at=entry_time(entry_id),
+                started_at=started_at,
+                finished_at=self._backend.now(),
+            )
+        self._acker.ack(entry_id, lock_of(message), outcome(entry_id, message, keep, document))
+
+    async def cancelled_meanwhile(
+        self, entry: QueueEntry, task: Task, message: TaskMessage
+    ) -> bool:
+        """Whether a redelivered entry was asked to stop (if so it is acknowledged
+        as cancelled, not run again). A failed look counts as not asked."""
+        try:
+            stopped = await self._backend.cancel_requested(
+                self._config.current.consumer_group, [entry.id]
+            )
+        except BackendError as exc:
+            log.warning("could not check message %s for a cancel (%s); running it", entry.id, exc)
+            return False
+        if not stopped:
+            return False
+        self.cancelled(entry, task, message, keep_of(task, message), None)
+        return True
