@@ -11,14 +11,20 @@ import pytest
 import trio.testing
 
 from taskrunner import _keys
+from taskrunner._wire import TaskState
 from taskrunner.backends import (
+    Cancellation,
     DeadLetter,
     DelayedMove,
     Heartbeat,
     KeyCounts,
     KeyInfo,
     Lease,
+    Outcome,
     QueueEntry,
+    Replay,
+    Replayed,
+    TaskSnapshot,
     TimingIncrement,
 )
 from taskrunner.backends._memory_stream import _id_key
@@ -654,6 +660,162 @@ def _refused_move_moves(b: MemoryBackend) -> None:
     _wrap(b, "move_delayed", make)
 
 
+def _finish_never_expires(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def finish(group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+            kept = [attrs.evolve(o, keep=3600.0) if o.document else o for o in outcomes]
+            return int(await orig(group, ids, kept))
+
+        return finish
+
+    _wrap(b, "finish", make)
+
+
+def _finish_does_not_ack(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def finish(group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+            return int(await orig(group, [], outcomes))
+
+        return finish
+
+    _wrap(b, "finish", make)
+
+
+def _finish_keeps_stop_request(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def finish(group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+            kept = [attrs.evolve(o, cancelled=False) for o in outcomes]
+            return int(await orig(group, ids, kept))
+
+        return finish
+
+    _wrap(b, "finish", make)
+
+
+def _wait_does_not_block(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def wait_result(group: str, task_id: str, block: float) -> Any:
+            return await orig(group, task_id, 0.0)
+
+        return wait_result
+
+    _wrap(b, "wait_result", make)
+
+
+def _result_wakes_one_waiter(b: MemoryBackend) -> None:
+    """The notice as a plain list popped by each waiter: the first takes it, the
+    others sleep on."""
+
+    def keep(group: str, task_id: str, document: bytes, keep: float, notify: float) -> None:
+        key = _keys.result(group, task_id)
+        b._results[key] = (document, trio.current_time() + keep)
+        lot = b._result_lots.get(key)
+        if lot is not None:
+            lot.unpark()
+
+    b._keep = keep  # type: ignore[method-assign]
+
+
+def _lookup_acked_is_queued(b: MemoryBackend) -> None:
+    """An acknowledged entry kept in the stream read as queued (no cursor check)."""
+
+    def make(orig: Any) -> Any:
+        async def lookup(group: str, task_id: str) -> TaskSnapshot | None:
+            found = await orig(group, task_id)
+            if found is None and b._stream(group).seq_of.get(task_id) is not None:
+                seq = b._stream(group).seq_of[task_id]
+                return TaskSnapshot(
+                    task_id=task_id, entry_id=task_id, payload=b._stream(group).entries[seq][1]
+                )
+            if found is None:
+                return TaskSnapshot(task_id=task_id, entry_id=task_id) if "-" in task_id else None
+            return found
+
+        return lookup
+
+    _wrap(b, "lookup", make)
+
+
+def _move_forgets_task_id(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            return int(await orig(group, [attrs.evolve(m, task_id=None) for m in moves]))
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
+def _cancel_keeps_queued_entry(b: MemoryBackend) -> None:
+    """Reports a queued task cancelled without deleting its entry."""
+
+    def make(orig: Any) -> Any:
+        async def cancel(group: str, task_id: str) -> Cancellation:
+            found = await b.lookup(group, task_id)
+            if found is not None and found.entry_id is not None and not found.pending:
+                return Cancellation(state=TaskState.QUEUED, raw=found.payload)
+            return await orig(group, task_id)  # type: ignore[no-any-return]
+
+        return cancel
+
+    _wrap(b, "cancel", make)
+
+
+def _cancel_keeps_lock(b: MemoryBackend) -> None:
+    b._delete_if = lambda key, value: False  # type: ignore[method-assign]
+
+
+def _every_run_asked_to_stop(b: MemoryBackend) -> None:
+    async def cancel_requested(group: str, entry_ids: Sequence[str]) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return list(entry_ids)
+
+    b.cancel_requested = cancel_requested  # type: ignore[method-assign]
+
+
+def _replay_keeps_dead_letter(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def replay_dead_letters(group: str, replays: Sequence[Replay]) -> list[Replayed]:
+            dead = list(b._stream(group).dead)
+            done: list[Replayed] = await orig(group, replays)
+            b._stream(group).dead[:] = dead  # the dead letters come back
+            return done
+
+        return replay_dead_letters
+
+    _wrap(b, "replay_dead_letters", make)
+
+
+def _replay_ignores_lock(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def replay_dead_letters(group: str, replays: Sequence[Replay]) -> list[Replayed]:
+            return list(await orig(group, [attrs.evolve(r, lock_key=None) for r in replays]))
+
+        return replay_dead_letters
+
+    _wrap(b, "replay_dead_letters", make)
+
+
+def _purge_ignores_ids(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def purge_dead_letters(group: str, ids: Sequence[str] | None = None) -> int:
+            return int(await orig(group, None))
+
+        return purge_dead_letters
+
+    _wrap(b, "purge_dead_letters", make)
+
+
+def _dead_letters_ignore_after(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def dead_letters(group: str, count: int = 100, *, after: str | None = None) -> Any:
+            return await orig(group, count)
+
+        return dead_letters
+
+    _wrap(b, "dead_letters", make)
+
+
 MUTANTS: dict[str, tuple[str, Mutant]] = {
     "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
     "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
@@ -712,6 +874,29 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
         _dead_letter_accepts_surrogates,
     ),
     "refused_move_moves": ("check_unencodable_text_is_refused", _refused_move_moves),
+    "finish_never_expires": ("check_finish_keeps_results", _finish_never_expires),
+    "finish_does_not_ack": ("check_finish_keeps_results", _finish_does_not_ack),
+    "wait_does_not_block": ("check_wait_result_wakes_every_waiter", _wait_does_not_block),
+    "result_wakes_one_waiter": ("check_wait_result_wakes_every_waiter", _result_wakes_one_waiter),
+    "lookup_acked_is_queued": ("check_lookup_follows_an_entry", _lookup_acked_is_queued),
+    "move_forgets_task_id": ("check_delayed_tasks_keep_their_id", _move_forgets_task_id),
+    "cancel_keeps_queued_entry": (
+        "check_cancel_removes_queued_and_scheduled_tasks",
+        _cancel_keeps_queued_entry,
+    ),
+    "cancel_keeps_lock": ("check_cancel_removes_queued_and_scheduled_tasks", _cancel_keeps_lock),
+    "every_run_asked_to_stop": (
+        "check_cancel_asks_a_running_task_to_stop",
+        _every_run_asked_to_stop,
+    ),
+    "finish_keeps_stop_request": (
+        "check_cancel_asks_a_running_task_to_stop",
+        _finish_keeps_stop_request,
+    ),
+    "replay_keeps_dead_letter": ("check_replay_dead_letters", _replay_keeps_dead_letter),
+    "replay_ignores_lock": ("check_replay_dead_letters", _replay_ignores_lock),
+    "purge_ignores_ids": ("check_purge_and_page_dead_letters", _purge_ignores_ids),
+    "dead_letters_ignore_after": ("check_purge_and_page_dead_letters", _dead_letters_ignore_after),
 }
 _CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
 

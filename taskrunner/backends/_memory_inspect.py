@@ -28,6 +28,7 @@ from taskrunner.backends._inspection import (
     keys_to_flush,
     kind_of,
 )
+from taskrunner.backends._memory_state import seconds_left
 from taskrunner.backends._memory_tracking import MemoryTracking
 
 
@@ -105,20 +106,19 @@ class MemoryInspection(MemoryTracking):
                 found.append(
                     KeyInfo(name=name, kind=kind, type="string", size=size, ttl=self.ttl(name))
                 )
-        now = trio.current_time()
         for name in self.result_keys(group):
             document, expires = self._results[name]
             found.append(
                 KeyInfo(
                     name=name, kind=KeyKind.RESULT, type="string", size=len(document),
-                    ttl=expires - now,
+                    ttl=seconds_left(expires),
                 )
             )  # fmt: skip
         for name in self.notify_keys(group):
             found.append(
                 KeyInfo(
                     name=name, kind=KeyKind.RESULT_NOTICE, type="list", size=1,
-                    ttl=self._notices[name][1] - now,
+                    ttl=seconds_left(self._notices[name][1]),
                 )
             )  # fmt: skip
         return sorted(found, key=lambda key: key.order)

@@ -17,6 +17,7 @@ backend meets the error it would meet on Redis.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import trio
@@ -25,6 +26,17 @@ from taskrunner import _keys, _wire
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._protocols import DelayedMove
 from taskrunner.errors import InvalidCommandArgument
+
+
+def seconds_left(expires_at: float) -> float:
+    """Seconds until ``expires_at`` on trio's clock, rounded down to the microsecond.
+
+    ``(now + ttl) - now`` is not always ``ttl`` in floating point (30 s set at
+    7.5 s reads back as 30.000000000000004): rounding down keeps a key from ever
+    reporting more time left than it was given, as Redis's whole-millisecond
+    ``PTTL`` never does.
+    """
+    return math.floor((expires_at - trio.current_time()) * 1e6) / 1e6
 
 
 def check_text(method: str, argument: str, *values: str) -> None:
@@ -93,7 +105,7 @@ class MemoryState:
         """Seconds left on a live key, or ``None``."""
         if self._get(key) is None:
             return None
-        return self._strings[key][1] - trio.current_time()
+        return seconds_left(self._strings[key][1])
 
     # Leases ---------------------------------------------------------------
     async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
@@ -200,7 +212,7 @@ class MemoryState:
         holder = self._get(key)
         if holder is None:
             return None
-        return holder, self._strings[key][1] - trio.current_time()
+        return holder, seconds_left(self._strings[key][1])
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:
         await trio.lowlevel.checkpoint()

@@ -125,6 +125,16 @@ from taskrunner.testing._stream_checks import (  # noqa: F401 - importing regist
     check_read_respects_count,
     check_read_returns_entries_in_order,
 )
+from taskrunner.testing._tracking_checks import (  # noqa: F401 - importing registers the checks
+    check_cancel_asks_a_running_task_to_stop,
+    check_cancel_removes_queued_and_scheduled_tasks,
+    check_delayed_tasks_keep_their_id,
+    check_finish_keeps_results,
+    check_lookup_follows_an_entry,
+    check_purge_and_page_dead_letters,
+    check_replay_dead_letters,
+    check_wait_result_wakes_every_waiter,
+)
 
 if TYPE_CHECKING:
     import pytest
@@ -144,7 +154,13 @@ __all__ = [
 ]
 
 
-_MODULE_ORDER = ("_stream_checks", "_reclaim_checks", "_state_checks", "_inspection_checks")
+_MODULE_ORDER = (
+    "_stream_checks",
+    "_reclaim_checks",
+    "_state_checks",
+    "_tracking_checks",
+    "_inspection_checks",
+)
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     sorted(
         _registry,
@@ -152,7 +168,7 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
                            _registry.index(check)),
     )
 )  # fmt: skip
-"""Every check, in a stable order (stream first, then shared state, then inspection)."""
+"""Every check, in a stable order (stream first, then shared state, tracking, inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
 )
