@@ -19,6 +19,7 @@ backend call (redeliveries only).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from taskrunner._config import ConfigHolder
@@ -32,8 +33,8 @@ from taskrunner._outcomes import (
 )
 from taskrunner._serve.acker import Acker
 from taskrunner._task import Task
-from taskrunner._wire import TaskMessage, unique_lock
-from taskrunner.backends import Backend, QueueEntry
+from taskrunner._wire import TaskMessage, decode_message, unique_lock
+from taskrunner.backends import Backend, Outcome, QueueEntry
 from taskrunner.errors import BackendError, TaskRunnerError
 
 __all__ = ["Finishing", "lock_of"]
@@ -100,18 +101,24 @@ class Finishing:
     def cancelled(
         self,
         entry: QueueEntry,
-        task: Task,
-        message: TaskMessage,
+        message: TaskMessage | None,
         keep: float | None,
         started_at: float | None,
     ) -> None:
-        """Acknowledge a run stopped by ``TaskRunner.cancel`` (or dropped before it ran)."""
+        """Acknowledge a run stopped by ``TaskRunner.cancel`` (or dropped before it ran);
+        an entry that does not decode is acknowledged alone."""
         self.cancelled_count += 1
-        log.info("task %s (message %s) cancelled", task.name, entry.id)
+        if message is None:
+            log.info("message %s cancelled", entry.id)
+            self._acker.ack(
+                entry.id, None, Outcome(entry_id=entry.id, task_id=entry.id, cancelled=True)
+            )
+            return
+        log.info("task %s (message %s) cancelled", message.task_name, entry.id)
         document = None
         if keep is not None:
             document = cancelled_document(
-                task.name,
+                message.task_name,
                 attempts=entry.delivery_count,
                 enqueued_at=entry_time(entry.id),
                 started_at=started_at,
@@ -147,11 +154,15 @@ class Finishing:
             )
         self._acker.ack(entry_id, lock_of(message), outcome(entry_id, message, keep, document))
 
-    async def cancelled_meanwhile(
-        self, entry: QueueEntry, task: Task, message: TaskMessage
-    ) -> bool:
+    async def cancelled_meanwhile(self, entry: QueueEntry, tasks: Mapping[str, Task]) -> bool:
         """Whether a redelivered entry was asked to stop (if so it is acknowledged
-        as cancelled, not run again). A failed look counts as not asked."""
+        as cancelled, not run again). A failed look counts as not asked.
+
+        Asked before the delivery limit is applied: an entry cancelled while its
+        worker died is acknowledged as cancelled rather than failed. Its message is
+        decoded (not its payload, and nothing runs) to release its lock and record
+        it; one that does not decode is acknowledged alone.
+        """
         try:
             stopped = await self._backend.cancel_requested(
                 self._config.current.consumer_group, [entry.id]
@@ -161,5 +172,10 @@ class Finishing:
             return False
         if not stopped:
             return False
-        self.cancelled(entry, task, message, keep_of(task, message), None)
+        try:
+            message: TaskMessage | None = decode_message(entry.payload)
+        except Exception:  # whatever the decoder raised: it is acknowledged alone
+            message = None
+        keep = keep_of(tasks.get(message.task_name), message) if message is not None else None
+        self.cancelled(entry, message, keep, None)
         return True

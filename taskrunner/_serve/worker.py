@@ -24,8 +24,8 @@ exactly as docs/behaviour:
 - cancelled by ``TaskRunner.cancel`` (the canceller cancelled the run's own
   scope, see :mod:`taskrunner._serve.canceller`), or failed while being
   stopped: acked as cancelled, never retried, its lock released. A
-  redelivered entry is checked for such a stop request before it runs (it may
-  have been cancelled while its worker was dead).
+  redelivered entry is checked for such a stop request first, before its
+  delivery limit (it may have been cancelled while its worker was dead).
 
 How each outcome is acknowledged (with the result of a task that keeps
 results: the return value, the error of a final failure, or that it was
@@ -176,7 +176,10 @@ class Worker:
             self._pool.release()
 
     async def _execute(self, entry: QueueEntry, consumer: str) -> None:
-        if entry.delivery_count > 1 and await self._over_limit(entry, consumer):
+        if entry.delivery_count > 1 and (
+            await self.finishing.cancelled_meanwhile(entry, self._tasks)
+            or await self._over_limit(entry, consumer)
+        ):
             return
         try:
             message = decode_message(entry.payload)
@@ -188,10 +191,6 @@ class Worker:
             if await self._belongs_to_another_group(entry, message):
                 return
             await self._fail(_delivery(entry, consumer, message), TaskNotFound(message.task_name))
-            return
-        if entry.delivery_count > 1 and await self.finishing.cancelled_meanwhile(
-            entry, task, message
-        ):
             return
         if entry.delivery_count > task.attempts:
             # The last allowed attempt never finished (its worker died): give up.
@@ -217,7 +216,7 @@ class Worker:
                 succeeded = True
         except Exception as exc:
             if self._inflight.remove(entry.id):  # failed while being stopped: cancelled
-                self.finishing.cancelled(entry, task, message, keep, begun)
+                self.finishing.cancelled(entry, message, keep, begun)
             else:
                 await self._attempt_failed(task, _delivery(entry, consumer, message), exc)
             return
@@ -228,7 +227,7 @@ class Worker:
             if self.observers:
                 self._notify(task.name, elapsed, succeeded)
         if run.cancelled_caught:  # only TaskRunner.cancel cancels this scope
-            self.finishing.cancelled(entry, task, message, keep, begun)
+            self.finishing.cancelled(entry, message, keep, begun)
             return
         try:
             self.finishing.succeeded(
