@@ -16,12 +16,19 @@ import sniffio
 import trio
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner.backends import Backend, Inspection, MessageQueue, SharedState, Tracking
+from taskrunner.backends import (
+    Backend,
+    Inspection,
+    MessageQueue,
+    SharedState,
+    TaskCatalog,
+    Tracking,
+)
 from taskrunner.errors import WrongAsyncLibrary
 
 BACKEND_METHODS = sorted(
     name
-    for protocol in (MessageQueue, SharedState, Tracking, Backend)
+    for protocol in (MessageQueue, SharedState, TaskCatalog, Tracking, Backend)
     for name, value in vars(protocol).items()
     if callable(value) and not name.startswith("_")
 )

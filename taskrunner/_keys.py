@@ -50,6 +50,7 @@ _GROUP_KEY_NAMES = (
     "delayed_ids",
     "entry_ids",
     "cancelled",
+    "catalog",
 )
 _GROUP_KEY_HEADS = ("result:", "notify:")
 """Heads of the per-task keys under ``taskrunner:<group>:`` (a queue may not start so)."""
@@ -69,7 +70,7 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity``, ``delayed_ids``, ``entry_ids`` or
+            ``worker_tuning_capacity``, ``catalog``, ``delayed_ids``, ``entry_ids`` or
             ``cancelled``, or one starting with ``result:`` or ``notify:``).
     """
     if prefix is None:
@@ -104,6 +105,12 @@ def metrics(group: str) -> str:
 def worker_tuning_capacity(group: str) -> str:
     """The published pool capacity: ``taskrunner:<group>:worker_tuning_capacity``."""
     return f"{PREFIX}:{group}:worker_tuning_capacity"
+
+
+def catalog(group: str) -> str:
+    """The task catalog, the tasks the group's serving runners serve:
+    ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
+    return f"{PREFIX}:{group}:catalog"
 
 
 def leader(group: str) -> str:

@@ -66,6 +66,7 @@ from taskrunner._serve import (
     aggregator,
     bulk_writer,
     canceller,
+    catalog,
     cleanup,
     heartbeat,
     leadership,
@@ -595,6 +596,9 @@ class TaskRunner:
             async with trio.open_nursery() as services:
                 await services.start(
                     heartbeat.run, backend, cfg.host, self.instance_id, self._lost_host
+                )
+                await services.start(
+                    catalog.run, backend, group, cfg.host, self.instance_id, self._registry.tasks
                 )
                 await services.start(
                     partial(

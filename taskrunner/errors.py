@@ -22,12 +22,19 @@ class TaskNotFound(TaskRunnerError, LookupError):
 
     Raised by :meth:`TaskRunner.dispatch` (and the delayed variants) before
     anything is queued, and handed to the failure path when a worker reads a
-    message naming a task it does not know.
+    message naming a task it does not know. A producer created with
+    ``strict=True`` (``taskrunner.producer``) raises it, before anything is
+    queued, for a task that no live runner of its group serves on its stream.
+
+    Attributes:
+        task_name: The task.
+        reason: What was looked up where, when not the runner's registry.
     """
 
-    def __init__(self, task_name: str) -> None:
-        super().__init__(f"no task named {task_name!r} is registered")
+    def __init__(self, task_name: str, reason: str | None = None) -> None:
+        super().__init__(reason or f"no task named {task_name!r} is registered")
         self.task_name = task_name
+        self.reason = reason
 
 
 class InvalidTaskPayload(TaskRunnerError, ValueError):
@@ -273,7 +280,8 @@ class WrongAsyncLibrary(TaskRunnerError, RuntimeError):
     methods (``dispatch``, ``serve``, ...) when they are awaited under asyncio
     (``asyncio.run(runner.dispatch(...))``) or another library. From asyncio
     code, dispatch with ``taskrunner.producer.AsyncProducer``; from sync code,
-    with ``taskrunner.producer.Producer``.
+    with ``taskrunner.producer.Producer`` (the docs page "Dispatching from your
+    application", ``docs/dispatching.md``, which the message names).
 
     Attributes:
         method: The method that was awaited (``"TaskRunner.dispatch"``).
@@ -286,7 +294,8 @@ class WrongAsyncLibrary(TaskRunnerError, RuntimeError):
         super().__init__(
             f"{method}() was awaited {under}, but taskrunner runs on trio: await it inside "
             f"trio.run(), or use taskrunner.producer.AsyncProducer from asyncio code "
-            f"(taskrunner.producer.Producer from sync code)"
+            f"(taskrunner.producer.Producer from sync code); see the docs page "
+            f"'Dispatching from your application' (docs/dispatching.md)"
         )
         self.method = method
         self.library = library

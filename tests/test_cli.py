@@ -324,6 +324,7 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
     assert names[f"taskrunner:{GROUP}:delayed_tasks"]["size"] == 1
     assert names[f"taskrunner:{GROUP}:metrics"]["type"] == "hash"
     assert names[f"ring:taskrunner:{GROUP}:metrics:{queue}"]["type"] == "list"
+    assert names[f"taskrunner:{GROUP}:catalog"]["type"] == "hash"
     leader = next(k for k in doc["keys"] if k["category"] == "leader keys")
     assert 0 < leader["ttl"] <= 1.0
     (heartbeat,) = (k for k in doc["keys"] if k["category"] == "replication")
@@ -336,6 +337,7 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "leader keys": ("0-1", 1),
         "tuning keys": ("0-1", 0),
         "metrics hashes": ("0-1", 1),
+        "task catalogs": ("0-1", 1),
         "replication": ("I", 1),
         "unique locks": ("U", 0),  # released when `once` finished
         "metric rings": ("0-1", 1),
@@ -346,7 +348,7 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "results": ("R", 0),
         "result notices": ("<= R", 0),
     }
-    assert doc["total"] == len(doc["keys"]) == 7
+    assert doc["total"] == len(doc["keys"]) == 8
     assert f"taskrunner:{GROUP}:delayed_tasks" in human
     assert "Key count" in human
 

@@ -11,7 +11,7 @@ import pytest
 import trio.testing
 
 from taskrunner import _keys
-from taskrunner._wire import TaskState
+from taskrunner._wire import CatalogDocument, TaskState, decode_catalog, encode_catalog
 from taskrunner.backends import (
     Cancellation,
     DeadLetter,
@@ -27,6 +27,7 @@ from taskrunner.backends import (
     TaskSnapshot,
     TimingIncrement,
 )
+from taskrunner.backends._memory_catalog import _Catalog
 from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
@@ -630,6 +631,62 @@ def _tuning_never_expires(b: MemoryBackend) -> None:
     _wrap(b, "publish_tuning", make)
 
 
+def _catalog_keeps_first(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_catalog(group: str, document: CatalogDocument, ttl: float) -> None:
+            known = {d.host for d in await b.read_catalog(group)}
+            if document.host not in known:
+                await orig(group, document, ttl)
+
+        return publish_catalog
+
+    _wrap(b, "publish_catalog", make)
+
+
+def _catalog_remove_clears_all(b: MemoryBackend) -> None:
+    async def remove_catalog(group: str, host: str) -> None:
+        await trio.lowlevel.checkpoint()
+        b._catalogs.pop(group, None)
+
+    b.remove_catalog = remove_catalog  # type: ignore[method-assign]
+
+
+def _catalog_ignores_expires(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read_catalog(group: str) -> list[CatalogDocument]:
+            catalog = b._catalog(group)
+            await orig(group)
+            if catalog is None:
+                return []
+            return [decode_catalog(catalog.documents[h]) for h in sorted(catalog.documents)]
+
+        return read_catalog
+
+    _wrap(b, "read_catalog", make)
+
+
+def _catalog_ttl_cuts_short(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_catalog(group: str, document: CatalogDocument, ttl: float) -> None:
+            await orig(group, document, ttl)
+            b._catalogs[group].until = trio.current_time() + ttl
+
+        return publish_catalog
+
+    _wrap(b, "publish_catalog", make)
+
+
+def _catalog_never_cleaned(b: MemoryBackend) -> None:
+    async def publish_catalog(group: str, document: CatalogDocument, ttl: float) -> None:
+        await trio.lowlevel.checkpoint()
+        now = trio.current_time()
+        catalog = b._catalog(group) or b._catalogs.setdefault(group, _Catalog({}, now))
+        catalog.documents[document.host] = encode_catalog(document)
+        catalog.until = max(catalog.until, now + ttl)
+
+    b.publish_catalog = publish_catalog  # type: ignore[method-assign]
+
+
 def _release_accepts_surrogates(b: MemoryBackend) -> None:
     async def release_lock(key: str, token: str) -> bool:  # the old check-free release
         await trio.lowlevel.checkpoint()
@@ -852,6 +909,11 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "holder_left_is_ttl": ("check_heartbeat_holder", _holder_left_is_ttl),
     "release_any_lock": ("check_locks", _release_any_lock),
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
+    "catalog_keeps_first": ("check_catalog", _catalog_keeps_first),
+    "catalog_remove_clears_all": ("check_catalog", _catalog_remove_clears_all),
+    "catalog_ignores_expires": ("check_catalog_expiry", _catalog_ignores_expires),
+    "catalog_ttl_cuts_short": ("check_catalog_expiry", _catalog_ttl_cuts_short),
+    "catalog_never_cleaned": ("check_catalog_expiry", _catalog_never_cleaned),
     "flush_clears_every_string": ("check_flush", _flush_clears_every_string),
     "flush_ignores_replication": ("check_flush", _flush_ignores_replication),
     "flush_reports_kept_keys": ("check_flush", _flush_reports_kept_keys),

@@ -16,6 +16,7 @@ BUILD_TIMEOUT = 120
 KEY_PAGES = [
     "index.html",
     "getting-started/index.html",
+    "dispatching/index.html",
     "concepts/index.html",
     "backends/index.html",
     "testing-your-tasks/index.html",
@@ -34,6 +35,7 @@ KEY_PAGES = [
     "reference/memory/index.html",
     "reference/redis/index.html",
     "reference/admin/index.html",
+    "reference/producer/index.html",
     "reference/testing/index.html",
     "reference/prometheus/index.html",
 ]
@@ -55,6 +57,12 @@ REFERENCED = {
     "reference/memory/index.html": ["taskrunner.backends.memory.MemoryBackend"],
     "reference/redis/index.html": ["taskrunner.backends.redis.RedisBackend.from_client"],
     "reference/admin/index.html": ["taskrunner.admin.flush"],
+    "reference/producer/index.html": [
+        "taskrunner.producer.Producer.dispatch",
+        "taskrunner.producer.Producer.from_url",
+        "taskrunner.producer.AsyncProducer.dispatch",
+        "taskrunner.producer.ProducerHandle",
+    ],
     "reference/testing/index.html": ["taskrunner.testing.contract_parametrize"],
     "reference/prometheus/index.html": ["taskrunner.prometheus.RunnerCollector"],
 }
@@ -109,6 +117,12 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:leader:<base32(sha1(<group>))>`",
         "`taskrunner:<group>:worker_tuning_capacity`",
         "`taskrunner:<group>:metrics`",
+        "`taskrunner:<group>:catalog`",
+        "`taskrunner:<group>:delayed_ids`",
+        "`taskrunner:<group>:entry_ids`",
+        "`taskrunner:<group>:cancelled`",
+        "`taskrunner:<group>:result:<task id>`",
+        "`taskrunner:<group>:notify:<task id>`",
         "`taskrunner:replication:<host>`",
         "`taskrunner:unique:<task>:<key>`",
     ]:

@@ -16,7 +16,40 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NEEDS_REDIS = ["bring_your_client.py", "redis_connection.py", "two_processes.py"]
+PRODUCER_EXAMPLES: dict[str, list[str]] = {
+    "producer_script.py": [
+        "worker: resized cat.png to 100 px",
+        "worker: resized 1.png to 50 px",
+        "worker: resized 2.png to 50 px",
+        "refused: taskrunner:unique:sync_account:acct-1 is held",
+        "refused: no live runner of group 'shop' serves task 'resise' on stream "
+        "'taskrunner:shop:tasks'",
+        "worker: synced account acct-1",
+        "worker: synced account acct-2",
+        "worker: reminded user 7",
+        "worker: reminded user 8",
+    ],
+    "producer_threads.py": [
+        "8 threads answered 80 requests, 80 distinct task ids",
+        "worker: sent 80 receipts",
+    ],
+    "fastapi_app.py": [
+        "HTTP 200: cat.png queued",
+        "HTTP 200: dog.png queued",
+        "HTTP 200: owl.png queued",
+        "worker: made cat.png at 128 px",
+        "worker: made dog.png at 128 px",
+        "worker: made owl.png at 128 px",
+    ],
+}
+"""The producers' examples (a trio runner on the test server runs what they send), and
+what each must print."""
+NEEDS_REDIS = [
+    "bring_your_client.py",
+    "redis_connection.py",
+    "two_processes.py",
+    *PRODUCER_EXAMPLES,
+]
 """Scripts that talk to a Redis server at ``$REDIS_URL``: run against the test server."""
 SCRIPTS = sorted(
     p.name
@@ -96,7 +129,8 @@ EXPECTED: dict[str, list[str]] = {
         "groups on the store: ['billing']",
         "instance on worker-1, heartbeat 15 s left",
         "leader lease: held, 5.0 s left",
-        "keys of billing: 5 (stream 1, delayed_tasks 1, delayed_index 1, leader 1, heartbeat 1)",
+        "keys of billing: 6 (stream 1, delayed_tasks 1, delayed_index 1, leader 1, catalog 1, "
+        "heartbeat 1)",
     ],
     "go_interop.py": [
         "our message: unique_key 'echo:C-3', lock taskrunner:unique:echo:C-3 held: True",
@@ -262,6 +296,23 @@ def test_redis_examples_run(redis_url: str) -> None:
             stderr = worker.stderr.read()
     assert lines.get(timeout=1) == "worker: stopped after 5 task(s)\n", stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCER_EXAMPLES))
+def test_producer_examples_run(name: str, redis_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+        env={**os.environ, "REDIS_URL": redis_url},
+    )
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.splitlines()
+    missing = [line for line in PRODUCER_EXAMPLES[name] if line not in printed]
+    assert not missing, result.stdout
+    assert "Traceback" not in result.stderr
 
 
 DOCS = ["README.md", *sorted(str(p.relative_to(EXAMPLES.parent)) for p in DOCS_DIR.glob("*.md"))]

@@ -66,6 +66,8 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.backends": {
         "Backend",
         "Cancellation",
+        "CatalogDocument",
+        "CatalogTask",
         "ConsumerInfo",
         "DeadLetter",
         "DelayedMove",
@@ -84,6 +86,7 @@ PUBLIC: dict[str, set[str]] = {
         "Replayed",
         "SharedState",
         "StreamKeys",
+        "TaskCatalog",
         "TaskSnapshot",
         "TimingFields",
         "TimingIncrement",
@@ -91,6 +94,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "taskrunner.backends.memory": {
         "MemoryBackend",
+        "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
         "MemoryStream",
@@ -110,7 +114,22 @@ PUBLIC: dict[str, set[str]] = {
         "running_server",
         "sync_command",
     },
-    "taskrunner.admin": {"KeyInfo", "documented_keys", "flush", "list_keys"},
+    "taskrunner.admin": {
+        "DeadLetterInfo",
+        "KeyInfo",
+        "ReplayResult",
+        "cancel",
+        "dead_letter",
+        "dead_letters",
+        "documented_keys",
+        "flush",
+        "get_task",
+        "list_keys",
+        "purge_dead_letters",
+        "replay_all_dead_letters",
+        "replay_dead_letters",
+    },
+    "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
 }
@@ -158,7 +177,13 @@ def test_the_version_comes_from_the_metadata() -> None:
     assert taskrunner.__version__ == version("trio-taskrunner")
 
 
-PACKAGES = ["taskrunner", "taskrunner.backends", "taskrunner.backends.redis", "taskrunner.testing"]
+PACKAGES = [
+    "taskrunner",
+    "taskrunner.backends",
+    "taskrunner.backends.redis",
+    "taskrunner.producer",
+    "taskrunner.testing",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -31,6 +31,8 @@ from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.groups import UnknownGroup, require_group
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
 # Configuration ------------------------------------------------------------------------
 
 WRONG_TYPES: dict[str, tuple[Any, str]] = {
@@ -360,10 +362,14 @@ def test_a_method_awaited_under_asyncio_says_taskrunner_runs_on_trio(
     assert str(info.value) == (
         f"TaskRunner.{method}() was awaited under asyncio, but taskrunner runs on trio: "
         "await it inside trio.run(), or use taskrunner.producer.AsyncProducer from asyncio "
-        "code (taskrunner.producer.Producer from sync code)"
+        "code (taskrunner.producer.Producer from sync code); see the docs page "
+        "'Dispatching from your application' (docs/dispatching.md)"
     )
     assert (info.value.method, info.value.library) == (f"TaskRunner.{method}", "asyncio")
     assert isinstance(info.value, RuntimeError)
+    assert (
+        (DOCS / "dispatching.md").read_text().startswith("# Dispatching from your application\n")
+    ), "the page the message names exists"
     assert not runner.statistics().serving
     assert trio.run(backend.length, runner.config.consumer_group) == 0  # nothing was queued
 

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from taskrunner._guards import BACKEND_METHODS
-from taskrunner._wire import TimingIncrement, task_fields
+from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
 from taskrunner.backends import Backend, DelayedMove, Outcome, Replay
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
@@ -50,6 +50,9 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "release_lock": ("k", "t"),
     "publish_tuning": ("g", 4, 20.0),
     "read_tuning": ("g",),
+    "publish_catalog": ("g", CatalogDocument(host="h", instance="me", expires=30.0), 30.0),
+    "remove_catalog": ("g", "h"),
+    "read_catalog": ("g",),
     "finish": ("g", ["1-1"], [Outcome(entry_id="1-1", task_id="1-1", cancelled=True)]),
     "wait_result": ("g", "1-1", 0.0),
     "lookup": ("g", "1-1"),

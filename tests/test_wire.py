@@ -520,3 +520,26 @@ def test_the_docs_show_the_documents(page: str, documents: list[bytes]) -> None:
 def test_the_docs_show_the_metrics_hash_after_a_flush(page: str) -> None:
     block = "\n".join(f"{name.decode():<50}{value.decode()}" for name, value in FLUSHED.items())
     assert block in (DOCS / page).read_text()
+
+
+# The result document (ours) -----------------------------------------------------------
+
+RESULT_DOCUMENT = (
+    b'{"state":"succeeded","task":"resize","value":{"w":100,"h":80},"attempts":1,'
+    b'"enqueued_at":1796108038.123,"started_at":1796108038.125,"finished_at":1796108038.331}'
+)
+"""A kept result, as the key-layout page shows it."""
+
+
+def test_the_result_document_is_what_the_key_layout_page_shows() -> None:
+    doc = _wire.succeeded(
+        "resize",
+        {"w": 100, "h": 80},
+        attempts=1,
+        enqueued_at=1796108038.123,
+        started_at=1796108038.125,
+        finished_at=1796108038.331,
+    )
+    assert _wire.encode_result(doc) == RESULT_DOCUMENT
+    assert _wire.decode_result(RESULT_DOCUMENT) == doc
+    assert RESULT_DOCUMENT.decode() in (DOCS / "redis-key-layout.md").read_text()

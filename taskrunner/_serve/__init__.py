@@ -8,6 +8,7 @@ service is ready; ``serve`` starts them with ``await nursery.start(...)`` in
 dependency order:
 
 - ``heartbeat``: the replication key, and one live instance per host;
+- ``catalog``: the tasks this instance serves, published for producers;
 - ``leadership``: the lease keeper, and :meth:`Leadership.run_as_leader
   <taskrunner._serve.leadership.Leadership.run_as_leader>` for the
   leader-only jobs (the scheduler's passes, the cleanup);

@@ -74,6 +74,29 @@ name, ``taskrunner:<group>:delayed_tasks_schedule``
 ``delayed_tasks_schedule_sum`` / ``_count`` written by 0.1.0 are read too, and
 added. A reset zeroes every field named here (:func:`reset_fields`).
 
+**The task catalog** (``catalog``: :class:`CatalogDocument`, :class:`CatalogTask`,
+:func:`catalog_tasks`, :func:`encode_catalog`, :func:`decode_catalog`,
+:func:`served`). Ours alone: Go neither writes nor reads it. Each serving
+instance keeps one document in the hash ``taskrunner:<group>:catalog``, under
+its host::
+
+    host       string   the instance's host
+    instance   string   its instance id
+    expires    float    unix seconds: the document counts until then
+    tasks      list     one object per registered task:
+      name                 string  the task
+      stream               string  the stream the instance reads it from
+      reservation_timeout  float   seconds (what its own dispatch writes, in ns)
+      unique               bool
+      unique_for           float   seconds (0 when not unique)
+      keyed                bool    its lock key comes from a unique_key function
+      keep_result          float   seconds; written only for tasks that keep results
+
+A producer that knows a task only by name writes a message from a
+:class:`CatalogTask` (:class:`TaskSettings` is what :func:`new_message` needs of a
+task): Go's zero values for what it does not know, or the entry a live runner
+published (``strict``), which gives the bytes the runner's own dispatch writes.
+
 **Adding to the wire.** Later features will add optional fields to the
 message (an attempt count, trace context, result flags, ``dispatched_at``)
 and maybe to the delayed member. Each goes here, as an attribute with a
@@ -98,18 +121,27 @@ Optional fields in use (a Go worker ignores all of them):
   see above.
 """
 
+from taskrunner._wire.catalog import CatalogDocument as CatalogDocument
+from taskrunner._wire.catalog import CatalogTask as CatalogTask
+from taskrunner._wire.catalog import catalog_tasks as catalog_tasks
+from taskrunner._wire.catalog import decode_catalog as decode_catalog
+from taskrunner._wire.catalog import encode_catalog as encode_catalog
+from taskrunner._wire.catalog import served as served
 from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
 from taskrunner._wire.delayed import new_delayed as new_delayed
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
+from taskrunner._wire.locks import message_unique_key as message_unique_key
 from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from taskrunner._wire.message import TaskMessage as TaskMessage
+from taskrunner._wire.message import TaskSettings as TaskSettings
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
 from taskrunner._wire.message import new_message as new_message
+from taskrunner._wire.message import plain_encoder as plain_encoder
 from taskrunner._wire.message import reservation_ns as reservation_ns
 from taskrunner._wire.message import unique_for_seconds as unique_for_seconds
 from taskrunner._wire.metrics import SCHEDULE_TIMING_NAME as SCHEDULE_TIMING_NAME
@@ -143,26 +175,34 @@ __all__ = [
     "NOTIFY_TTL",
     "SCHEDULE_TIMING_NAME",
     "UNIQUE_LOCK_PREFIX",
+    "CatalogDocument",
+    "CatalogTask",
     "DelayedTask",
     "Removal",
     "ResultDocument",
     "TaskMessage",
+    "TaskSettings",
     "TaskState",
     "TimingFields",
     "TimingIncrement",
     "add_timing",
     "cancelled",
     "cancelled_head",
+    "catalog_tasks",
+    "decode_catalog",
     "decode_delayed",
     "decode_message",
     "decode_result",
+    "encode_catalog",
     "encode_delayed",
     "encode_message",
     "encode_result",
     "failed",
+    "message_unique_key",
     "new_delayed",
     "new_message",
     "notify_ttl",
+    "plain_encoder",
     "read_timing",
     "removal_of",
     "reservation_ns",
@@ -170,6 +210,7 @@ __all__ = [
     "schedule_fields",
     "schedule_timing",
     "schedule_timing_name",
+    "served",
     "succeeded",
     "task_fields",
     "task_names_in",

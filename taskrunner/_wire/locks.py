@@ -25,9 +25,22 @@ def unique_key_for(task: Task, payload: Any) -> str:
     Raises:
         InvalidTaskPayload: the key function raised or returned a non-string.
     """
-    if task.unique_key is None:
-        return task.name
-    return f"{task.name}:{task.lock_key_for(payload) or task.name}"
+    return message_unique_key(
+        task.name, None if task.unique_key is None else task.lock_key_for(payload)
+    )
+
+
+def message_unique_key(task_name: str, key: str | None) -> str:
+    """The message ``unique_key`` of task ``task_name`` whose lock key is ``key`` (pure).
+
+    ``key`` is the lock key a key function gave (``""`` when it returned ``""`` or
+    ``None``, which falls back to the task name as Go's does: ``<task>:<task>``),
+    or ``None`` for a task without a key function (just ``<task>``); see
+    :func:`unique_key_for`.
+    """
+    if key is None:
+        return task_name
+    return f"{task_name}:{key or task_name}"
 
 
 def unique_lock(task_name: str, unique_key: str) -> str:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object, seconds_field
 from taskrunner.errors import InvalidTaskPayload
-
-if TYPE_CHECKING:
-    from taskrunner._task import Task
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """Largest encoded message accepted at dispatch or decoded by a worker."""
@@ -46,6 +44,32 @@ class TaskMessage:
         return self.reservation_timeout / 1e9
 
 
+class TaskSettings(Protocol):
+    """What a message takes from its task: a registered :class:`~taskrunner.Task`, or
+    what a producer knows of a task by name (:class:`~taskrunner._wire.CatalogTask`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def unique(self) -> bool: ...
+
+    @property
+    def unique_for(self) -> float:
+        """The lock's lifetime in seconds (when unique)."""
+        ...
+
+    @property
+    def reservation(self) -> float:
+        """The reservation timeout in seconds; 0 (Go's zero value) when unknown."""
+        ...
+
+    @property
+    def keep_result(self) -> float | None:
+        """Seconds its results are kept for; ``None`` when it keeps none."""
+        ...
+
+
 def reservation_ns(seconds: float) -> int:
     """A reservation timeout as the wire's nanoseconds (Go's ``time.Duration``)."""
     return int(seconds * 1e9)
@@ -57,7 +81,7 @@ def unique_for_seconds(seconds: float) -> int:
 
 
 def new_message(
-    task: Task,
+    task: TaskSettings,
     payload: Any,
     *,
     unique_key: str = "",
@@ -68,7 +92,8 @@ def new_message(
     """The message that runs ``task`` once.
 
     Args:
-        task: The registered task (its reservation timeout resolved).
+        task: The registered task (its reservation timeout resolved), or a
+            producer's settings for a task it knows by name.
         payload: The payload in its wire (JSON-ready) form.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
         token: For a unique task, the lock's token (random at dispatch).
@@ -132,6 +157,44 @@ def encode_message(message: TaskMessage) -> bytes:
             task_name=message.task_name,
         )
     return data
+
+
+_MARK = "\x00taskrunner:payload\x00"
+"""A payload no task name can hold (names have no control characters in practice; if one
+does, :func:`plain_encoder` falls back to :func:`encode_message`)."""
+
+
+def plain_encoder(task: TaskSettings) -> Callable[[Any], bytes]:
+    """``encode_message(new_message(task, payload))`` as a function of ``payload``, for a
+    task that is not unique, made once per task: the message's bytes around the payload
+    are encoded here, once, so each call encodes only the payload. The same bytes and
+    the same refusals as :func:`encode_message` (tests/test_wire.py holds them equal).
+
+    Raises (from the function it returns):
+        InvalidTaskPayload: the payload is not JSON-serialisable, or the message too large.
+    """
+    name = task.name
+    mark = dumps(_MARK).encode()
+    sample = encode_message(new_message(task, _MARK))
+    if task.unique or sample.count(mark) != 1:
+        return lambda payload: encode_message(new_message(task, payload))
+    head, _, tail = sample.partition(mark)
+    frame = len(head) + len(tail)
+
+    def encode(payload: Any) -> bytes:
+        try:
+            body = dumps(payload).encode()
+        except (TypeError, ValueError) as exc:
+            raise InvalidTaskPayload(f"not JSON-serialisable: {exc}", task_name=name) from exc
+        if frame + len(body) > MAX_MESSAGE_BYTES:
+            raise InvalidTaskPayload(
+                f"encoded message is {frame + len(body)} bytes, over the "
+                f"{MAX_MESSAGE_BYTES}-byte limit",
+                task_name=name,
+            )
+        return head + body + tail
+
+    return encode
 
 
 def decode_message(raw: bytes | None) -> TaskMessage:

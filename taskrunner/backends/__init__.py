@@ -1,6 +1,7 @@
 """Backend interfaces and value types.
 
-- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Tracking`):
+- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`TaskCatalog` +
+  :class:`Tracking`):
   what a runner serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
@@ -8,8 +9,11 @@
 """
 
 from taskrunner._keys import StreamKeys as StreamKeys
+from taskrunner._wire import CatalogDocument as CatalogDocument
+from taskrunner._wire import CatalogTask as CatalogTask
 from taskrunner._wire import TimingFields as TimingFields
 from taskrunner._wire import TimingIncrement as TimingIncrement
+from taskrunner.backends._catalog import TaskCatalog as TaskCatalog
 from taskrunner.backends._inspection import Heartbeat as Heartbeat
 from taskrunner.backends._inspection import KeyCounts as KeyCounts
 from taskrunner.backends._inspection import KeyInfo as KeyInfo

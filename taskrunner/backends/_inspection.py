@@ -67,6 +67,8 @@ class KeyKind(enum.StrEnum):
     """A task's kept result (``taskrunner:<group>:result:<task id>``); one per task."""
     RESULT_NOTICE = "result_notice"
     """A task's result notice (``taskrunner:<group>:notify:<task id>``); one per task."""
+    CATALOG = "catalog"
+    """The tasks the group's serving runners serve (``taskrunner:<group>:catalog``)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -86,6 +88,7 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.METRICS: "timing metrics",
     KeyKind.RESULT: "a task's kept result",
     KeyKind.RESULT_NOTICE: "a task's result notice (for waiters)",
+    KeyKind.CATALOG: "task catalog (what serving runners serve)",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -104,6 +107,7 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.METRICS: "hash",
     KeyKind.RESULT: "string",
     KeyKind.RESULT_NOTICE: "list",
+    KeyKind.CATALOG: "hash",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -157,6 +161,7 @@ class KeyCounts:
     metrics: int = 0
     result: int = 0
     result_notice: int = 0
+    catalog: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -216,6 +221,7 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.leader(group): KeyKind.LEADER,
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
         _keys.metrics(group): KeyKind.METRICS,
+        _keys.catalog(group): KeyKind.CATALOG,
     }
 
 
@@ -266,6 +272,7 @@ _GROUP_TAILS = (
     ":delayed_ids",
     ":entry_ids",
     ":cancelled",
+    ":catalog",
 )
 _PER_TASK_HEADS = (":result:", ":notify:")
 
@@ -275,7 +282,7 @@ def group_named_by(name: str, queue: str) -> str | None:
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
     stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:delayed_ids``, ``:entry_ids`` and
+    ``:worker_tuning_capacity``, ``:catalog``, ``:delayed_ids``, ``:entry_ids`` and
     ``:cancelled``, and a task's ``taskrunner:<group>:result:<task id>`` and
     ``:notify:<task id>`` (task ids hold no colon). The leader lease is named by a
     hash of the group, so it names none.

@@ -4,7 +4,8 @@ Theory of operation: the in-memory backend keeps its state under the names
 Redis would hold it by (``taskrunner._keys``), so inspection lists, for each
 name, what Redis would report: a key exists exactly when Redis would keep it
 (a stream with entries or a consumer group, a non-empty ring, delayed set,
-metrics hash or dead-letter stream, a string that has not expired), with the
+metrics hash or dead-letter stream, a catalog or a string that has not
+expired), with the
 same type and size (bytes of a string). The decisions (which kind a key is,
 which names name a group, what a flush deletes) are the pure functions of
 :mod:`taskrunner.backends._inspection` that the Redis backend uses too.
@@ -28,11 +29,12 @@ from taskrunner.backends._inspection import (
     keys_to_flush,
     kind_of,
 )
+from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_state import seconds_left
 from taskrunner.backends._memory_tracking import MemoryTracking
 
 
-class MemoryInspection(MemoryTracking):
+class MemoryInspection(MemoryTracking, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
     async def ping(self) -> float:
@@ -53,6 +55,7 @@ class MemoryInspection(MemoryTracking):
         names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
         names += [k for k in list(self._results) if self._live(self._results, k)]
         names += [k for k in list(self._notices) if self._live(self._notices, k)]
+        names += [_keys.catalog(g) for g in list(self._catalogs) if self.catalog_size(g)]
         return names + self.keys()
 
     async def list_groups(self) -> list[str]:
@@ -86,6 +89,9 @@ class MemoryInspection(MemoryTracking):
             found[_keys.cancelled(group)] = len(self._stop_requests[group]), None
         if self._metrics.get(group):
             found[_keys.metrics(group)] = len(self._metrics[group]), None
+        catalog = self.catalog_size(group)
+        if catalog is not None:
+            found[_keys.catalog(group)] = catalog
         for name in (_keys.leader(group), _keys.worker_tuning_capacity(group)):
             value = self._get(name)
             if value is not None:
@@ -181,6 +187,8 @@ class MemoryInspection(MemoryTracking):
                 del self._results[name]
             elif name in self._notices:
                 del self._notices[name]
+            elif name == _keys.catalog(group):
+                self._catalogs.pop(group, None)
             else:
                 self._strings.pop(name, None)
         return doomed

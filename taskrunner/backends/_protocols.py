@@ -3,9 +3,11 @@
 A backend is one object that is a :class:`MessageQueue` (streams with
 consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
-locks, the published pool size) and a :class:`~taskrunner.backends.Tracking`
-(results, lookup by task id, cancellation, dead-letter replay:
-:mod:`taskrunner.backends._tracking`). That is all a runner needs to serve. The
+locks, the published pool size), a :class:`~taskrunner.backends.TaskCatalog`
+(the tasks serving runners serve, for producers that send tasks by name) and a
+:class:`~taskrunner.backends.Tracking` (results, lookup by task id,
+cancellation, dead-letter replay: :mod:`taskrunner.backends._tracking`). That
+is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
 across the whole store, which both shipped backends implement and a backend
@@ -39,6 +41,7 @@ import attrs
 
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
+from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
 from taskrunner.backends._tracking import Tracking
 
@@ -403,9 +406,9 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Tracking, Protocol):
-    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, and the
-    tracking of tasks by id."""
+class Backend(MessageQueue, SharedState, TaskCatalog, Tracking, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the task
+    catalog it publishes what it serves in, and the tracking of tasks by id."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
@@ -42,6 +43,7 @@ class MemoryBackend(MemoryInspection, MemoryTracking):
             self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
         )
         self._init_tracking()
+        MemoryCatalog.__init__(self)
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

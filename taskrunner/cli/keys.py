@@ -26,6 +26,8 @@ from taskrunner.cli.stats import redis_arguments, run_on_redis
 
 EXTRA = "dead-letter streams"
 """Our addition to the original layout (``<prefix>:<queue>:dead``)."""
+CATALOGS = "task catalogs"
+"""Our addition too (``taskrunner:<group>:catalog``)."""
 LAYOUT = (
     # (kind, its category, the "Key count" formula of docs/redis-key-layout.md,
     # what the formula means for one group)
@@ -37,6 +39,7 @@ LAYOUT = (
     (KeyKind.LEADER, "leader keys", "<= G", "0-1"),
     (KeyKind.TUNING, "tuning keys", "<= G", "0-1"),
     (KeyKind.METRICS, "metrics hashes", "<= G", "0-1"),
+    (KeyKind.CATALOG, CATALOGS, "<= G", "0-1"),
     (KeyKind.HEARTBEAT, "replication", "I", "I"),
     (KeyKind.UNIQUE_LOCK, "unique locks", "U", "U"),
     (KeyKind.CLAIM_DELAY_RING, "metric rings", "<= G", "0-1"),
@@ -50,6 +53,7 @@ NOTES = {
     "replication": "live instances, every group on this Redis",
     "unique locks": "in-flight unique jobs, every group on this Redis",
     EXTRA: "not in the original library's layout",
+    CATALOGS: "not in the original library's layout; Python runners only",
     "delayed id indexes": "ours: lookup and cancel by task id",
     "entry indexes": "ours: lookup and cancel by task id",
     "stop requests": "ours: cancelled running tasks",

@@ -69,6 +69,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing registers the checks
+    check_catalog,
+    check_catalog_expiry,
+)
 from taskrunner.testing._embedded import (
     ServerProcess,
     find_server_binary,
@@ -158,6 +162,7 @@ _MODULE_ORDER = (
     "_stream_checks",
     "_reclaim_checks",
     "_state_checks",
+    "_catalog_checks",
     "_tracking_checks",
     "_inspection_checks",
 )
@@ -168,7 +173,8 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
                            _registry.index(check)),
     )
 )  # fmt: skip
-"""Every check, in a stable order (stream first, then shared state, tracking, inspection)."""
+"""Every check, in a stable order (stream first, then shared state, the catalog,
+tracking, then inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
 )

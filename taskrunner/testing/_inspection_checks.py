@@ -21,7 +21,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._guards import missing_inspection
-from taskrunner._wire import TimingIncrement, task_fields
+from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
 from taskrunner.backends._inspection import KeyCounts, KeyInfo, KeyKind
 from taskrunner.backends._protocols import Backend, Inspection
 from taskrunner.testing._harness import (
@@ -44,11 +44,20 @@ def _inspection(backend: Backend) -> Inspection:
     return cast(Inspection, backend)
 
 
+_FLOAT_NOISE = 1e-9
+"""Seconds of rounding in clock arithmetic: ``(now + ttl) - now`` may exceed ``ttl`` by
+a few ulps once the clock reads a large number."""
+
+
+def _catalog_document(host: str, now: float) -> CatalogDocument:
+    return CatalogDocument(host=host, instance=f"instance-of-{host}", expires=now + 30.0)
+
+
 def _fresh_ttl(left: float | None, ttl: float, what: str) -> float:
-    """``left``, the seconds a key set for ``ttl`` just now reports: in ``(0, ttl]``,
-    and more than ``ttl - _LATE``."""
+    """``left``, the seconds a key set for ``ttl`` just now reports: in ``(0, ttl]``
+    (give or take float rounding), and more than ``ttl - _LATE``."""
     assert left is not None, f"{what} was set for {ttl} s just now, but reports no expiry"
-    assert max(0.0, ttl - _LATE) < left <= ttl, (
+    assert max(0.0, ttl - _LATE) < left <= ttl + _FLOAT_NOISE, (
         f"{what} was set for {ttl} s just now, but has {left!r} s left"
     )
     return left
@@ -134,6 +143,8 @@ async def check_list_keys(backend: Backend) -> None:
     for g in (group, other):
         await backend.publish_tuning(g, 12, 0.3 if g == group else 30.0)
     await backend.add_delayed(other, b'{"id":"other"}', backend.now() + 60)
+    for g, catalog_host in ((group, host), (group, _name("host")), (other, host)):
+        await backend.publish_catalog(g, _catalog_document(catalog_host, backend.now()), 30.0)
     tuned_at = trio.current_time()
 
     listed = await inspection.list_keys(group)
@@ -158,6 +169,10 @@ async def check_list_keys(backend: Backend) -> None:
     assert ring is not None, f"the claim-delay ring is not listed: {sorted(by_name)!r}"
     assert (ring.kind, ring.type, ring.ttl) == (KeyKind.CLAIM_DELAY_RING, "list", None), ring
     assert 1 <= ring.size <= 1000, f"the ring holds 1 to 1000 delays: {ring!r}"
+    catalog = by_name.get(_keys.catalog(group))
+    assert catalog is not None, f"the task catalog is not listed: {sorted(by_name)!r}"
+    assert (catalog.kind, catalog.type, catalog.size) == (KeyKind.CATALOG, "hash", 2), catalog
+    _fresh_ttl(catalog.ttl, 30.0, "the task catalog")
     strings = {
         _keys.leader(group): (KeyKind.LEADER, len("owner-7"), 30.0),
         _keys.worker_tuning_capacity(group): (KeyKind.TUNING, len("12"), 0.3),
@@ -170,7 +185,11 @@ async def check_list_keys(backend: Backend) -> None:
         assert (key.kind, key.type, key.size) == (kind, "string", size), key
         _fresh_ttl(key.ttl, ttl, name)
     assert all(k.purpose for k in listed), "every key has a purpose"
-    foreign = {_keys.delayed_tasks(other), _keys.worker_tuning_capacity(other)}
+    foreign = {
+        _keys.delayed_tasks(other),
+        _keys.worker_tuning_capacity(other),
+        _keys.catalog(other),
+    }
     assert not foreign & set(by_name), f"another group's keys were listed: {foreign & set(by_name)}"
 
     await trio.sleep(0.4)
@@ -180,6 +199,7 @@ async def check_list_keys(backend: Backend) -> None:
     await backend.release_lock(lock, "token")
     await backend.remove_heartbeat(host, "instance")
     await backend.resign_lease(group, "owner-7")
+    await backend.remove_catalog(other, host)
 
 
 @_contract_check
@@ -274,7 +294,7 @@ async def check_read_lease(backend: Backend) -> None:
 @_contract_check
 async def check_flush(backend: Backend) -> None:
     """``flush_group`` means the same on every backend: the group's own keys go
-    (lease, tuning value, metrics, delayed set, the group itself, and its stream
+    (lease, tuning value, metrics, delayed set, catalog, the group itself, and its stream
     and dead letters unless another group reads them), unique locks go, other
     groups' keys stay, and heartbeats go only with ``heartbeats=True``. It returns
     the names it deleted, in the order ``list_keys`` lists them.
@@ -292,6 +312,7 @@ async def check_flush(backend: Backend) -> None:
         await backend.publish_tuning(g, 5, 30.0)
         await _timing(backend, g)
         await backend.add_delayed(g, b'{"id":"later"}', backend.now() + 60)
+        await backend.publish_catalog(g, _catalog_document(host, backend.now()), 30.0)
         await backend.add(g, [b"entry"])
     for g in (group, other):
         await backend.read(g, _name("consumer"), 10, 0)
@@ -314,9 +335,10 @@ async def check_flush(backend: Backend) -> None:
         await backend.read_metrics(group),
         await backend.due_delayed(group, math.inf, 10),
         (await backend.group_info(group)).pending,
+        await backend.read_catalog(group),
     )
-    assert gone == (None, None, {}, [], 0), (
-        f"flush left the group's lease, tuning, metrics, delayed set or pending: {gone!r}"
+    assert gone == (None, None, {}, [], 0, []), (
+        f"flush left the group's lease, tuning, metrics, delayed set, pending or catalog: {gone!r}"
     )
     kept = (
         await backend.lease_owner(other),
@@ -324,9 +346,10 @@ async def check_flush(backend: Backend) -> None:
         await backend.read_metrics(other),
         len(await backend.due_delayed(other, math.inf, 10)),
         (await backend.group_info(other)).pending,
+        len(await backend.read_catalog(other)),
     )
     metrics = {"t_sum": 1.0, "t_sum_us": 1000.0, "t_count": 1.0}
-    expected = ("owner", 5, metrics, 1, 2 if shared else 1)
+    expected = ("owner", 5, metrics, 1, 2 if shared else 1, 1)
     assert kept == expected, f"flush touched another group's keys: {kept!r}, not {expected!r}"
     stream_left = await backend.length(group), len(await backend.dead_letters(group, 100_000))
     left = (base[0] + 2, base[1] + 1) if shared else (0, 0)
@@ -345,3 +368,4 @@ async def check_flush(backend: Backend) -> None:
         f"flush_group(heartbeats=True) does not report the heartbeats it deleted: {deleted!r}"
     )
     await backend.resign_lease(other, "owner")
+    await backend.remove_catalog(other, host)

@@ -24,7 +24,7 @@ import trio
 
 from taskrunner._guards import require_inspection
 from taskrunner._keys import StreamKeys
-from taskrunner._wire import TimingIncrement
+from taskrunner._wire import CatalogDocument, TimingIncrement
 from taskrunner.backends import (
     Backend,
     Cancellation,
@@ -234,6 +234,18 @@ class PartitionedBackend(Backend, Inspection):
 
     async def read_tuning(self, group: str) -> int | None:
         return await self._through("read_tuning", partial(self.backend.read_tuning, group))
+
+    # TaskCatalog -------------------------------------------------------------------
+    async def publish_catalog(self, group: str, document: CatalogDocument, ttl: float) -> None:
+        await self._through(
+            "publish_catalog", partial(self.backend.publish_catalog, group, document, ttl)
+        )
+
+    async def remove_catalog(self, group: str, host: str) -> None:
+        await self._through("remove_catalog", partial(self.backend.remove_catalog, group, host))
+
+    async def read_catalog(self, group: str) -> list[CatalogDocument]:
+        return await self._through("read_catalog", partial(self.backend.read_catalog, group))
 
     # Tracking ----------------------------------------------------------------------
     async def finish(self, group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:

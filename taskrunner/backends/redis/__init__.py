@@ -14,6 +14,7 @@ Connection layer (private modules; the backend imports from them directly):
   redis-py sync client (``redis.Redis``, ``redis.RedisCluster``,
   ``fakeredis.FakeRedis``) in worker threads.
 - :mod:`._inspect`: :class:`RedisInspection`, the operator reads (``SCAN``, pipelined).
+- :mod:`._catalog`: :class:`RedisCatalog`, the task catalog (one hash per group).
 - :mod:`._scripts`: :class:`Script`, Lua by ``EVALSHA`` with reload on ``NOSCRIPT``.
 - :mod:`._errors`: :class:`RedisConnectionError` and the :class:`ResponseError`
   family (``NoGroupError``, ``BusyGroupError``, ``NoScriptError``...).

@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
+from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
@@ -20,8 +21,9 @@ from taskrunner.backends.redis._state import RedisState
 from taskrunner.backends.redis._tracking import RedisTracking
 
 
-class RedisBackend(RedisInspection, RedisTracking):
-    """Queue, shared state and task tracking on Redis (>= 6.2; 7+ recommended), and
+class RedisBackend(RedisInspection, RedisCatalog, RedisTracking):
+    """Queue, shared state, task catalog and task tracking on Redis (>= 6.2; 7+
+    recommended), and
     their :class:`~taskrunner.backends.Inspection`.
 
     Args:

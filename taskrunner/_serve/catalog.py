@@ -1,0 +1,95 @@
+"""The task catalog: every serving instance says which tasks it serves.
+
+Producers send tasks by name (``taskrunner.producer``); one created with
+``strict=True`` refuses a name no live runner serves and takes the task's
+settings (unique lock, lifetime, reservation timeout) from what the runners
+publish here. Each instance publishes one document under its ``host`` in
+``taskrunner:<group>:catalog`` (:class:`~taskrunner.backends.TaskCatalog`):
+when ``serve`` starts (before it reports started, so a producer that waits for
+``serve`` finds the tasks), then every :data:`PUBLISH_INTERVAL` seconds, each
+document counting for :data:`CATALOG_TTL`. It removes its document when
+``serve`` stops; a crashed instance's stops counting by itself within
+:data:`CATALOG_TTL`. Publishing costs one backend call per interval, nothing
+per task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import trio
+
+from taskrunner import _wire
+from taskrunner._task import Task
+from taskrunner._wire import CatalogDocument
+from taskrunner.backends import Backend
+from taskrunner.errors import BackendError
+
+log = logging.getLogger(__name__)
+
+PUBLISH_INTERVAL = 10.0
+"""Seconds between two publishes (as the heartbeat's renewals)."""
+CATALOG_TTL = 30.0
+"""Seconds a document counts after it was published: three intervals, so one
+failed publish (or a clock a few seconds off) never hides a live runner."""
+REMOVE_TIMEOUT = 2.0
+
+
+def catalog_document(
+    host: str, instance_id: str, tasks: Mapping[str, Task], stream: str, now: float
+) -> CatalogDocument:
+    """What this instance publishes at ``now`` (the backend's clock): every registered
+    task, served from ``stream``, counting until ``now + CATALOG_TTL`` (pure)."""
+    return CatalogDocument(
+        host=host,
+        instance=instance_id,
+        expires=now + CATALOG_TTL,
+        tasks=_wire.catalog_tasks(tasks.values(), stream),
+    )
+
+
+async def _publish(
+    backend: Backend, group: str, host: str, instance_id: str, tasks: Mapping[str, Task]
+) -> None:
+    stream = backend.stream_keys(group).stream
+    document = catalog_document(host, instance_id, tasks, stream, backend.now())
+    try:
+        await backend.publish_catalog(group, document, CATALOG_TTL)
+    except BackendError as exc:
+        log.warning("could not publish the task catalog of %s: %s", host, exc)
+
+
+async def run(
+    backend: Backend,
+    group: str,
+    host: str,
+    instance_id: str,
+    tasks: Mapping[str, Task],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Publish at once, then every :data:`PUBLISH_INTERVAL`, until cancelled; then
+    remove this host's document (bounded, shielded).
+
+    ``tasks`` is read at each publish, so a task registered while serving is
+    published within an interval. A failed publish is logged; the next one tries
+    again.
+    """
+    await _publish(backend, group, host, instance_id, tasks)
+    task_status.started()
+    try:
+        while True:
+            await trio.sleep(PUBLISH_INTERVAL)
+            await _publish(backend, group, host, instance_id, tasks)
+    finally:
+        with trio.move_on_after(REMOVE_TIMEOUT, shield=True):
+            try:
+                await backend.remove_catalog(group, host)
+            except BackendError as exc:
+                log.warning(
+                    "could not remove the task catalog of %s (%s); it stops counting in %ss",
+                    host,
+                    exc,
+                    CATALOG_TTL,
+                )

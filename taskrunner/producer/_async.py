@@ -1,0 +1,302 @@
+"""The asyncio producer, on redis.asyncio: for FastAPI, Starlette, aiohttp.
+
+Theory of operation. An :class:`AsyncProducer` holds one ``redis.asyncio.Redis``
+client, whose connection pool lets any number of asyncio tasks dispatch at
+once: each call borrows a connection for its round trips. Nothing else it holds
+changes but by whole replacement (the strict catalog), so tasks need no lock;
+two tasks that both find the catalog stale both read it, which is harmless. It
+is not tied to the event loop it was made in until its first call.
+
+A client the producer made is closed by :meth:`AsyncProducer.aclose` (or
+``async with``); one it was given stays open. After a fork (gunicorn
+``--preload``), a client the producer made is replaced by a new one from the
+same URL; a given asyncio client cannot be (its pool keeps the parent's
+sockets), so the producer refuses calls in the child, saying so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import redis.asyncio
+
+from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner.errors import BackendError, TaskAlreadyDispatched
+from taskrunner.producer._core import (
+    ADD_CHUNK,
+    CONNECT_TIMEOUT,
+    SOCKET_TIMEOUT,
+    ProducerCore,
+    lock_px,
+    log_kept_lock,
+    text,
+    translated,
+)
+from taskrunner.producer._plan import CatalogView
+from taskrunner.producer._sync import RELEASE_SOURCE
+
+log = logging.getLogger("taskrunner.producer")
+
+
+@attrs.frozen
+class AsyncProducerHandle:
+    """A task an :class:`AsyncProducer` dispatched. ``str(handle)`` is its id."""
+
+    id: str
+    """The task's id: its stream id, or a delayed task's id."""
+    task_name: str
+    _producer: AsyncProducer = attrs.field(repr=False, eq=False)
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class AsyncProducer:
+    """Sends tasks by name to a group's runners, from asyncio code.
+
+    The same as :class:`~taskrunner.producer.Producer` (its docstrings are the
+    contract), with ``await``; it shares one client across asyncio tasks.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` (``fakeredis.FakeAsyncRedis``), which
+            stays yours: :meth:`aclose` never closes it.
+        consumer_group: As for ``Producer``.
+        prefix: As for ``Producer``.
+        queue: As for ``Producer``.
+        strict: As for ``Producer``.
+
+    Raises:
+        TypeError: ``client`` is not a redis.asyncio client.
+        ValueError: a name is empty, holds spaces, or collides with the key layout.
+
+    Cancellation: a cancelled call may or may not have queued its task; a unique
+    task's lock is then kept until it expires (or the worker releases it).
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        consumer_group: str,
+        prefix: str | None = None,
+        queue: str = "tasks",
+        strict: bool = False,
+    ) -> None:
+        self._setup(
+            client, None, consumer_group=consumer_group, prefix=prefix, queue=queue, strict=strict
+        )
+
+    def _setup(
+        self,
+        client: Any,
+        connect: Callable[[], redis.asyncio.Redis] | None,
+        *,
+        consumer_group: str,
+        prefix: str | None,
+        queue: str,
+        strict: bool,
+    ) -> None:
+        if not isinstance(client, redis.asyncio.Redis):
+            raise TypeError(
+                f"AsyncProducer needs a redis.asyncio client (redis.asyncio.Redis), got "
+                f"{client!r}: from sync code use taskrunner.producer.Producer"
+            )
+        self._core = ProducerCore(
+            consumer_group=consumer_group, prefix=prefix, queue=queue, strict=bool(strict)
+        )
+        self._client = client
+        self._connect = connect
+        self._pid = os.getpid()
+        self._release = client.register_script(RELEASE_SOURCE)
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        consumer_group: str,
+        prefix: str | None = None,
+        queue: str = "tasks",
+        strict: bool = False,
+        **redis_options: Any,
+    ) -> AsyncProducer:
+        """A producer on a client of its own,
+        ``redis.asyncio.Redis.from_url(url, **redis_options)`` (``socket_connect_timeout=5``
+        and ``socket_timeout=30`` unless given). No connection is opened until the
+        first call, so it can be made at import time. :meth:`aclose` closes the client.
+
+        Raises:
+            ValueError: the URL cannot be parsed, or a name is invalid.
+        """
+        redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
+        redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
+
+        def connect() -> redis.asyncio.Redis:
+            return redis.asyncio.Redis.from_url(url, **redis_options)
+
+        producer = cls.__new__(cls)
+        producer._setup(
+            connect(),
+            connect,
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=strict,
+        )
+        return producer
+
+    def __repr__(self) -> str:
+        destination = self._core.destination
+        return (
+            f"<AsyncProducer group={destination.consumer_group!r} "
+            f"stream={destination.stream!r}{' strict' if self._core.strict else ''}>"
+        )
+
+    @property
+    def strict(self) -> bool:
+        """Whether unknown task names are refused (see ``Producer``)."""
+        return self._core.strict
+
+    @property
+    def stream(self) -> str:
+        """The stream this producer adds to."""
+        return self._core.destination.stream
+
+    # The client -------------------------------------------------------------
+    def _redis(self) -> redis.asyncio.Redis:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        if os.getpid() != self._pid:
+            if self._connect is None:
+                raise RuntimeError(
+                    f"{self!r} was given a redis.asyncio client in process {self._pid}, "
+                    f"which process {os.getpid()} cannot share after a fork: create the client "
+                    "(or the producer, with AsyncProducer.from_url) in each process"
+                )
+            # The parent's sockets are the parent's: dropped, never closed here.
+            self._pid = os.getpid()
+            self._client = self._connect()
+            self._release = self._client.register_script(RELEASE_SOURCE)
+            self._core.catalog = CatalogView()
+        return self._client
+
+    async def _read_catalog(self, client: redis.asyncio.Redis, name: str) -> None:
+        if self._core.needs_catalog(name):
+            with translated():
+                fields = await client.hgetall(self._core.destination.catalog)
+            self._core.catalog_read(fields)
+
+    async def _add(self, client: redis.asyncio.Redis, data: bytes) -> str:
+        with translated():
+            # execute_command: XADD without xadd()'s argument checks (the hot path).
+            reply = await client.execute_command(  # type: ignore[no-untyped-call]
+                "XADD", self.stream, "*", "payload", data
+            )
+        return text(reply)
+
+    # Dispatching ------------------------------------------------------------
+    async def dispatch(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+    ) -> AsyncProducerHandle:
+        """Queue one run of task ``name`` (see ``Producer.dispatch``)."""
+        client = self._redis()
+        await self._read_catalog(client, name)
+        entry = self._core.one(name, payload, unique_key, unique_for)
+        return AsyncProducerHandle(await self._send(client, name, entry), name, self)
+
+    async def _send(self, client: redis.asyncio.Redis, name: str, entry: Enqueue) -> str:
+        lock = entry.lock
+        if lock is None:
+            return await self._add(client, entry.data)
+        with translated():
+            taken = await client.set(lock.key, lock.token, nx=True, px=lock_px(lock.ttl))
+        if not taken:
+            raise TaskAlreadyDispatched(name, lock.key)
+        try:
+            return await self._add(client, entry.data)
+        except BackendError as exc:
+            if give_back_lock(exc.maybe_applied):
+                await self._give_back(lock)
+            else:
+                log_kept_lock(name, lock, exc)
+            raise
+
+    async def _give_back(self, lock: LockRequest) -> None:
+        try:
+            with translated():
+                await self._release(keys=[lock.key], args=[lock.token])
+        except BackendError as exc:
+            log.warning(
+                "could not release unique lock %s after a failed dispatch (%s); it expires in %ss",
+                lock.key,
+                exc,
+                lock.ttl,
+            )
+
+    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[AsyncProducerHandle]:
+        """Queue one run of task ``name`` per payload, pipelined (see
+        ``Producer.dispatch_many``)."""
+        client = self._redis()
+        await self._read_catalog(client, name)
+        data = self._core.many(name, payloads)
+        ids: list[str] = []
+        for start in range(0, len(data), ADD_CHUNK):
+            with translated():
+                pipe = client.pipeline(transaction=False)
+                for item in data[start : start + ADD_CHUNK]:
+                    pipe.execute_command("XADD", self.stream, "*", "payload", item)
+                ids.extend(text(reply) for reply in await pipe.execute())
+        return [AsyncProducerHandle(entry_id, name, self) for entry_id in ids]
+
+    async def dispatch_delayed(
+        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+    ) -> AsyncProducerHandle:
+        """Queue one run of task ``name`` after ``delay`` (see ``Producer.dispatch_delayed``)."""
+        return await self._add_delayed(name, payload, self._core.run_at_after(delay))
+
+    async def schedule_for(
+        self, name: str, payload: Any, when: datetime | float
+    ) -> AsyncProducerHandle:
+        """Queue one run of task ``name`` at ``when`` (see ``Producer.schedule_for``)."""
+        return await self._add_delayed(name, payload, self._core.run_at(when))
+
+    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> AsyncProducerHandle:
+        client = self._redis()
+        await self._read_catalog(client, name)
+        member_id, member = self._core.delayed(name, payload, run_at)
+        with translated():
+            await client.zadd(self._core.destination.delayed, {member: run_at})
+        return AsyncProducerHandle(member_id, name, self)
+
+    # Closing ----------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the client if this producer made it (:meth:`from_url`). Idempotent;
+        the producer refuses calls afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._connect is not None and os.getpid() == self._pid:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,353 @@
+"""The sync producer, on redis-py: for Django, Flask, scripts, notebooks, threads.
+
+Theory of operation. A :class:`Producer` holds one ``redis.Redis`` client, whose
+connection pool makes it safe to share across threads: each call borrows a
+connection for its round trips and gives it back. Everything else it holds is
+read-only or replaced whole (the strict catalog), so threads need no lock.
+
+Forks (gunicorn ``--preload`` imports the app, and so creates the producer,
+before it forks its workers): every call first compares ``os.getpid()`` with
+the pid the producer was made in. In a child, a client the producer made
+itself is replaced by a new one from the same URL, and the parent's is dropped
+without being closed (closing would shut the sockets the parent still uses). A
+client that was given keeps working too: redis-py's pool itself starts afresh
+in a child.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from importlib import resources
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import redis
+
+from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner.errors import BackendError, TaskAlreadyDispatched
+from taskrunner.producer._core import (
+    ADD_CHUNK,
+    CONNECT_TIMEOUT,
+    SOCKET_TIMEOUT,
+    ProducerCore,
+    lock_px,
+    log_kept_lock,
+    text,
+    translated,
+)
+from taskrunner.producer._plan import CatalogView
+
+log = logging.getLogger("taskrunner.producer")
+
+RELEASE_SOURCE = (resources.files("taskrunner.backends.redis") / "lua" / "release.lua").read_text()
+"""The runner's compare-and-delete of a lock (``lua/release.lua``)."""
+
+
+@attrs.frozen
+class ProducerHandle:
+    """A task a :class:`Producer` dispatched. ``str(handle)`` is its id."""
+
+    id: str
+    """The task's id: its stream id, or a delayed task's id."""
+    task_name: str
+    _producer: Producer = attrs.field(repr=False, eq=False)
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Producer:
+    """Sends tasks by name to a group's runners, from sync code (threads welcome).
+
+    Args:
+        client: A redis-py client (``redis.Redis``, ``fakeredis.FakeRedis``), which
+            stays yours: :meth:`close` never closes it.
+        consumer_group: The runners' ``TaskRunnerConfig.consumer_group``.
+        prefix: As ``RedisBackend``'s: ``None`` means the group's own stream,
+            ``taskrunner:<group>:<queue>``.
+        queue: As ``RedisBackend``'s.
+        strict: Refuse a task that no live runner of the group serves on this
+            stream (:class:`~taskrunner.errors.TaskNotFound`), and dispatch each
+            task with the settings its runners publish (unique lock and its
+            lifetime, reservation timeout). Without it, the producer sends what
+            it is told.
+
+    Raises:
+        TypeError: ``client`` is not a sync redis-py client.
+        ValueError: a name is empty, holds spaces, or collides with the key layout.
+
+    Prefer :meth:`from_url`.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        consumer_group: str,
+        prefix: str | None = None,
+        queue: str = "tasks",
+        strict: bool = False,
+    ) -> None:
+        self._setup(
+            client, None, consumer_group=consumer_group, prefix=prefix, queue=queue, strict=strict
+        )
+
+    def _setup(
+        self,
+        client: Any,
+        connect: Callable[[], redis.Redis] | None,
+        *,
+        consumer_group: str,
+        prefix: str | None,
+        queue: str,
+        strict: bool,
+    ) -> None:
+        if not isinstance(client, redis.Redis):
+            raise TypeError(
+                f"Producer needs a sync redis-py client (redis.Redis), got {client!r}: "
+                "from asyncio code use taskrunner.producer.AsyncProducer"
+            )
+        self._core = ProducerCore(
+            consumer_group=consumer_group, prefix=prefix, queue=queue, strict=bool(strict)
+        )
+        self._client = client
+        self._connect = connect  # set when the client is ours
+        self._pid = os.getpid()
+        self._release = client.register_script(RELEASE_SOURCE)
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        consumer_group: str,
+        prefix: str | None = None,
+        queue: str = "tasks",
+        strict: bool = False,
+        **redis_options: Any,
+    ) -> Producer:
+        """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``.
+
+        Unless given, ``socket_connect_timeout=5`` and ``socket_timeout=30`` are
+        set, so that no call waits forever on a dead server. :meth:`close`
+        closes the client.
+
+        Raises:
+            ValueError: the URL cannot be parsed, or a name is invalid.
+        """
+        redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
+        redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
+
+        def connect() -> redis.Redis:
+            return redis.Redis.from_url(url, **redis_options)
+
+        producer = cls.__new__(cls)
+        producer._setup(
+            connect(),
+            connect,
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=strict,
+        )
+        return producer
+
+    def __repr__(self) -> str:
+        destination = self._core.destination
+        return (
+            f"<Producer group={destination.consumer_group!r} stream={destination.stream!r}"
+            f"{' strict' if self._core.strict else ''}>"
+        )
+
+    @property
+    def strict(self) -> bool:
+        """Whether unknown task names are refused (see the class)."""
+        return self._core.strict
+
+    @property
+    def stream(self) -> str:
+        """The stream this producer adds to."""
+        return self._core.destination.stream
+
+    # The client -------------------------------------------------------------
+    def _redis(self) -> redis.Redis:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        if os.getpid() != self._pid:
+            self._after_fork()
+        return self._client
+
+    def _after_fork(self) -> None:
+        # The parent's sockets are the parent's: never closed here (see the module).
+        self._pid = os.getpid()
+        if self._connect is not None:
+            self._client = self._connect()
+            self._release = self._client.register_script(RELEASE_SOURCE)
+        self._core.catalog = CatalogView()
+
+    def _read_catalog(self, client: redis.Redis, name: str) -> None:
+        if self._core.needs_catalog(name):
+            with translated():
+                fields = client.hgetall(self._core.destination.catalog)
+            self._core.catalog_read(fields)
+
+    def _add(self, client: redis.Redis, data: bytes) -> str:
+        with translated():
+            # execute_command: XADD without xadd()'s argument checks (the hot path).
+            reply = client.execute_command(  # type: ignore[no-untyped-call]
+                "XADD", self.stream, "*", "payload", data
+            )
+        return text(reply)
+
+    # Dispatching ------------------------------------------------------------
+    def dispatch(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+    ) -> ProducerHandle:
+        """Queue one run of task ``name``: one ``XADD`` (a unique task takes its lock first).
+
+        Args:
+            name: The task, as its runners registered it.
+            payload: JSON-ready data, or an attrs / dataclass instance (unstructured
+                with cattrs, as a runner does for a typed payload).
+            unique_key: Makes this dispatch unique on ``taskrunner:unique:<task>:<key>``,
+                what the task's ``unique_key`` function would return for ``payload``.
+            unique_for: The lock's lifetime in seconds; alone, the task is unique per
+                name (``taskrunner:unique:<task>``). A strict producer takes both
+                from the catalog when not given (but for a key its runners compute
+                with a function: pass ``unique_key``).
+
+        Returns:
+            The task's handle; its id is the stream id.
+
+        Raises:
+            TaskNotFound: strict, and no live runner serves ``name`` here.
+            InvalidTaskPayload: ``payload`` cannot be encoded, or is over the size
+                limit; nothing was queued.
+            TaskAlreadyDispatched: the task is unique and its lock is held.
+            BackendError: Redis could not be reached. A unique task's lock is given
+                back only when the add certainly did not happen; otherwise it is
+                kept (no duplicate gets in) and expires after ``unique_for``.
+            ValueError: a bad name, ``unique_key`` or ``unique_for``.
+        """
+        client = self._redis()
+        self._read_catalog(client, name)
+        entry = self._core.one(name, payload, unique_key, unique_for)
+        return ProducerHandle(self._send(client, name, entry), name, self)
+
+    def _send(self, client: redis.Redis, name: str, entry: Enqueue) -> str:
+        lock = entry.lock
+        if lock is None:
+            return self._add(client, entry.data)
+        with translated():
+            taken = client.set(lock.key, lock.token, nx=True, px=lock_px(lock.ttl))
+        if not taken:
+            raise TaskAlreadyDispatched(name, lock.key)
+        try:
+            return self._add(client, entry.data)
+        except BackendError as exc:
+            if give_back_lock(exc.maybe_applied):
+                self._give_back(lock)
+            else:
+                log_kept_lock(name, lock, exc)
+            raise
+
+    def _give_back(self, lock: LockRequest) -> None:
+        try:
+            with translated():
+                self._release(keys=[lock.key], args=[lock.token])
+        except BackendError as exc:
+            log.warning(
+                "could not release unique lock %s after a failed dispatch (%s); it expires in %ss",
+                lock.key,
+                exc,
+                lock.ttl,
+            )
+
+    def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[ProducerHandle]:
+        """Queue one run of task ``name`` per payload, pipelined (one round trip per
+        2,000). Every payload is encoded before anything is sent, so an invalid one
+        queues none.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: the task is unique per the catalog (dispatch those one by one).
+        """
+        client = self._redis()
+        self._read_catalog(client, name)
+        data = self._core.many(name, payloads)
+        ids: list[str] = []
+        for start in range(0, len(data), ADD_CHUNK):
+            with translated():
+                pipe = client.pipeline(transaction=False)
+                for item in data[start : start + ADD_CHUNK]:
+                    pipe.execute_command(  # type: ignore[no-untyped-call]
+                        "XADD", self.stream, "*", "payload", item
+                    )
+                ids.extend(text(reply) for reply in pipe.execute())
+        return [ProducerHandle(entry_id, name, self) for entry_id in ids]
+
+    def dispatch_delayed(
+        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+    ) -> ProducerHandle:
+        """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta):
+        one ``ZADD`` to the group's delayed set, which the group's leader moves to
+        its stream when due (a unique task takes its lock then, with its runners'
+        settings).
+
+        Returns:
+            The task's handle; its id is the delayed task's id.
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: ``delay`` is negative or not finite.
+        """
+        return self._add_delayed(name, payload, self._core.run_at_after(delay))
+
+    def schedule_for(self, name: str, payload: Any, when: datetime | float) -> ProducerHandle:
+        """Queue one run of task ``name`` at ``when`` (an aware datetime, or unix
+        seconds; a time in the past runs at the leader's next pass).
+
+        Raises:
+            TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
+            ValueError: ``when`` is a naive datetime or not finite.
+        """
+        return self._add_delayed(name, payload, self._core.run_at(when))
+
+    def _add_delayed(self, name: str, payload: Any, run_at: float) -> ProducerHandle:
+        client = self._redis()
+        self._read_catalog(client, name)
+        member_id, member = self._core.delayed(name, payload, run_at)
+        with translated():
+            client.zadd(self._core.destination.delayed, {member: run_at})
+        return ProducerHandle(member_id, name, self)
+
+    # Closing ----------------------------------------------------------------
+    def close(self) -> None:
+        """Close the client if this producer made it (:meth:`from_url`). Idempotent;
+        the producer refuses calls afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._connect is not None and os.getpid() == self._pid:
+            self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
