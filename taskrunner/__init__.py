@@ -10,9 +10,11 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
+from taskrunner._context import TaskContext as TaskContext
 from taskrunner._handle import TaskError as TaskError
 from taskrunner._handle import TaskHandle as TaskHandle
 from taskrunner._handle import TaskInfo as TaskInfo
+from taskrunner._retry import Backoff as Backoff
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner
 from taskrunner._stats import Stats as Stats
@@ -25,6 +27,8 @@ from taskrunner.errors import BackendError as BackendError
 from taskrunner.errors import DuplicateHost as DuplicateHost
 from taskrunner.errors import InvalidTaskPayload as InvalidTaskPayload
 from taskrunner.errors import InvalidTaskResult as InvalidTaskResult
+from taskrunner.errors import LifespanError as LifespanError
+from taskrunner.errors import Retry as Retry
 from taskrunner.errors import SharedStreamError as SharedStreamError
 from taskrunner.errors import TaskAlreadyDispatched as TaskAlreadyDispatched
 from taskrunner.errors import TaskCancelled as TaskCancelled
@@ -33,6 +37,7 @@ from taskrunner.errors import TaskFailed as TaskFailed
 from taskrunner.errors import TaskMaxRetryExceeded as TaskMaxRetryExceeded
 from taskrunner.errors import TaskNotFound as TaskNotFound
 from taskrunner.errors import TaskRunnerError as TaskRunnerError
+from taskrunner.errors import TaskTimeout as TaskTimeout
 from taskrunner.errors import WrongAsyncLibrary as WrongAsyncLibrary
 
 try:

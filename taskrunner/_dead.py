@@ -92,11 +92,19 @@ def replay_of(dead: DeadLetter, *, token: str | None = None) -> Replay | None:
     if message is None:  # not ours to rewrite: dispatched again as it was
         return Replay(dead_id=dead.id, task_id=dead.message_id, message=dead.payload)
     task_id = message.id or dead.message_id
+    # A fresh attempt count (attempts 0); the task id, first dispatch time, trace and
+    # keep_result stay.
+    extras = _wire.MessageExtras(
+        id=task_id,
+        dispatched_at=message.dispatched_at,
+        trace=message.trace,
+        keep_result=message.keep_result,
+    )
     if not (message.unique and message.unique_lock_value):
-        fresh = attrs.evolve(message, id=task_id)
+        fresh = attrs.evolve(message, extras=extras)
         return Replay(dead_id=dead.id, task_id=task_id, message=_wire.encode_message(fresh))
     token = uuid.uuid4().hex if token is None else token
-    fresh = attrs.evolve(message, id=task_id, unique_lock_value=token)
+    fresh = attrs.evolve(message, extras=extras, unique_lock_value=token)
     return Replay(
         dead_id=dead.id,
         task_id=task_id,

@@ -12,6 +12,11 @@ follow too; this class is their trio shell over a backend. Every dispatch
 returns a :class:`~taskrunner.TaskHandle`: the stream id of the entry added,
 or the id of the delayed member (indexed under it, so it can be looked up and
 cancelled).
+
+Tracing (``taskrunner.otel``) sets :attr:`Dispatcher.tracer`: each dispatch
+then runs inside the context manager it returns, and the trace context it
+yields is written into the message (or the delayed member) as ``trace``.
+Without it nothing is added to the message and nothing is called.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,6 +54,10 @@ log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
 
+Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
+"""``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
+one for the batch), yielding the trace context to carry, if any."""
+
 
 class Dispatcher:
     """Queues runs of a runner's registered tasks.
@@ -73,16 +83,29 @@ class Dispatcher:
         self._tasks = tasks
         self._scheduler = scheduler
         self._tracker = tracker
+        self.tracer: Tracer | None = None
+        """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
+        self._encoders: dict[str, tuple[Task, Callable[[Any], bytes]]] = {}
 
-    def _enqueue(self, task: Task, payload: Any) -> Enqueue:
+    def _plain(self, task: Task, payload: Any) -> bytes:
+        """The message of a plain (not unique, not traced) dispatch of ``task``: one
+        encoder per task, so only the payload is encoded per call (the bytes of
+        :func:`~taskrunner._enqueue.enqueue`)."""
+        cached = self._encoders.get(task.name)
+        if cached is None or cached[0] is not task:  # first use, or registered anew
+            cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))
+        return cached[1](encode_payload(payload, task.payload_type, task.name, task.extra_keys))
+
+    def _enqueue(self, task: Task, payload: Any, trace: dict[str, str] | None = None) -> Enqueue:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         if not task.unique:
-            return enqueue(task, wire_payload)
+            return enqueue(task, wire_payload, trace=trace)
         return enqueue(
             task,
             wire_payload,
             unique_key=_wire.unique_key_for(task, payload),
             token=uuid.uuid4().hex,
+            trace=trace,
         )
 
     def _get_task(self, name: str) -> Task:
@@ -93,9 +116,18 @@ class Dispatcher:
 
     async def dispatch(self, name: str, payload: Any = None) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._dispatch(name, payload, trace)
+        return await self._dispatch(name, payload, None)
+
+    async def _dispatch(self, name: str, payload: Any, trace: dict[str, str] | None) -> TaskHandle:
         task = self._get_task(name)
-        entry = self._enqueue(task, payload)
         group = self._config.current.consumer_group
+        if not task.unique and trace is None:
+            (message_id,) = await self._backend.add(group, [self._plain(task, payload)])
+            return self._tracker.handle(message_id, task.name)
+        entry = self._enqueue(task, payload, trace)
         lock = entry.lock
         if lock is None:
             (message_id,) = await self._backend.add(group, [entry.data])
@@ -137,11 +169,23 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        data = [self._enqueue(task, payload).data for payload in payloads]
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_many(task, payloads, trace)
+        return await self._add_many(task, payloads, None)
+
+    async def _add_many(
+        self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None
+    ) -> list[TaskHandle]:
+        if trace is None:
+            data = [self._plain(task, payload) for payload in payloads]
+        else:
+            data = [self._enqueue(task, payload, trace).data for payload in payloads]
         if not data:
             return []
         ids = await self._backend.add(self._config.current.consumer_group, data)
-        return [self._tracker.handle(message_id, task.name) for message_id in ids]
+        tracker, name = self._tracker, task.name
+        return [TaskHandle(id=message_id, task_name=name, tracker=tracker) for message_id in ids]
 
     async def dispatch_delayed(
         self, name: str, payload: Any = None, delay: float | timedelta = 0.0
@@ -157,6 +201,14 @@ class Dispatcher:
         return await self._add_delayed(name, payload, unix - time.time() + self._backend.now())
 
     async def _add_delayed(self, name: str, payload: Any, run_at: float) -> TaskHandle:
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_delayed_traced(name, payload, run_at, trace)
+        return await self._add_delayed_traced(name, payload, run_at, None)
+
+    async def _add_delayed_traced(
+        self, name: str, payload: Any, run_at: float, trace: dict[str, str] | None
+    ) -> TaskHandle:
         task = self._get_task(name)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         delayed_id = str(uuid.uuid4())
@@ -167,6 +219,8 @@ class Dispatcher:
             id=delayed_id,
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            dispatched_at=self._backend.now(),
+            trace=trace,
         )
         await self._backend.add_delayed(
             self._config.current.consumer_group, member, run_at, task_id=delayed_id

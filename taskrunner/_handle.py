@@ -55,8 +55,9 @@ class TaskInfo:
     task_name: str | None
     """The task's name, when the entry, member or result names it."""
     attempts: int
-    """Attempts used: the current delivery's number while running, 0 while queued
-    or scheduled, the last attempt's number once done."""
+    """Attempts used: the current attempt's number while running, those of earlier
+    entries while queued or scheduled (0 before the first; a retry waiting for its
+    backoff counts the attempts that failed), the last attempt's number once done."""
     error: TaskError | None = None
     """Failed: the error it failed with."""
     result: Any = None
@@ -102,7 +103,7 @@ def task_info(snapshot: TaskSnapshot) -> TaskInfo:
             id=snapshot.task_id,
             state=TaskState.SCHEDULED,
             task_name=member.task,
-            attempts=0,
+            attempts=member.attempts,
             run_at=snapshot.run_at,
             payload=member.payload,
         )
@@ -115,7 +116,8 @@ def task_info(snapshot: TaskSnapshot) -> TaskInfo:
         id=snapshot.task_id,
         state=TaskState.RUNNING if snapshot.pending else TaskState.QUEUED,
         task_name=message.task_name if message is not None else None,
-        attempts=snapshot.delivery_count if snapshot.pending else 0,
+        attempts=(message.attempts if message is not None else 0)
+        + (snapshot.delivery_count if snapshot.pending else 0),
         enqueued_at=_entry_time(snapshot.entry_id),
         entry_id=snapshot.entry_id,
         consumer=snapshot.consumer,
@@ -150,7 +152,6 @@ def _finished(task_id: str, raw: bytes) -> TaskInfo:
     )
 
 
-@attrs.frozen(kw_only=True)
 class TaskHandle:
     """A dispatched task: its id, and what can be done with it.
 
@@ -158,14 +159,34 @@ class TaskHandle:
     its variants; ``str(handle)`` is its id, which
     :meth:`TaskRunner.get_task <taskrunner.TaskRunner.get_task>` and
     :meth:`TaskRunner.cancel <taskrunner.TaskRunner.cancel>` take. Handles are
-    equal when their ids and task names are.
+    equal when their ids and task names are. Read-only by convention.
     """
+
+    # A plain slotted class, not attrs.frozen: dispatch_many makes one per payload, and
+    # a frozen attrs instance costs several times as much to build.
+    __slots__ = ("_tracker", "id", "task_name")
 
     id: str
     """The task id: the stream id of its entry, or, dispatched with a delay, its
     delayed member's id (which the entry it becomes keeps)."""
     task_name: str
-    _tracker: Tracker = attrs.field(eq=False, repr=False, alias="tracker")
+    """The task's name."""
+
+    def __init__(self, *, id: str, task_name: str, tracker: Tracker) -> None:
+        self.id = id
+        self.task_name = task_name
+        self._tracker = tracker
+
+    def __repr__(self) -> str:
+        return f"TaskHandle(id={self.id!r}, task_name={self.task_name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TaskHandle):
+            return NotImplemented
+        return (self.id, self.task_name) == (other.id, other.task_name)
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.task_name))
 
     def __str__(self) -> str:
         return self.id

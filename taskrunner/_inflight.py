@@ -1,16 +1,26 @@
 """Messages being worked on, when each is due for a refresh, and how to stop each.
 
-The worker adds an entry when an action starts (with the cancel scope of that
-run) and removes it when it ends; the refresher asks which entries are due
-and, once the backend confirmed a refresh, marks them refreshed. ``due`` only
-reads, so a refresh that failed is retried on the next tick. The canceller
-(:mod:`taskrunner._serve.canceller`) asks the backend which running entries
-were cancelled and :meth:`InFlight.stop` cancels their runs' scopes; the worker
-then sees :meth:`InFlight.remove` answer that the stop was requested.
+The worker adds an entry when an action starts and removes it when it ends;
+the refresher asks which entries are due and, once the backend confirmed a
+refresh, marks them refreshed. ``due`` only reads, so a refresh that failed is
+retried on the next tick. An entry whose run is past its deadline (its
+``timeout``) is never due: its attempt has failed, and a thread that cannot
+be cancelled must not keep its message from being reclaimed. The entry of a
+run with a timeout also holds that run's cancel scope, so another part of the
+runner can cancel it by message id (:meth:`InFlight.scope_of`); a run without
+a timeout has no scope (entering one per run is too dear for the hot path).
+
+Stopping (``TaskRunner.cancel``): the canceller (:mod:`taskrunner._serve.canceller`)
+asks the backend which of :meth:`InFlight.running` were asked to stop, and
+:meth:`InFlight.stop` marks each and cancels its run's scope, if it has one. A
+run without a scope (or a thread, which no scope stops) runs on, and the worker
+learns from :meth:`InFlight.remove` that it was asked to stop: its outcome is
+then discarded and it is acknowledged as cancelled.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import attrs
@@ -22,7 +32,8 @@ class _Entry:
     consumer: str
     reservation_timeout: float
     refresh_at: float
-    scope: trio.CancelScope | None = None
+    deadline: float
+    scope: trio.CancelScope | None
     stop_requested: bool = False
 
 
@@ -44,11 +55,13 @@ class InFlight:
         consumer: str,
         reservation_timeout: float,
         now: float,
+        *,
+        deadline: float = math.inf,
         scope: trio.CancelScope | None = None,
     ) -> None:
-        """A run of ``entry_id`` started; ``scope`` is the cancel scope it runs in."""
+        """Track a run started at ``now``; past ``deadline`` it is no longer refreshed."""
         self._entries[entry_id] = _Entry(
-            consumer, reservation_timeout, now + reservation_timeout, scope
+            consumer, reservation_timeout, now + reservation_timeout, deadline, scope
         )
 
     def remove(self, entry_id: str) -> bool:
@@ -56,12 +69,23 @@ class InFlight:
         entry = self._entries.pop(entry_id, None)
         return entry is not None and entry.stop_requested
 
+    def stop_requested(self, entry_id: str) -> bool:
+        """Whether the run of ``entry_id`` (still tracked) was asked to stop."""
+        entry = self._entries.get(entry_id)
+        return entry is not None and entry.stop_requested
+
+    def scope_of(self, entry_id: str) -> trio.CancelScope | None:
+        """The cancel scope of the run of ``entry_id``, while it runs."""
+        entry = self._entries.get(entry_id)
+        return entry.scope if entry is not None else None
+
     def due(self, now: float, slack: float) -> dict[str, list[str]]:
-        """Ids due for a refresh by ``now + slack``, grouped by consumer (read-only)."""
+        """Ids due for a refresh by ``now + slack``, grouped by consumer (read-only);
+        runs past their deadline are left out."""
         out: dict[str, list[str]] = defaultdict(list)
         horizon = now + slack
         for entry_id, entry in self._entries.items():
-            if entry.refresh_at <= horizon:
+            if entry.refresh_at <= horizon and entry.deadline > now:
                 out[entry.consumer].append(entry_id)
         return dict(out)
 
@@ -78,7 +102,11 @@ class InFlight:
         return [i for i, entry in self._entries.items() if not entry.stop_requested]
 
     def stop(self, entry_id: str) -> bool:
-        """Cancel the run of ``entry_id`` (its scope); returns whether it was running."""
+        """Ask the run of ``entry_id`` to stop: cancel its scope, if it has one.
+
+        Returns:
+            Whether it was running.
+        """
         entry = self._entries.get(entry_id)
         if entry is None:
             return False

@@ -97,16 +97,15 @@ def success_document(
         wire_value = unstructure_result(value)
     except Exception as exc:
         raise InvalidTaskResult(task.name, value, f"{type(exc).__name__}: {exc}") from exc
-    doc = _wire.succeeded(
-        task.name,
-        wire_value,
-        attempts=attempts,
-        enqueued_at=enqueued_at,
-        started_at=started_at,
-        finished_at=finished_at,
-    )
     try:
-        return _wire.encode_result(doc)
+        return _wire.encode_succeeded(
+            task.name,
+            wire_value,
+            attempts=attempts,
+            enqueued_at=enqueued_at,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
     except InvalidTaskResult as exc:
         # Name the value as the action returned it, not its unstructured form.
         raise InvalidTaskResult(task.name, value, exc.reason) from exc

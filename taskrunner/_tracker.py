@@ -18,38 +18,16 @@ from typing import Any
 
 import trio
 
-from taskrunner import _wire
-from taskrunner._codec import structure_result
 from taskrunner._config import ConfigHolder
 from taskrunner._handle import TaskHandle, TaskInfo, task_info
+from taskrunner._results import outcome_of
 from taskrunner._task import Task
-from taskrunner._wire import TaskState
 from taskrunner.backends import Backend
-from taskrunner.errors import TaskCancelled, TaskFailed
 
 log = logging.getLogger(__name__)
 
 FOREVER_SLICE = 3600.0
 """How long one backend wait lasts when the caller waits without a timeout."""
-
-
-def outcome_of(task_id: str, raw: bytes, result_type: type[Any] | None) -> Any:
-    """The value a kept result document gives its waiter.
-
-    Raises:
-        TaskFailed: the document records a failure.
-        TaskCancelled: it records a cancellation.
-        InvalidTaskPayload: the document cannot be read, or its value does not
-            fit ``result_type``.
-    """
-    doc = _wire.decode_result(raw)
-    if doc.state is TaskState.FAILED:
-        raise TaskFailed(task_id, doc.task, doc.error_type, doc.error)
-    if doc.state is TaskState.CANCELLED:
-        raise TaskCancelled(task_id, doc.task)
-    if result_type is None:
-        return doc.value
-    return structure_result(doc.value, result_type)
 
 
 class Tracker:

@@ -174,7 +174,7 @@ async def test_a_running_task_is_cancelled_on_another_runner_of_a_fleet(
     finished: list[str] = []
     for index, runner in enumerate([*fleet, outsider]):
 
-        @runner.task(name="long", keep_result=60, unique=True, unique_for=600)
+        @runner.task(name="long", keep_result=60, unique=True, unique_for=600, timeout=3600)
         async def long(payload: str, index: int = index) -> None:
             started[payload] = (index, trio.current_time())
             try:
@@ -223,7 +223,7 @@ async def test_a_task_cancelled_the_instant_a_fetcher_read_it_is_stopped(
     canceller = env.runner()
     progress: list[str] = []
 
-    @runner.task(keep_result=60)
+    @runner.task(keep_result=60, timeout=3600)  # a timeout: its run can be interrupted
     async def job(payload: None) -> None:
         progress.append("started")
         await trio.sleep(10)

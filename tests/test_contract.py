@@ -803,6 +803,64 @@ def _move_forgets_task_id(b: MemoryBackend) -> None:
     _wrap(b, "move_delayed", make)
 
 
+def _defer_adds_anyway(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> bool:
+            if await orig(group, entry_id, member, run_at, **kw):
+                return True
+            await b.add_delayed(group, member, run_at)
+            return False
+
+        return defer
+
+    _wrap(b, "defer", make)
+
+
+def _defer_without_ack(b: MemoryBackend) -> None:
+    async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> bool:
+        g = b._stream(group).groups.get(group)
+        if g is None or entry_id not in g.pending:
+            return False
+        await b.add_delayed(group, member, run_at)
+        return True
+
+    b.defer = defer  # type: ignore[method-assign]
+
+
+def _defer_ignores_task_id(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> bool:
+            return bool(await orig(group, entry_id, member, run_at))
+
+        return defer
+
+    _wrap(b, "defer", make)
+
+
+def _replay_keeps_notice(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def replay_dead_letters(group: str, replays: Sequence[Replay]) -> Any:
+            kept = {k: v for k, v in b._notices.items()}
+            done = await orig(group, replays)
+            b._notices.update(kept)
+            return done
+
+        return replay_dead_letters
+
+    _wrap(b, "replay_dead_letters", make)
+
+
+def _move_refuses_own_lock(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            kept = [m for m in moves if m.lock_key and b._get(m.lock_key) == m.lock_token]
+            return await orig(group, [m for m in moves if m not in kept])
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
 def _cancel_keeps_queued_entry(b: MemoryBackend) -> None:
     """Reports a queued task cancelled without deleting its entry."""
 
@@ -957,8 +1015,13 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     ),
     "replay_keeps_dead_letter": ("check_replay_dead_letters", _replay_keeps_dead_letter),
     "replay_ignores_lock": ("check_replay_dead_letters", _replay_ignores_lock),
+    "replay_keeps_notice": ("check_replay_dead_letters", _replay_keeps_notice),
     "purge_ignores_ids": ("check_purge_and_page_dead_letters", _purge_ignores_ids),
     "dead_letters_ignore_after": ("check_purge_and_page_dead_letters", _dead_letters_ignore_after),
+    "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
+    "defer_ignores_task_id": ("check_defer_indexes_the_retry", _defer_ignores_task_id),
+    "defer_without_ack": ("check_defer", _defer_without_ack),
+    "move_refuses_own_lock": ("check_move_delayed_keeps_own_lock", _move_refuses_own_lock),
 }
 _CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
 

@@ -37,8 +37,10 @@ PRODUCER_EXAMPLES: dict[str, list[str]] = {
         "HTTP 200: cat.png queued",
         "HTTP 200: dog.png queued",
         "HTTP 200: owl.png queued",
+        "HTTP 200: thumbs/64/fox.png made",
         "worker: made cat.png at 128 px",
         "worker: made dog.png at 128 px",
+        "worker: made fox.png at 64 px",
         "worker: made owl.png at 128 px",
     ],
 }
@@ -61,6 +63,20 @@ DOCS_DIR = EXAMPLES.parent / "docs"
 RUN_TIMEOUT = 30
 
 EXPECTED: dict[str, list[str]] = {
+    "results_and_cancel.py": [
+        "resize: thumbs/7.png at 128 px",
+        "get_task: succeeded, 1 attempt(s), result {'path': 'thumbs/7.png', 'width': 128}",
+        "charge failed: ValueError: card declined for 1250 cents",
+        "delayed: scheduled; cancel -> True",
+        "crunch: running; cancel -> True",
+        "crunch: result() raised TaskCancelled",
+        "cancel again -> False",
+        "dead letter: charge {'cents': 1250} (TaskMaxRetryExceeded)",
+        "dead letter: import_row 13 (TaskMaxRetryExceeded)",
+        "replayed: True",
+        "purged: 1; dead letters left: 0",
+        "rows imported: [12, 13, 14]",
+    ],
     "quickstart.py": [
         "hello, Ada",
         "hello, Alan",
@@ -154,6 +170,36 @@ EXPECTED: dict[str, list[str]] = {
         "  mail sent to ann@example.com",
         "  refused: ('mail',) read orders:tasks, and delete_on_ack is on",
         "  mail sent to bob@example.com",
+    ],
+    "retries_and_timeouts.py": [
+        "  t=  0.0s charge attempt 1 of 4",
+        "  t=  2.0s charge attempt 2 of 4",
+        "  t=  8.0s charge attempt 3 of 4",
+        "  t=  0.0s poll_export attempt 1: not ready",
+        "  t= 30.0s poll_export attempt 2: not ready",
+        "  t= 60.0s poll_export attempt 3: not ready",
+        "  t=  0.0s validate 'A-??'",
+        "  t=  0.0s fetch https://slow.example (the server never answers)",
+        "  t= 15.0s fetch https://slow.example (the server never answers)",
+        "completed 1, failed attempts 5, retried 5",
+    ],
+    "context_lifespan_middleware.py": [
+        "lifespan: opening the client",
+        "fetch: message True, attempt 1 of 1, deadline in 30s",
+        "audit: fetch returned '200 OK /index.html'",
+        "lifespan: closing the client",
+        "served",
+    ],
+    "sync_tasks.py": [
+        "convert: TaskMaxRetryExceeded on attempt 1 (TaskTimeout)",
+        "thumbnails made: 6, at most 2 threads at once",
+        "completed 6, failed 1",
+    ],
+    "opentelemetry_tracing.py": [
+        "send send_email (PRODUCER)",
+        "  process send_email (CONSUMER) attempt 1: error, child of the dispatch: True, "
+        "recorded ConnectionError",
+        "  process send_email (CONSUMER) attempt 2: success, child of the dispatch: True",
     ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',

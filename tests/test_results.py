@@ -22,6 +22,7 @@ from taskrunner import (
     _wire,
 )
 from taskrunner._outcomes import outcome, success_document
+from taskrunner._wire import decode_message
 from taskrunner.backends.memory import MemoryBackend
 
 
@@ -116,7 +117,9 @@ async def test_a_final_failure_raises_task_failed_with_its_error(
         "ValueError: no luck on attempt 2",
     )
     (dead,) = await backend.dead_letters("g")
-    assert dead.message_id == handle.id, "the failure path ran as it always did"
+    # The retry went through the delayed set (a new entry carrying the task's id).
+    assert decode_message(dead.payload).id == handle.id, "the failure path ran as always"
+    assert dead.message_id != handle.id
 
 
 async def test_a_value_that_cannot_be_kept_fails_the_run_with_invalid_task_result(
@@ -222,7 +225,9 @@ async def test_a_task_that_keeps_nothing_leaves_nothing(
 def test_outcome_is_none_for_a_plain_run() -> None:
     message = _wire.TaskMessage(task_name="t")
     assert outcome("1-0", message, None) is None
-    moved = outcome("1-0", _wire.TaskMessage(task_name="t", id="abc"), None)
+    moved = outcome(
+        "1-0", _wire.TaskMessage(task_name="t", extras=_wire.MessageExtras(id="abc")), None
+    )
     assert moved is not None
     assert (moved.task_id, moved.indexed, moved.document) == ("abc", True, None)
 

@@ -9,7 +9,9 @@ given a fixed uuid, token and time.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (
     MAX_MESSAGE_BYTES,
     DelayedTask,
+    MessageExtras,
     TimingFields,
     decode_delayed,
     decode_message,
@@ -130,7 +133,8 @@ def test_unique_for_is_whole_seconds_rounded_up(seconds: float, whole: int) -> N
 
 def test_nulls_missing_fields_and_extra_fields_are_tolerated() -> None:
     message = decode_message(b'{"task_name":"t","unique_key":null,"attempt":3,"dispatched_at":1.5}')
-    assert message == TaskMessage(task_name="t")
+    assert message == TaskMessage(task_name="t", extras=MessageExtras(dispatched_at=1.5))
+    assert message.attempts == 0, "attempt (singular) is not ours"
 
 
 @pytest.mark.parametrize(
@@ -306,7 +310,7 @@ def test_a_go_member_moves_to_the_message_go_would_dispatch() -> None:
     )
     # Go's own fields are what Go would dispatch: a Go worker reads the same message.
     moved = decode_message(move.message)
-    assert attrs.evolve(moved, id="") == decode_message(OUR_UNIQUE_MESSAGE)
+    assert attrs.evolve(moved, extras=None) == decode_message(OUR_UNIQUE_MESSAGE)
 
 
 def test_our_member_moves_with_its_precomputed_key() -> None:
@@ -381,7 +385,12 @@ async def test_dispatch_delayed_on_redis_writes_go_s_member(redis_url: str) -> N
             "ZRANGE", "taskrunner:interop:delayed_tasks", 0, -1, "WITHSCORES"
         )
     member, score = bytes(raw[0]), float(raw[1])
-    assert member == OUR_UNIQUE_MEMBER.replace(DELAYED_ID.encode(), delayed_id.encode())
+    written = json.loads(member)
+    dispatched_at = written.pop("dispatched_at")  # ours: when schedule_for was called
+    assert abs(dispatched_at - time.time()) < 60
+    assert json.dumps(written, separators=(",", ":")).encode() == OUR_UNIQUE_MEMBER.replace(
+        DELAYED_ID.encode(), delayed_id.encode()
+    )
     assert score == pytest.approx(1796108038.335579, abs=1e-3), "the score keeps the fraction"
 
 

@@ -1,7 +1,8 @@
 """How the end of a run is acknowledged: plainly, with its result, or as cancelled.
 
-Theory of operation. The worker (:mod:`taskrunner._serve.worker`) decides a
-run's outcome; this part turns it into the ack the acker sends: the entry,
+Theory of operation. The worker (:mod:`taskrunner._serve.worker`) and the
+outcomes (:mod:`taskrunner._serve.outcome`) decide a run's outcome; this part
+turns it into the ack the acker sends: the entry,
 its unique lock (released after the ack) and, when there is something to
 record, an :class:`~taskrunner.backends.Outcome` built by
 :mod:`taskrunner._outcomes` (the result document of a task that keeps
@@ -37,7 +38,7 @@ from taskrunner._wire import TaskMessage, decode_message, unique_lock
 from taskrunner.backends import Backend, Outcome, QueueEntry
 from taskrunner.errors import BackendError, TaskRunnerError
 
-__all__ = ["Finishing", "lock_of"]
+__all__ = ["Finishing", "attempt_of", "enqueued_at", "lock_of"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,19 @@ def lock_of(message: TaskMessage) -> tuple[str, str] | None:
     return None
 
 
+def attempt_of(delivery_count: int, message: TaskMessage | None) -> int:
+    """The attempt number of a delivery: attempts of earlier entries plus this one's."""
+    return (message.attempts if message is not None else 0) + delivery_count
+
+
+def enqueued_at(entry_id: str, message: TaskMessage | None) -> float:
+    """When the task was first dispatched: the message's ``dispatched_at``, else its
+    entry's time."""
+    if message is not None and message.dispatched_at is not None:
+        return message.dispatched_at
+    return entry_time(entry_id)
+
+
 class Finishing:
     """Acknowledges the runs of one runner (see the module docstring).
 
@@ -56,12 +70,16 @@ class Finishing:
         config: The runner's configuration (the group).
         backend: Its clock (a result's times) and its stop requests.
         acker: Where acks go.
+        tasks: The registered tasks by name, read as it is (their ``keep_result``).
     """
 
-    def __init__(self, config: ConfigHolder, backend: Backend, acker: Acker) -> None:
+    def __init__(
+        self, config: ConfigHolder, backend: Backend, acker: Acker, tasks: Mapping[str, Task]
+    ) -> None:
         self._config = config
         self._backend = backend
         self._acker = acker
+        self._tasks = tasks
         self.cancelled_count = 0
 
     def now(self) -> float:
@@ -76,8 +94,6 @@ class Finishing:
         keep: float | None,
         started_at: float,
         value: Any,
-        *,
-        stop_requested: bool,
     ) -> None:
         """Acknowledge a run whose action returned ``value`` (with its result).
 
@@ -90,13 +106,12 @@ class Finishing:
             document = success_document(
                 task,
                 value,
-                attempts=entry.delivery_count,
-                enqueued_at=entry_time(entry.id),
+                attempts=attempt_of(entry.delivery_count, message),
+                enqueued_at=enqueued_at(entry.id, message),
                 started_at=started_at,
                 finished_at=self._backend.now(),
             )
-        done = outcome(entry.id, message, keep, document, cancelled=stop_requested)
-        self._acker.ack(entry.id, lock_of(message), done)
+        self._acker.ack(entry.id, lock_of(message), outcome(entry.id, message, keep, document))
 
     def cancelled(
         self,
@@ -119,8 +134,8 @@ class Finishing:
         if keep is not None:
             document = cancelled_document(
                 message.task_name,
-                attempts=entry.delivery_count,
-                enqueued_at=entry_time(entry.id),
+                attempts=attempt_of(entry.delivery_count, message),
+                enqueued_at=enqueued_at(entry.id, message),
                 started_at=started_at,
                 finished_at=self._backend.now(),
             )
@@ -132,7 +147,6 @@ class Finishing:
         entry_id: str,
         delivery_count: int,
         message: TaskMessage | None,
-        task: Task | None,
         error: TaskRunnerError,
         started_at: float | None,
     ) -> None:
@@ -141,20 +155,20 @@ class Finishing:
         if message is None:
             self._acker.ack(entry_id, None)
             return
-        keep = keep_of(task, message)
+        keep = keep_of(self._tasks.get(message.task_name), message)
         document = None
         if keep is not None:
             document = failure_document(
                 message.task_name,
                 error,
-                attempts=delivery_count,
-                enqueued_at=entry_time(entry_id),
+                attempts=attempt_of(delivery_count, message),
+                enqueued_at=enqueued_at(entry_id, message),
                 started_at=started_at,
                 finished_at=self._backend.now(),
             )
         self._acker.ack(entry_id, lock_of(message), outcome(entry_id, message, keep, document))
 
-    async def cancelled_meanwhile(self, entry: QueueEntry, tasks: Mapping[str, Task]) -> bool:
+    async def cancelled_meanwhile(self, entry: QueueEntry) -> bool:
         """Whether a redelivered entry was asked to stop (if so it is acknowledged
         as cancelled, not run again). A failed look counts as not asked.
 
@@ -176,6 +190,6 @@ class Finishing:
             message: TaskMessage | None = decode_message(entry.payload)
         except Exception:  # whatever the decoder raised: it is acknowledged alone
             message = None
-        keep = keep_of(tasks.get(message.task_name), message) if message is not None else None
+        keep = keep_of(self._tasks.get(message.task_name), message) if message is not None else None
         self.cancelled(entry, message, keep, None)
         return True

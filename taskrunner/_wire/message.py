@@ -16,6 +16,34 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 @attrs.frozen(kw_only=True)
+class MessageExtras:
+    """Our optional fields of a message (absent from a plain one; see the package
+    docstring). Kept apart so a plain message costs nothing for them."""
+
+    attempts: int = 0
+    """Attempts used by earlier entries of this task (it is a re-queued retry)."""
+    id: str = ""
+    """The task's id when it is not this entry's stream id (moved from the delayed set)."""
+    dispatched_at: float | None = None
+    """When the task was first dispatched (the backend's clock), when that is not
+    the stream id's time (a delayed dispatch, a retry)."""
+    trace: dict[str, str] | None = None
+    """The trace context the dispatch carried (W3C ``traceparent``, ``tracestate``)."""
+    keep_result: float | None = None
+    """Seconds to keep the task's result for (the task's ``keep_result``), when it
+    keeps results."""
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.attempts
+            or self.id
+            or self.dispatched_at is not None
+            or self.trace
+            or self.keep_result is not None
+        )
+
+
+@attrs.frozen(kw_only=True)
 class TaskMessage:
     """The JSON document in a stream entry's ``payload`` field (Go's ``TaskMessage``).
 
@@ -32,12 +60,33 @@ class TaskMessage:
     """The unique lock key's suffix, ``<task>:<key>`` (see the module docstring)."""
     unique_lock_value: str = ""
     reservation_timeout: int = 0
-    id: str = ""
-    """Ours, optional: the task's id when it is not the entry's stream id (an entry moved
-    from the delayed set carries its member's id). Written only when set."""
-    keep_result: float | None = None
-    """Ours, optional: seconds to keep the task's result for (the task's ``keep_result``).
-    Written only when set."""
+    extras: MessageExtras | None = None
+    """Our optional fields; ``None`` for a plain message (Go's, or a plain dispatch)."""
+
+    @property
+    def attempts(self) -> int:
+        """Attempts used by earlier entries of this task (0 unless it is a retry)."""
+        return self.extras.attempts if self.extras is not None else 0
+
+    @property
+    def id(self) -> str:
+        """The task's id when it is not the entry's stream id, else ``""``."""
+        return self.extras.id if self.extras is not None else ""
+
+    @property
+    def dispatched_at(self) -> float | None:
+        """The first dispatch's time when it is not the stream id's, else ``None``."""
+        return self.extras.dispatched_at if self.extras is not None else None
+
+    @property
+    def trace(self) -> dict[str, str] | None:
+        """The dispatch's trace context, if it was traced."""
+        return self.extras.trace if self.extras is not None else None
+
+    @property
+    def keep_result(self) -> float | None:
+        """Seconds to keep the task's result for, when it keeps results."""
+        return self.extras.keep_result if self.extras is not None else None
 
     @property
     def reservation_timeout_seconds(self) -> float:
@@ -86,7 +135,10 @@ def new_message(
     *,
     unique_key: str = "",
     token: str = "",
+    attempts: int = 0,
     id: str = "",
+    dispatched_at: float | None = None,
+    trace: dict[str, str] | None = None,
     keep_result: float | None = None,
 ) -> TaskMessage:
     """The message that runs ``task`` once.
@@ -97,19 +149,25 @@ def new_message(
         payload: The payload in its wire (JSON-ready) form.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
         token: For a unique task, the lock's token (random at dispatch).
-        id: The task id, when it is not the entry's stream id (moved from the
-            delayed set: the member's id).
+        attempts: Attempts used by earlier entries of the task (a retry).
+        id: The task's id, when it is not the entry's stream id.
+        dispatched_at: The first dispatch's time, when it is not the stream id's.
+        trace: The dispatch's trace context, when traced.
         keep_result: Seconds to keep the result for; ``None`` (the default)
             takes the task's ``keep_result``.
     """
     keep = task.keep_result if keep_result is None else keep_result
+    extras = None
+    if attempts or id or dispatched_at is not None or trace or keep is not None:
+        extras = MessageExtras(
+            attempts=attempts, id=id, dispatched_at=dispatched_at, trace=trace, keep_result=keep
+        )
     if not task.unique:
         return TaskMessage(
             task_name=task.name,
             payload=payload,
             reservation_timeout=reservation_ns(task.reservation),
-            id=id,
-            keep_result=keep,
+            extras=extras,
         )
     return TaskMessage(
         task_name=task.name,
@@ -119,8 +177,7 @@ def new_message(
         unique_key=unique_key,
         unique_lock_value=token,
         reservation_timeout=reservation_ns(task.reservation),
-        id=id,
-        keep_result=keep,
+        extras=extras,
     )
 
 
@@ -139,12 +196,18 @@ def encode_message(message: TaskMessage) -> bytes:
         "unique_lock_value": message.unique_lock_value,
         "reservation_timeout": message.reservation_timeout,
     }
-    # Our optional fields, after Go's and only when set: a plain message stays
-    # byte for byte what it was.
-    if message.id:
-        doc["id"] = message.id
-    if message.keep_result is not None:
-        doc["keep_result"] = message.keep_result
+    extras = message.extras
+    if extras is not None:
+        if extras.attempts:
+            doc["attempts"] = extras.attempts
+        if extras.id:
+            doc["id"] = extras.id
+        if extras.dispatched_at is not None:
+            doc["dispatched_at"] = extras.dispatched_at
+        if extras.trace:
+            doc["trace"] = extras.trace
+        if extras.keep_result is not None:
+            doc["keep_result"] = extras.keep_result
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -220,6 +283,15 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         raise InvalidTaskPayload(
             f"field 'task_name' should be a non-empty string, got {task_name!r}"
         )
+    extras = None
+    if (
+        "attempts" in doc
+        or "id" in doc
+        or "dispatched_at" in doc
+        or "trace" in doc
+        or "keep_result" in doc
+    ):
+        extras = extras_of(doc) or None
     return TaskMessage(
         task_name=task_name,
         payload=doc.get("payload"),
@@ -228,6 +300,36 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         unique_key=field(doc, "unique_key", str, ""),
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
         reservation_timeout=field(doc, "reservation_timeout", int, 0),
+        extras=extras,
+    )
+
+
+def extras_of(doc: dict[str, Any]) -> MessageExtras:
+    """Our optional fields of a message or delayed member, read with their defaults.
+
+    Raises:
+        InvalidTaskPayload: one has the wrong type (or ``attempts`` is negative).
+    """
+    attempts = field(doc, "attempts", int, 0)
+    if attempts < 0:
+        raise InvalidTaskPayload(f"field 'attempts' should be >= 0, got {attempts!r}")
+    dispatched_at = doc.get("dispatched_at")
+    if dispatched_at is not None and (
+        isinstance(dispatched_at, bool)
+        or not isinstance(dispatched_at, int | float)
+        or not math.isfinite(dispatched_at)
+    ):
+        raise InvalidTaskPayload(f"field 'dispatched_at' should be seconds, got {dispatched_at!r}")
+    trace = doc.get("trace")
+    if trace is not None and not (
+        isinstance(trace, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in trace.items())
+    ):
+        raise InvalidTaskPayload(f"field 'trace' should be an object of strings, got {trace!r}")
+    return MessageExtras(
+        attempts=attempts,
         id=field(doc, "id", str, ""),
+        dispatched_at=None if dispatched_at is None else float(dispatched_at),
+        trace=trace or None,
         keep_result=seconds_field(doc, "keep_result"),
     )

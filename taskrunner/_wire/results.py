@@ -163,6 +163,42 @@ def encode_result(doc: ResultDocument) -> bytes:
     return data
 
 
+def encode_succeeded(
+    task: str,
+    value: Any,
+    *,
+    attempts: int,
+    enqueued_at: float | None,
+    started_at: float | None,
+    finished_at: float,
+) -> bytes:
+    """``encode_result(succeeded(...))``, byte for byte, without building the document
+    object first (it runs once per run of a task that keeps results).
+
+    Raises:
+        InvalidTaskResult: as :func:`encode_result`.
+    """
+    out: dict[str, Any] = {"state": "succeeded"}
+    if task:
+        out["task"] = task
+    out["value"] = value
+    out["attempts"] = attempts
+    if enqueued_at is not None:
+        out["enqueued_at"] = enqueued_at
+    if started_at is not None:
+        out["started_at"] = started_at
+    out["finished_at"] = finished_at
+    try:
+        data = dumps(out).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidTaskResult(task, value, str(exc)) from exc
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise InvalidTaskResult(
+            task, value, f"{len(data)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit"
+        )
+    return data
+
+
 def cancelled_head(finished_at: float) -> bytes:
     """A cancelled document up to its task name, for the cancel script to finish.
 

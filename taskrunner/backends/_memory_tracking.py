@@ -119,10 +119,13 @@ class MemoryTracking(MemoryStream, MemoryState):
     # Waiting ----------------------------------------------------------------
     async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
         await trio.lowlevel.checkpoint()
-        key = _keys.result(group, task_id)
+        key, notice = _keys.result(group, task_id), _keys.notify(group, task_id)
         with trio.move_on_after(block):
             while True:
+                # As on Redis: the result, else (while it lives) the notice's copy.
                 document = self._live(self._results, key)
+                if document is None and block > 0:
+                    document = self._live(self._notices, notice)
                 if document is not None:
                     return document
                 lot = self._result_lots.setdefault(key, trio.lowlevel.ParkingLot())
@@ -243,6 +246,7 @@ class MemoryTracking(MemoryStream, MemoryState):
             if entry_id != replay.task_id:
                 self._entry_index.setdefault(group, {})[replay.task_id] = entry_id
             self._results.pop(_keys.result(group, replay.task_id), None)
+            self._notices.pop(_keys.notify(group, replay.task_id), None)
             done.append(Replayed(dead_id=replay.dead_id, entry_id=entry_id))
         return done
 

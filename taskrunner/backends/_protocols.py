@@ -42,6 +42,7 @@ import attrs
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog
+from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
 from taskrunner.backends._tracking import Tracking
 
@@ -115,7 +116,9 @@ class DelayedMove:
     """The ``payload`` field of the entry to add."""
     lock_key: str | None = None
     """For a unique task: the lock to take first; the move is skipped (the member
-    stays) while the lock is held."""
+    stays) while another token holds the lock. A lock already held with
+    :attr:`lock_token` (a retry keeping its lock) counts as taken, and gets
+    :attr:`lock_ttl` again."""
     lock_token: str = ""
     lock_ttl: float = 0.0
     task_id: str | None = None
@@ -323,10 +326,12 @@ class SharedState(Protocol):
 
     async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
         """Atomically, for each move: if the member is still in the set and its
-        lock (if any) can be taken, remove the member and add its message to
-        the group's stream; for a move with a ``task_id`` that the delayed id
-        index holds, replace that index entry by one of the entry index (task id
-        -> the new stream id). A process that dies mid-call moves all or none.
+        lock (if any) can be taken (it is free, or held with the move's own
+        token, whose lifetime then starts again), remove the member and add its
+        message to the group's stream; for a move with a ``task_id`` that the
+        delayed id index holds, replace that index entry by one of the entry index
+        (task id -> the new stream id). A process that dies mid-call moves all or
+        none.
 
         Returns:
             How many members were moved.
@@ -406,9 +411,10 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, TaskCatalog, Tracking, Protocol):
-    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the task
-    catalog it publishes what it serves in, and the tracking of tasks by id."""
+class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Tracking, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
+    that re-queues a retry (:class:`Deferral`), the task catalog it publishes what
+    it serves in, and the tracking of tasks by id."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import attrs
 
+from taskrunner import _keys, _wire
 from taskrunner._wire import TaskState
 
 if TYPE_CHECKING:
@@ -60,7 +61,9 @@ __all__ = [
     "Replayed",
     "TaskSnapshot",
     "Tracking",
+    "cancel_arguments",
     "is_stream_id",
+    "track_keys",
 ]
 
 STOP_REQUEST_LIFETIME = 24 * 3600.0
@@ -75,6 +78,43 @@ def is_stream_id(text: str) -> bool:
     """Whether ``text`` has the shape of a stream id (``<ms>-<seq>``): a task id of
     that shape names its own entry."""
     return _STREAM_ID.fullmatch(text) is not None
+
+
+def track_keys(stream: str, group: str, task_id: str) -> list[str]:
+    """The ``KEYS`` of ``lua/track.lua`` for task ``task_id`` of ``group`` on ``stream``."""
+    return [
+        _keys.result(group, task_id),
+        _keys.delayed_tasks(group),
+        _keys.delayed_index(group),
+        _keys.entry_index(group),
+        stream,
+        _keys.cancelled(group),
+        _keys.notify(group, task_id),
+    ]
+
+
+def cancel_arguments(group: str, task_id: str, now: float) -> list[str | bytes]:
+    """The ``ARGV`` of ``lua/track.lua`` cancelling ``task_id`` at ``now`` (unix seconds
+    on Redis): what :meth:`Tracking.cancel` sends, and what a producer sends too."""
+    return [
+        task_id,
+        group,
+        "1" if is_stream_id(task_id) else "0",
+        "cancel",
+        repr(now),
+        repr(STOP_REQUEST_LIFETIME),
+        _wire.cancelled_head(now),
+        repr(_wire.NOTIFY_TTL),
+        _wire.UNIQUE_LOCK_PREFIX,
+    ]
+
+
+CANCELLED_STATES = {
+    b"scheduled": TaskState.SCHEDULED,
+    b"queued": TaskState.QUEUED,
+    b"running": TaskState.RUNNING,
+}
+"""What ``lua/track.lua``'s cancel reply (its first element) says was cancelled."""
 
 
 @attrs.frozen(kw_only=True)

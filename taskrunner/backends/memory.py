@@ -14,13 +14,14 @@ from __future__ import annotations
 from types import TracebackType
 
 from taskrunner.backends._memory_catalog import MemoryCatalog
+from taskrunner.backends._memory_defer import MemoryDefer
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
-from taskrunner.backends._memory_tracking import MemoryTracking
+from taskrunner.backends._memory_tracking import MemoryTracking as MemoryTracking
 
 
-class MemoryBackend(MemoryInspection, MemoryTracking):
+class MemoryBackend(MemoryInspection, MemoryDefer):
     """Queue, shared state and task tracking in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 

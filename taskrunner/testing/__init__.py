@@ -73,6 +73,10 @@ from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing regis
     check_catalog,
     check_catalog_expiry,
 )
+from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
+    check_defer,
+    check_move_delayed_keeps_own_lock,
+)
 from taskrunner.testing._embedded import (
     ServerProcess,
     find_server_binary,
@@ -132,6 +136,7 @@ from taskrunner.testing._stream_checks import (  # noqa: F401 - importing regist
 from taskrunner.testing._tracking_checks import (  # noqa: F401 - importing registers the checks
     check_cancel_asks_a_running_task_to_stop,
     check_cancel_removes_queued_and_scheduled_tasks,
+    check_defer_indexes_the_retry,
     check_delayed_tasks_keep_their_id,
     check_finish_keeps_results,
     check_lookup_follows_an_entry,
@@ -162,6 +167,7 @@ _MODULE_ORDER = (
     "_stream_checks",
     "_reclaim_checks",
     "_state_checks",
+    "_defer_checks",
     "_catalog_checks",
     "_tracking_checks",
     "_inspection_checks",

@@ -31,6 +31,7 @@ def _message(
 ) -> bytes:
     """A task message as the dispatcher writes it (with a unique lock ``(key suffix,
     token)`` when given)."""
+    extras = _wire.MessageExtras(id=id, keep_result=keep_result)
     message = _wire.TaskMessage(
         task_name=task,
         payload={"n": 1},
@@ -38,8 +39,7 @@ def _message(
         unique_for=60 if lock is not None else 0,
         unique_key=lock[0] if lock is not None else "",
         unique_lock_value=lock[1] if lock is not None else "",
-        id=id,
-        keep_result=keep_result,
+        extras=extras or None,
     )
     return _wire.encode_message(message)
 
@@ -204,6 +204,35 @@ async def check_delayed_tasks_keep_their_id(backend: Backend) -> None:
 
 
 @_contract_check
+async def check_defer_indexes_the_retry(backend: Backend) -> None:
+    """A retry deferred with its task id is found by it (scheduled) and can be cancelled
+    there; the entry index no longer names the entry it left. Deferred without an id,
+    it is not indexed."""
+    group, consumer = await _fresh_group(backend), _name("c")
+    task_id = str(uuid.uuid4())
+    member = json.dumps({"id": task_id, "task": "t", "time": 0, "payload": 1}).encode()
+    await backend.add_delayed(group, member, backend.now() - 1, task_id=task_id)
+    moved = DelayedMove(member=member, message=_message(id=task_id), task_id=task_id)
+    assert await backend.move_delayed(group, [moved]) == 1
+    (entry,) = [e.id for e in await backend.read(group, consumer, 10, 0)]
+    retry = json.dumps({"id": task_id, "task": "t", "time": 0, "payload": 1, "attempts": 1})
+    run_at = backend.now() + 60
+    assert await backend.defer(group, entry, retry.encode(), run_at, task_id=task_id)
+    found = await backend.lookup(group, task_id)
+    assert found is not None, "a deferred retry must be found by its task id"
+    assert (found.member, found.entry_id) == (retry.encode(), None), f"scheduled: {found!r}"
+    plain = await _one_entry(backend, group, _message())
+    (delivered,) = [e.id for e in await backend.read(group, consumer, 10, 0)]
+    assert delivered == plain
+    other = json.dumps({"id": plain, "task": "t", "time": 0, "payload": 2}).encode()
+    assert await backend.defer(group, plain, other, run_at)
+    assert await backend.lookup(group, plain) is None, "deferred without an id: not indexed"
+    done = await backend.cancel(group, task_id)
+    assert done.state is TaskState.SCHEDULED, f"the retry is cancelled in the set: {done!r}"
+    assert await backend.due_delayed(group, run_at + 1, 10) == [other]
+
+
+@_contract_check
 async def check_cancel_removes_queued_and_scheduled_tasks(backend: Backend) -> None:
     """Cancelling a scheduled task removes its member; a queued one deletes its entry,
     so no read delivers it. Each releases its unique lock and, keeping results,
@@ -281,7 +310,9 @@ async def check_replay_dead_letters(backend: Backend) -> None:
     assert [d.id for d in found] == [second, first], f"found by id, in order: {found!r}"
     task_id = "1700000000000-0"
     await backend.finish(
-        group, [], [Outcome(entry_id=task_id, task_id=task_id, document=_result(), keep=30.0)]
+        group,
+        [],
+        [Outcome(entry_id=task_id, task_id=task_id, document=_result(), keep=30.0, notify=30.0)],
     )
     lock_suffix = _name("lock")
     lock = _wire.unique_lock("t", lock_suffix)
@@ -308,6 +339,8 @@ async def check_replay_dead_letters(backend: Backend) -> None:
     assert (snapshot.entry_id, snapshot.result) == (entry, None), (
         f"the replayed task runs again: its old result is dropped, got {snapshot!r}"
     )
+    late = await backend.wait_result(group, task_id, 0.05)
+    assert late is None, f"and so is its old notice (a waiter would get it), got {late!r}"
     left = await backend.find_dead_letters(group, [first, second])
     assert [d.id for d in left] == [second], f"the replayed dead letter must go: {left!r}"
     again = await backend.replay_dead_letters(group, replays[:1])

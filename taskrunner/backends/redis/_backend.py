@@ -13,6 +13,7 @@ from typing import Any
 
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._defer import RedisDefer
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
@@ -21,10 +22,9 @@ from taskrunner.backends.redis._state import RedisState
 from taskrunner.backends.redis._tracking import RedisTracking
 
 
-class RedisBackend(RedisInspection, RedisCatalog, RedisTracking):
-    """Queue, shared state, task catalog and task tracking on Redis (>= 6.2; 7+
-    recommended), and
-    their :class:`~taskrunner.backends.Inspection`.
+class RedisBackend(RedisInspection, RedisDefer, RedisCatalog, RedisTracking):
+    """Queue, shared state, retry deferral, task catalog and task tracking on Redis
+    (>= 6.2; 7+ recommended), and their :class:`~taskrunner.backends.Inspection`.
 
     Args:
         client: Any :class:`RedisClient` (native or redis-py transport).

@@ -35,17 +35,18 @@ from typing import Any
 
 import trio
 
-from taskrunner import _keys, _wire
-from taskrunner._wire import TaskState
+from taskrunner import _keys
 from taskrunner.backends._protocols import DeadLetter
 from taskrunner.backends._tracking import (
-    STOP_REQUEST_LIFETIME,
+    CANCELLED_STATES,
     Cancellation,
     Outcome,
     Replay,
     Replayed,
     TaskSnapshot,
+    cancel_arguments,
     is_stream_id,
+    track_keys,
 )
 from taskrunner.backends.redis._connection import CommandArg
 from taskrunner.backends.redis._errors import NoScriptError, ResponseError
@@ -69,12 +70,6 @@ WAIT_SLICE = 30.0
 """Longest single blocking wait for a result notice (a longer wait takes several)."""
 IDLE_WAITERS = 4
 """Dedicated connections kept open for result waits between calls."""
-
-_STATES = {
-    b"scheduled": TaskState.SCHEDULED,
-    b"queued": TaskState.QUEUED,
-    b"running": TaskState.RUNNING,
-}
 
 
 def _text(value: bytes | str) -> str:
@@ -108,15 +103,7 @@ class RedisTracking(RedisQueue, RedisState):
             await connection.aclose()
 
     def _track_keys(self, group: str, task_id: str) -> list[CommandArg]:
-        return [
-            _keys.result(group, task_id),
-            _keys.delayed_tasks(group),
-            _keys.delayed_index(group),
-            _keys.entry_index(group),
-            self.stream_keys(group).stream,
-            _keys.cancelled(group),
-            _keys.notify(group, task_id),
-        ]
+        return list(track_keys(self.stream_keys(group).stream, group, task_id))
 
     # Finishing ------------------------------------------------------------
     async def finish(self, group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
@@ -197,20 +184,9 @@ class RedisTracking(RedisQueue, RedisState):
 
     async def cancel(self, group: str, task_id: str) -> Cancellation:
         """One ``lua/track.lua`` call in ``cancel`` mode."""
-        now = self.now()
-        args: list[CommandArg] = [
-            task_id,
-            group,
-            "1" if is_stream_id(task_id) else "0",
-            "cancel",
-            repr(now),
-            repr(STOP_REQUEST_LIFETIME),
-            _wire.cancelled_head(now),
-            repr(_wire.NOTIFY_TTL),
-            _wire.UNIQUE_LOCK_PREFIX,
-        ]
+        args: list[CommandArg] = list(cancel_arguments(group, task_id, self.now()))
         reply = await TRACK(self._client, self._track_keys(group, task_id), args)
-        state = _STATES.get(bytes(reply[0]))
+        state = CANCELLED_STATES.get(bytes(reply[0]))
         if state is None:
             return Cancellation(state=None)
         return Cancellation(state=state, raw=_raw(reply[1]))
@@ -248,6 +224,7 @@ class RedisTracking(RedisQueue, RedisState):
             self.stream_keys(group).stream,
             _keys.entry_index(group),
             *(_keys.result(group, r.task_id) for r in replays),
+            *(_keys.notify(group, r.task_id) for r in replays),
         ]
         args: list[CommandArg] = []
         for replay in replays:

@@ -14,10 +14,11 @@
 --           keep (ms), notice lifetime (ms), '1' if the entry index may map the task
 --           id to this entry, '1' if the entry was asked to stop
 --
--- Each outcome first: the document is SET with its keep time and becomes the
--- notice's only element (DEL, RPUSH, PEXPIRE: waiters BLMOVE the notice onto
--- itself, so every one of them sees the document and it stays until it
--- expires); the entry index forgets the task if it still names this entry (a
+-- Each outcome first: the document is SET with its keep time and pushed as the
+-- notice's element (RPUSH, PEXPIRE: waiters BLMOVE the notice onto itself, so
+-- every one of them sees the document and it stays until it expires). A task has
+-- one final outcome, so the notice holds one element: a replay, which runs a task
+-- again, deletes the previous one first (replay_dead.lua); the entry index forgets the task if it still names this entry (a
 -- retry may have moved the task on); the stop request ends. Then XACK (and XDEL)
 -- of every id, in chunks (Lua's unpack is bounded).
 -- Returns how many ids XACK acknowledged.
@@ -27,7 +28,6 @@ for i = 4 + n, #ARGV, 7 do
     local task_id, entry, document = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     if document ~= '' then
         redis.call('SET', KEYS[k], document, 'PX', ARGV[i + 3])
-        redis.call('DEL', KEYS[k + 1])
         redis.call('RPUSH', KEYS[k + 1], document)
         redis.call('PEXPIRE', KEYS[k + 1], ARGV[i + 4])
     end
