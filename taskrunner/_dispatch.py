@@ -185,7 +185,7 @@ class Dispatcher:
             return []
         ids = await self._backend.add(self._config.current.consumer_group, data)
         tracker, name = self._tracker, task.name
-        return [TaskHandle(id=message_id, task_name=name, tracker=tracker) for message_id in ids]
+        return [TaskHandle(message_id, name, tracker) for message_id in ids]
 
     async def dispatch_delayed(
         self, name: str, payload: Any = None, delay: float | timedelta = 0.0

@@ -172,7 +172,7 @@ class TaskHandle:
     task_name: str
     """The task's name."""
 
-    def __init__(self, *, id: str, task_name: str, tracker: Tracker) -> None:
+    def __init__(self, id: str, task_name: str, tracker: Tracker) -> None:
         self.id = id
         self.task_name = task_name
         self._tracker = tracker
