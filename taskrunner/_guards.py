@@ -20,6 +20,7 @@ from taskrunner.backends import (
     Backend,
     Inspection,
     MessageQueue,
+    Schedules,
     SharedState,
     TaskCatalog,
     Tracking,
@@ -28,7 +29,7 @@ from taskrunner.errors import WrongAsyncLibrary
 
 BACKEND_METHODS = sorted(
     name
-    for protocol in (MessageQueue, SharedState, TaskCatalog, Tracking, Backend)
+    for protocol in (MessageQueue, SharedState, TaskCatalog, Schedules, Tracking, Backend)
     for name, value in vars(protocol).items()
     if callable(value) and not name.startswith("_")
 )

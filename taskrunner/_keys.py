@@ -51,6 +51,8 @@ _GROUP_KEY_NAMES = (
     "entry_ids",
     "cancelled",
     "catalog",
+    "schedules",
+    "schedule_specs",
 )
 _GROUP_KEY_HEADS = ("result:", "notify:")
 """Heads of the per-task keys under ``taskrunner:<group>:`` (a queue may not start so)."""
@@ -70,8 +72,9 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity``, ``catalog``, ``delayed_ids``, ``entry_ids`` or
-            ``cancelled``, or one starting with ``result:`` or ``notify:``).
+            ``worker_tuning_capacity``, ``catalog``, ``schedules``, ``schedule_specs``,
+            ``delayed_ids``, ``entry_ids`` or ``cancelled``, or one starting with
+            ``result:`` or ``notify:``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -111,6 +114,16 @@ def catalog(group: str) -> str:
     """The task catalog, the tasks the group's serving runners serve:
     ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
     return f"{PREFIX}:{group}:catalog"
+
+
+def schedules(group: str) -> str:
+    """The periodic schedules' states (hash): ``taskrunner:<group>:schedules``."""
+    return f"{PREFIX}:{group}:schedules"
+
+
+def schedule_specs(group: str) -> str:
+    """The periodic schedules' published specs (hash): ``taskrunner:<group>:schedule_specs``."""
+    return f"{PREFIX}:{group}:schedule_specs"
 
 
 def leader(group: str) -> str:

@@ -115,6 +115,12 @@ class Registry:
 
         return decorate
 
+    def remove(self, name: str) -> None:
+        """Forget the task ``name`` (a registration undone: ``@runner.periodic``
+        whose schedule was refused)."""
+        self.tasks.pop(name, None)
+        self._defaulted.discard(name)
+
     def follow(self, config: TaskRunnerConfig) -> None:
         """Make the registered tasks fit ``config``'s ``reclaim_delay``: defaulted
         reservation timeouts are recomputed, explicit ones must stay below it.

@@ -17,6 +17,8 @@ node of the tree is one module of :mod:`taskrunner._serve`, named after it::
         │   │                    cancel scope per term
         │   ├── scheduler        leader: due delayed tasks -> stream; every
         │   │                    instance: those dispatched here, when another leads
+        │   ├── periodic         with schedules only; leader: fires each due tick,
+        │   │                    fenced; every instance: publishes its specs at start
         │   ├── cleanup          leader only: consumers idle for 10 minutes
         │   ├── bulk_writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
@@ -64,6 +66,7 @@ from taskrunner._handle import TaskHandle, TaskInfo
 from taskrunner._inflight import InFlight
 from taskrunner._lifespan import Lifespan, check_lifespan, open_lifespan
 from taskrunner._middleware import Middleware, check_middleware
+from taskrunner._periodic import DEFAULT_IN_FLIGHT_TTL, Schedule
 from taskrunner._registry import Registry
 from taskrunner._retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._serve import (
@@ -83,12 +86,14 @@ from taskrunner._serve.fetcher import FetcherContext, FetcherCounters
 from taskrunner._serve.heartbeat import ReplicationCounter
 from taskrunner._serve.leadership import Leadership
 from taskrunner._serve.outcome import Outcomes
+from taskrunner._serve.periodic import Periodic
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._serve.worker import Worker
 from taskrunner._stats import Stats
 from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._ticks import CatchUp
 from taskrunner._timings import TimingRecorder
 from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
@@ -181,6 +186,7 @@ class TaskRunner:
         self._middlewares: list[Middleware] = []
         self._tracker = Tracker(self._config, backend, tasks)
         self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler, self._tracker)
+        self._periodic = Periodic(backend, self._config, tasks, self.instance_id)
         self._serving = False
         self._stop = trio.Event()
         self._workers_scope: trio.CancelScope | None = None  # the workers nursery, serving
@@ -293,6 +299,146 @@ class TaskRunner:
             permanent=permanent if isinstance(permanent, tuple) else (permanent,),
             keep_result=keep_result,
         )
+
+    # Periodic schedules -----------------------------------------------------
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Declared periodic schedules by name (a copy)."""
+        return dict(self._periodic.schedules)
+
+    def add_schedule(
+        self,
+        name: str,
+        *,
+        task: str,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        timezone: str = "UTC",
+        payload: Any = None,
+        catch_up: CatchUp = "latest",
+        overlap: bool = True,
+        in_flight_ttl: float | timedelta = DEFAULT_IN_FLIGHT_TTL,
+    ) -> Schedule:
+        """Run task ``task`` with ``payload`` on every tick of a schedule.
+
+        Declare every schedule on every instance, before :meth:`serve`: the
+        leader fires the ones it declares, each tick exactly once (see the
+        "Periodic tasks" page of the docs). The run knows its tick: ``ctx.tick``
+        (and ``ctx.schedule``) of its :class:`~taskrunner.TaskContext`.
+
+        Example::
+
+            runner.add_schedule("nightly-report", task="report", cron="0 3 * * *",
+                                timezone="Europe/Berlin", payload={"kind": "daily"})
+            runner.add_schedule("heartbeat", task="ping", every=30.0)
+
+        Args:
+            name: The schedule's name, unique in the group.
+            task: A registered task (not a unique one: use ``overlap=False``).
+            cron: A cron expression (5 fields, or 6 with seconds first), read in
+                ``timezone``. Give this or ``every``.
+            every: Seconds (or a timedelta, at least 1 s) between ticks, which
+                fall on its multiples since the epoch.
+            timezone: The IANA zone of ``cron`` (default UTC).
+            payload: The payload of every run.
+            catch_up: Missed ticks (the fleet was down): ``"latest"`` runs once,
+                for the most recent; ``"none"`` runs none; ``"all"`` runs each,
+                the newest 100 at most.
+            overlap: ``False`` skips a tick while the previous run is still
+                queued or running.
+            in_flight_ttl: With ``overlap=False``, how long a run counts as in
+                flight at most (when its outcome is never recorded).
+
+        Returns:
+            The schedule as declared.
+
+        Raises:
+            ValueError: an option is invalid, the name is taken, or the task is unique.
+            TaskNotFound: no task ``task`` is registered.
+            InvalidTaskPayload: ``payload`` does not encode for the task.
+            AlreadyServing: the runner is serving.
+        """
+        if self._serving:
+            raise AlreadyServing(f"{self!r} is serving; add schedules before serve()")
+        schedule = Schedule(
+            name=name,
+            task=task,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            payload=payload,
+            catch_up=catch_up,
+            overlap=overlap,
+            in_flight_ttl=in_flight_ttl,
+        )
+        return self._periodic.add(schedule)
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        name: str | None = None,
+        timezone: str = "UTC",
+        payload: Any = None,
+        catch_up: CatchUp = "latest",
+        overlap: bool = True,
+        in_flight_ttl: float | timedelta = DEFAULT_IN_FLIGHT_TTL,
+        max_retry: int = 1,
+        reservation_timeout: float | None = None,
+        extra_keys: ExtraKeys = "forbid",
+        timeout: float | None = None,
+        retry: Backoff | None = DEFAULT_BACKOFF,
+        permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
+    ) -> Callable[[A], A]:
+        """Decorator: register the function as a task and run it on a schedule, both
+        named ``name`` (default: the function's name).
+
+        Example::
+
+            @runner.periodic(cron="*/5 * * * *", name="cleanup")
+            async def cleanup(payload: None) -> None: ...
+
+        The schedule options are :meth:`add_schedule`'s; ``max_retry``,
+        ``reservation_timeout``, ``extra_keys``, ``timeout``, ``retry`` and
+        ``permanent`` are the task's (:meth:`task`). A retry of a run serves the
+        same tick (``ctx.tick``); an ``overlap=False`` schedule's run is in
+        flight until its last attempt ends.
+
+        Raises:
+            ValueError, TaskNotFound, InvalidTaskPayload, AlreadyServing: as
+                :meth:`add_schedule` and :meth:`register`; nothing is registered then.
+        """
+
+        def decorate(action: A) -> A:
+            task_name = name or action.__name__
+            self.task(
+                task_name,
+                max_retry=max_retry,
+                reservation_timeout=reservation_timeout,
+                extra_keys=extra_keys,
+                timeout=timeout,
+                retry=retry,
+                permanent=permanent,
+            )(action)
+            try:
+                self.add_schedule(
+                    task_name,
+                    task=task_name,
+                    cron=cron,
+                    every=every,
+                    timezone=timezone,
+                    payload=payload,
+                    catch_up=catch_up,
+                    overlap=overlap,
+                    in_flight_ttl=in_flight_ttl,
+                )
+            except BaseException:
+                self._registry.remove(task_name)
+                raise
+            return action
+
+        return decorate
 
     def lifespan(self, fn: L) -> L:
         """Register the runner's lifespan (a decorator): resources opened once per
@@ -690,6 +836,9 @@ class TaskRunner:
                 )
                 await services.start(self._leadership.run_as_leader, self._scheduler.run)
                 await services.start(self._scheduler.run_local, lambda: self.is_leader)
+                if self._periodic.schedules:
+                    await services.start(self._periodic.announce)
+                    await services.start(self._leadership.run_as_leader, self._periodic.run)
                 await services.start(
                     self._leadership.run_as_leader, partial(cleanup.run, backend, group)
                 )

@@ -70,9 +70,9 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
 
     Only the member's task, payload and our optional fields are used (the
     precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
-    ``dispatched_at``, ``trace`` and ``keep_result``, copied into the message);
-    its ``time`` is Go's and the run-at time is the score. The entry keeps the
-    member's id as the task's (lookup, cancel, results).
+    ``dispatched_at``, ``trace``, ``schedule``, ``tick`` and ``keep_result``, copied
+    into the message); its ``time`` is Go's and the run-at time is the score. The
+    entry keeps the member's id as the task's (lookup, cancel, results).
 
     Args:
         raw: The member as stored.
@@ -94,6 +94,8 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         "id": delayed.id,
         "dispatched_at": delayed.dispatched_at,
         "trace": delayed.trace,
+        "schedule": delayed.schedule,
+        "tick": delayed.tick,
         "keep_result": delayed.keep_result,
     }  # new_message's keywords
     task = tasks.get(delayed.task)

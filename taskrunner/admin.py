@@ -15,6 +15,8 @@ and the dead letter deleted together, so a dead letter is replayed once) and
 in-flight messages, forces a re-election and may let a duplicate unique job
 in, so it refuses to run without ``confirm=True``. :func:`list_keys` shows
 every documented key of a group that exists, with its type, size and TTL.
+:func:`schedules` shows a group's periodic schedules: task, spec, next fire,
+last fired tick and last outcome.
 
 Both go through the backend's :class:`~taskrunner.backends.Inspection` (``SCAN``,
 never ``KEYS``, on Redis), so they work the same on
@@ -36,6 +38,7 @@ from taskrunner._dead import (
 )
 from taskrunner._guards import require_inspection
 from taskrunner._handle import TaskInfo, task_info
+from taskrunner._schedule_view import ScheduleRow, schedule_rows
 from taskrunner.backends import Backend, KeyInfo, Replay
 from taskrunner.backends._inspection import PURPOSES, group_keys
 
@@ -43,6 +46,7 @@ __all__ = [
     "DeadLetterInfo",
     "KeyInfo",
     "ReplayResult",
+    "ScheduleRow",
     "cancel",
     "dead_letter",
     "dead_letters",
@@ -53,10 +57,26 @@ __all__ = [
     "purge_dead_letters",
     "replay_all_dead_letters",
     "replay_dead_letters",
+    "schedules",
 ]
 
 PAGE = 100
 """Dead letters read (and replayed) per backend call when going through them all."""
+
+
+async def schedules(backend: Backend, group: str) -> list[ScheduleRow]:
+    """The periodic schedules of ``group``, one :class:`ScheduleRow` each, by name:
+    the task, the spec, the next fire, the last fired tick and the last outcome.
+
+    Read from the store (what serving instances published and what the leader
+    recorded), so it works from any process, serving or not. A schedule removed
+    from code keeps its row (without a task or next fire) until the group is
+    flushed.
+
+    Raises:
+        BackendError: the store could not be read.
+    """
+    return schedule_rows(await backend.read_schedules(group), backend.now())
 
 
 def documented_keys(backend: Backend, group: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from taskrunner.backends import (
     Cancellation,
     DeadLetter,
     DelayedMove,
+    FireResult,
     Heartbeat,
     KeyCounts,
     KeyInfo,
@@ -24,7 +25,10 @@ from taskrunner.backends import (
     QueueEntry,
     Replay,
     Replayed,
+    RunOutcome,
+    ScheduleState,
     TaskSnapshot,
+    TickFire,
     TimingIncrement,
 )
 from taskrunner.backends._memory_catalog import _Catalog
@@ -803,6 +807,128 @@ def _move_forgets_task_id(b: MemoryBackend) -> None:
     _wrap(b, "move_delayed", make)
 
 
+# Schedules: each mutant drops one of the fenced fire's promises.
+
+
+def _fire_without_lease(b: MemoryBackend) -> None:
+    """The lock-free scheduler's fire: whoever calls it fires."""
+    b._holds_lease = lambda group, owner: True  # type: ignore[method-assign]
+
+
+def _fire_ignores_watermark(b: MemoryBackend) -> None:
+    """Fires every tick it is given, as a scheduler that trusts its own memory would."""
+
+    def make(orig: Any) -> Any:
+        async def fire_ticks(group: str, owner: str, fires: Sequence[TickFire]) -> Any:
+            results: list[FireResult] = []
+            for fire in fires:
+                states = b._schedule_states.setdefault(group, {})
+                state = states.get(fire.schedule, ScheduleState())
+                states[fire.schedule] = attrs.evolve(state, tick=None)
+                results += await orig(group, owner, [fire])
+            return results
+
+        return fire_ticks
+
+    _wrap(b, "fire_ticks", make)
+
+
+def _watermark_rounded(b: MemoryBackend) -> None:
+    """Stores ticks at a script's default precision (cjson's 14 digits)."""
+
+    def make(orig: Any) -> Any:
+        async def start_schedules(group: str, owner: str, names: Any, baseline: float) -> Any:
+            return await orig(group, owner, names, float(f"{baseline:.14g}"))
+
+        return start_schedules
+
+    _wrap(b, "start_schedules", make)
+
+
+def _start_overwrites_watermark(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def start_schedules(group: str, owner: str, names: Any, baseline: float) -> Any:
+            for name in names:
+                state = b._schedule_states.setdefault(group, {}).get(name)
+                if state is not None:
+                    b._schedule_states[group][name] = attrs.evolve(state, tick=None)
+            return await orig(group, owner, names, baseline)
+
+        return start_schedules
+
+    _wrap(b, "start_schedules", make)
+
+
+def _outcome_keeps_mark(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def record_run_outcomes(group: str, outcomes: Sequence[RunOutcome]) -> None:
+            states = b._schedule_states.setdefault(group, {})
+            marks = {o.schedule: states.get(o.schedule, ScheduleState()) for o in outcomes}
+            await orig(group, outcomes)
+            for name, old in marks.items():
+                states[name] = attrs.evolve(
+                    states[name], running=old.running, running_until=old.running_until
+                )
+
+        return record_run_outcomes
+
+    _wrap(b, "record_run_outcomes", make)
+
+
+def _older_outcome_replaces(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def record_run_outcomes(group: str, outcomes: Sequence[RunOutcome]) -> None:
+            states = b._schedule_states.setdefault(group, {})
+            for o in outcomes:
+                state = states.get(o.schedule, ScheduleState())
+                states[o.schedule] = attrs.evolve(state, outcome_tick=None)
+            await orig(group, outcomes)
+
+        return record_run_outcomes
+
+    _wrap(b, "record_run_outcomes", make)
+
+
+def _mark_never_lapses(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def fire_ticks(group: str, owner: str, fires: Sequence[TickFire]) -> Any:
+            return await orig(group, owner, [attrs.evolve(f, in_flight_ttl=3600.0) for f in fires])
+
+        return fire_ticks
+
+    _wrap(b, "fire_ticks", make)
+
+
+def _specs_replaced_whole(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_schedule_specs(group: str, specs: Any) -> None:
+            b._schedule_specs.pop(group, None)
+            await orig(group, specs)
+
+        return publish_schedule_specs
+
+    _wrap(b, "publish_schedule_specs", make)
+
+
+def _flush_keeps_schedules(b: MemoryBackend) -> None:
+    """A flush from before the schedules: their states and specs stay behind."""
+
+    def make(orig: Any) -> Any:
+        async def flush_group(group: str, *, heartbeats: bool) -> list[str]:
+            states = b._schedule_states.get(group)
+            specs = b._schedule_specs.get(group)
+            deleted: list[str] = await orig(group, heartbeats=heartbeats)
+            if states:
+                b._schedule_states[group] = states
+            if specs:
+                b._schedule_specs[group] = specs
+            return [n for n in deleted if not n.endswith((":schedules", ":schedule_specs"))]
+
+        return flush_group
+
+    _wrap(b, "flush_group", make)
+
+
 def _defer_adds_anyway(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> bool:
@@ -1018,6 +1144,15 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "replay_keeps_notice": ("check_replay_dead_letters", _replay_keeps_notice),
     "purge_ignores_ids": ("check_purge_and_page_dead_letters", _purge_ignores_ids),
     "dead_letters_ignore_after": ("check_purge_and_page_dead_letters", _dead_letters_ignore_after),
+    "fire_without_lease": ("check_fires_are_fenced_by_the_lease", _fire_without_lease),
+    "fire_ignores_watermark": ("check_fires_only_newer_ticks", _fire_ignores_watermark),
+    "watermark_rounded": ("check_fires_only_newer_ticks", _watermark_rounded),
+    "start_overwrites_watermark": ("check_fires_only_newer_ticks", _start_overwrites_watermark),
+    "outcome_keeps_mark": ("check_in_flight_marks_and_outcomes", _outcome_keeps_mark),
+    "older_outcome_replaces": ("check_in_flight_marks_and_outcomes", _older_outcome_replaces),
+    "mark_never_lapses": ("check_in_flight_marks_and_outcomes", _mark_never_lapses),
+    "specs_replaced_whole": ("check_schedule_specs", _specs_replaced_whole),
+    "flush_keeps_schedules": ("check_flush", _flush_keeps_schedules),
     "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
     "defer_ignores_task_id": ("check_defer_indexes_the_retry", _defer_ignores_task_id),
     "defer_without_ack": ("check_defer", _defer_without_ack),

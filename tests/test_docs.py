@@ -127,6 +127,8 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:<group>:cancelled`",
         "`taskrunner:<group>:result:<task id>`",
         "`taskrunner:<group>:notify:<task id>`",
+        "`taskrunner:<group>:schedules`",
+        "`taskrunner:<group>:schedule_specs`",
         "`taskrunner:replication:<host>`",
         "`taskrunner:unique:<task>:<key>`",
     ]:

@@ -77,6 +77,19 @@ EXPECTED: dict[str, list[str]] = {
         "purged: 1; dead letters left: 0",
         "rows imported: [12, 13, 14]",
     ],
+    "periodic_tasks.py": [
+        "cleanup for the 03-30 01:00 UTC tick",
+        "daily report for the 03-30 01:00 UTC tick (nightly-report)",
+        "ping for the 03-30 01:10 UTC tick",
+        "cleanup for the 03-30 01:15 UTC tick",
+        "ping for the 03-30 01:30 UTC tick",
+        "cleanup: cron */15 * * * * (UTC), last fired 03-30 01:30 UTC "
+        "(succeeded at 03-30 01:30 UTC), next 03-30 01:45 UTC",
+        "heartbeat: every 600s, last fired 03-30 01:30 UTC (succeeded at 03-30 01:30 UTC), "
+        "next 03-30 01:40 UTC",
+        "nightly-report: cron 30 2 * * * (Europe/Berlin), last fired 03-30 01:00 UTC "
+        "(succeeded at 03-30 01:00 UTC), next 03-31 00:30 UTC",
+    ],
     "quickstart.py": [
         "hello, Ada",
         "hello, Alan",

@@ -21,6 +21,7 @@ import taskrunner
 PUBLIC: dict[str, set[str]] = {
     "taskrunner": {
         "AlreadyServing",
+        "Schedule",
         "BackendError",
         "Delivery",
         "DuplicateHost",
@@ -75,6 +76,13 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.backends": {
         "Backend",
         "Cancellation",
+        "FireResult",
+        "FireStatus",
+        "RunOutcome",
+        "ScheduleRecords",
+        "ScheduleState",
+        "Schedules",
+        "TickFire",
         "CatalogDocument",
         "CatalogTask",
         "ConsumerInfo",
@@ -105,6 +113,7 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.backends.memory": {
         "MemoryBackend",
         "MemoryDefer",
+        "MemorySchedules",
         "MemoryCatalog",
         "MemoryInspection",
         "MemoryState",
@@ -129,6 +138,7 @@ PUBLIC: dict[str, set[str]] = {
         "DeadLetterInfo",
         "KeyInfo",
         "ReplayResult",
+        "ScheduleRow",
         "cancel",
         "dead_letter",
         "dead_letters",
@@ -139,6 +149,7 @@ PUBLIC: dict[str, set[str]] = {
         "purge_dead_letters",
         "replay_all_dead_letters",
         "replay_dead_letters",
+        "schedules",
     },
     "taskrunner.producer": {
         "AsyncProducer",

@@ -12,7 +12,7 @@ import trio.testing
 
 from taskrunner._guards import BACKEND_METHODS
 from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
-from taskrunner.backends import Backend, DelayedMove, Outcome, Replay
+from taskrunner.backends import Backend, DelayedMove, Outcome, Replay, RunOutcome, TickFire
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
 from taskrunner.testing import ContractCheck, PartitionedBackend, contract_parametrize
@@ -62,6 +62,14 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "find_dead_letters": ("g", ["1-1"]),
     "replay_dead_letters": ("g", [Replay(dead_id="1-1", task_id="1-1", message=b"{}")]),
     "purge_dead_letters": ("g",),
+    "publish_schedule_specs": ("g", {"s": b"{}"}),
+    "start_schedules": ("g", "me", ["s"], 1.0),
+    "fire_ticks": ("g", "me", [TickFire(schedule="s", tick=1.0, message=b"{}")]),
+    "record_run_outcomes": (
+        "g",
+        [RunOutcome(schedule="s", tick=1.0, message_id="1-1", outcome="succeeded", at=1.0)],
+    ),
+    "read_schedules": ("g",),
     "aclose": (),
 }
 """One valid call of every awaitable Backend method."""

@@ -35,10 +35,10 @@ from taskrunner._outcomes import (
 from taskrunner._serve.acker import Acker
 from taskrunner._task import Task
 from taskrunner._wire import TaskMessage, decode_message, unique_lock
-from taskrunner.backends import Backend, Outcome, QueueEntry
+from taskrunner.backends import Backend, Outcome, QueueEntry, RunOutcome
 from taskrunner.errors import BackendError, TaskRunnerError
 
-__all__ = ["Finishing", "attempt_of", "enqueued_at", "lock_of"]
+__all__ = ["Finishing", "attempt_of", "enqueued_at", "lock_of", "periodic_outcome"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,29 @@ def lock_of(message: TaskMessage) -> tuple[str, str] | None:
     if message.unique and message.unique_lock_value:
         return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
     return None
+
+
+def periodic_outcome(
+    message: TaskMessage | None, entry_id: str, outcome: str, now: float
+) -> RunOutcome | None:
+    """What to record for a run of a periodic schedule that reached its final
+    ``outcome`` (``None`` for any other message: nothing is recorded, nothing costs).
+
+    The run is named by its task id (the fired entry's stream id, kept by its
+    retries), which is what the schedule's in-flight mark holds.
+    """
+    if message is None or message.extras is None:
+        return None
+    extras = message.extras
+    if extras.schedule is None or extras.tick is None:
+        return None
+    return RunOutcome(
+        schedule=extras.schedule,
+        tick=extras.tick,
+        message_id=extras.id or entry_id,
+        outcome=outcome,
+        at=now,
+    )
 
 
 def attempt_of(delivery_count: int, message: TaskMessage | None) -> int:
@@ -111,7 +134,12 @@ class Finishing:
                 started_at=started_at,
                 finished_at=self._backend.now(),
             )
-        self._acker.ack(entry.id, lock_of(message), outcome(entry.id, message, keep, document))
+        self._acker.ack(
+            entry.id,
+            lock_of(message),
+            periodic_outcome(message, entry.id, "succeeded", self._backend.now()),
+            outcome(entry.id, message, keep, document),
+        )
 
     def cancelled(
         self,
@@ -126,7 +154,9 @@ class Finishing:
         if message is None:
             log.info("message %s cancelled", entry.id)
             self._acker.ack(
-                entry.id, None, Outcome(entry_id=entry.id, task_id=entry.id, cancelled=True)
+                entry.id,
+                None,
+                tracked=Outcome(entry_id=entry.id, task_id=entry.id, cancelled=True),
             )
             return
         log.info("task %s (message %s) cancelled", message.task_name, entry.id)
@@ -140,7 +170,9 @@ class Finishing:
                 finished_at=self._backend.now(),
             )
         done = outcome(entry.id, message, keep, document, cancelled=True)
-        self._acker.ack(entry.id, lock_of(message), done)
+        # A periodic run that was cancelled ends as one that failed (its mark is freed).
+        periodic = periodic_outcome(message, entry.id, "failed", self._backend.now())
+        self._acker.ack(entry.id, lock_of(message), periodic, done)
 
     def failed(
         self,
@@ -166,7 +198,12 @@ class Finishing:
                 started_at=started_at,
                 finished_at=self._backend.now(),
             )
-        self._acker.ack(entry_id, lock_of(message), outcome(entry_id, message, keep, document))
+        self._acker.ack(
+            entry_id,
+            lock_of(message),
+            periodic_outcome(message, entry_id, "failed", self._backend.now()),
+            outcome(entry_id, message, keep, document),
+        )
 
     async def cancelled_meanwhile(self, entry: QueueEntry) -> bool:
         """Whether a redelivered entry was asked to stop (if so it is acknowledged

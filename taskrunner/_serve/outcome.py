@@ -4,7 +4,8 @@ Theory of operation (the worker that runs the message is
 :mod:`taskrunner._serve.worker`). Each finished run ends in exactly one of:
 
 - **done**: the action returned. The entry is acked (batched by the acker),
-  and a unique task's lock released after the ack.
+  and a unique task's lock released after the ack (and a periodic run's
+  outcome, ``succeeded``, recorded after it: :func:`periodic_outcome`).
 - **retry**: the attempt failed and :func:`taskrunner._retry.next_step` gives
   another one. With a delay (the task's ``Backoff``, or a ``Retry`` raised by
   the action) the message is re-queued through the delayed set: a member
@@ -18,7 +19,9 @@ Theory of operation (the worker that runs the message is
   or an undecodable entry. ``failed_task_handler(delivery, error)`` returning
   means handled (ack); raising leaves the message pending for a later try.
   Without a handler the message goes to the dead-letter stream, then is
-  acked.
+  acked (and a periodic run's outcome, ``failed``, recorded after the ack).
+  An entry failed undecoded (past its delivery limit) records no outcome: an
+  ``overlap=False`` schedule's in-flight mark then lapses by its TTL.
 
 Every failed attempt is reported to ``on_error`` (a ``Retry`` the action
 raised is a request, not a failure: it is only logged) and counted.
@@ -43,7 +46,7 @@ from taskrunner._hooks import call_hook, call_hook_safely
 from taskrunner._outcomes import outcome
 from taskrunner._retry import Defer, GiveUp, next_step
 from taskrunner._serve.acker import Acker
-from taskrunner._serve.finishing import Finishing, lock_of
+from taskrunner._serve.finishing import Finishing, lock_of, periodic_outcome
 from taskrunner._task import Delivery, Task
 from taskrunner._wire import TaskMessage
 from taskrunner.backends import Backend, QueueEntry
@@ -115,10 +118,15 @@ class Outcomes:
         """The action of a task that keeps no results returned: ack, then release the
         message's lock (a message with our extras may end an entry-index mapping)."""
         self.counters.completed += 1
-        if message.extras is None:
+        if message.extras is None:  # a plain message pays one test
             self._acker.ack(entry_id, lock_of(message))
         else:
-            self._acker.ack(entry_id, lock_of(message), outcome(entry_id, message, None))
+            self._acker.ack(
+                entry_id,
+                lock_of(message),
+                periodic_outcome(message, entry_id, "succeeded", self._backend.now()),
+                outcome(entry_id, message, None),
+            )
 
     def now(self) -> float:
         """The backend's clock (a kept result's times)."""

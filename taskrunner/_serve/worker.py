@@ -413,6 +413,8 @@ class Worker:
                 dispatched_at=_dispatched_at(entry.id, message),
                 state=self.state,
                 trace=message.trace or EMPTY_STATE,
+                schedule=message.schedule,
+                tick=message.tick,
             )
         if shape.context is None:
             action: CallNext = partial(task.action, payload)

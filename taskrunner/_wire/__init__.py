@@ -131,6 +131,13 @@ Optional fields in use (a Go worker ignores all of them):
   move takes the lock if it is free or still held with it (so the retry keeps
   its lock); a Go leader cannot take it and leaves the member until the lock
   expires (``unique_for``), then dispatches it afresh (without ``attempts``).
+- message and delayed member ``schedule`` (string) and ``tick`` (float, unix
+  seconds): the periodic schedule that fired the message and the tick it
+  serves (issue 15), both present or both absent; a retry keeps them. A Go
+  worker runs the message once, as any other; it does not record the run's
+  outcome, so an ``overlap=False``
+  schedule's in-flight mark then lasts until its ``in_flight_ttl`` and the
+  schedule's last outcome is not updated.
 
 A plain dispatch writes none of them: its bytes are the same as before.
 - metrics ``<task>_sum_us`` and ``taskrunner:<group>:delayed_tasks_schedule_sum_us``:

@@ -35,6 +35,8 @@ class DelayedTask:
     attempts: int = 0
     dispatched_at: float | None = None
     trace: dict[str, str] | None = None
+    schedule: str | None = None
+    tick: float | None = None
     keep_result: float | None = None
 
 
@@ -81,7 +83,8 @@ def retry_delayed(
     It keeps what the next attempt needs of the message: its task, payload,
     trace, unique key and lock token (a unique task keeps its lock across
     the retry), its ``keep_result``, with the task's ``id``, the ``attempts``
-    used so far and the original ``dispatched_at``.
+    used so far and the original ``dispatched_at``; a periodic run's ``schedule``
+    and ``tick`` too.
     """
     return DelayedTask(
         id=id,
@@ -93,13 +96,16 @@ def retry_delayed(
         attempts=attempts,
         dispatched_at=dispatched_at,
         trace=message.trace,
+        schedule=message.schedule,
+        tick=message.tick,
         keep_result=message.keep_result,
     )
 
 
 def encode_delayed(delayed: DelayedTask) -> bytes:
     """The member's JSON: Go's four fields, then ours when set (``unique_key``,
-    ``unique_lock_value``, ``attempts``, ``dispatched_at``, ``trace``, ``keep_result``).
+    ``unique_lock_value``, ``attempts``, ``dispatched_at``, ``trace``, ``schedule`` and
+    ``tick``, ``keep_result``).
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -120,6 +126,9 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
         doc["dispatched_at"] = delayed.dispatched_at
     if delayed.trace:
         doc["trace"] = delayed.trace
+    if delayed.schedule is not None:
+        doc["schedule"] = delayed.schedule
+        doc["tick"] = delayed.tick
     if delayed.keep_result is not None:
         doc["keep_result"] = delayed.keep_result
     try:
@@ -154,5 +163,7 @@ def decode_delayed(raw: bytes) -> DelayedTask:
         attempts=extras.attempts,
         dispatched_at=extras.dispatched_at,
         trace=extras.trace,
+        schedule=extras.schedule,
+        tick=extras.tick,
         keep_result=extras.keep_result,
     )

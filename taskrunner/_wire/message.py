@@ -29,6 +29,10 @@ class MessageExtras:
     the stream id's time (a delayed dispatch, a retry)."""
     trace: dict[str, str] | None = None
     """The trace context the dispatch carried (W3C ``traceparent``, ``tracestate``)."""
+    schedule: str | None = None
+    """The periodic schedule that fired the message (``tick`` is then set too)."""
+    tick: float | None = None
+    """The tick the run serves, unix seconds in the backend's clock."""
     keep_result: float | None = None
     """Seconds to keep the task's result for (the task's ``keep_result``), when it
     keeps results."""
@@ -39,6 +43,7 @@ class MessageExtras:
             or self.id
             or self.dispatched_at is not None
             or self.trace
+            or self.schedule is not None
             or self.keep_result is not None
         )
 
@@ -82,6 +87,16 @@ class TaskMessage:
     def trace(self) -> dict[str, str] | None:
         """The dispatch's trace context, if it was traced."""
         return self.extras.trace if self.extras is not None else None
+
+    @property
+    def schedule(self) -> str | None:
+        """The periodic schedule that fired this message, if one did."""
+        return self.extras.schedule if self.extras is not None else None
+
+    @property
+    def tick(self) -> float | None:
+        """The tick the run serves (unix seconds), when a schedule fired it."""
+        return self.extras.tick if self.extras is not None else None
 
     @property
     def keep_result(self) -> float | None:
@@ -139,6 +154,8 @@ def new_message(
     id: str = "",
     dispatched_at: float | None = None,
     trace: dict[str, str] | None = None,
+    schedule: str | None = None,
+    tick: float | None = None,
     keep_result: float | None = None,
 ) -> TaskMessage:
     """The message that runs ``task`` once.
@@ -153,14 +170,29 @@ def new_message(
         id: The task's id, when it is not the entry's stream id.
         dispatched_at: The first dispatch's time, when it is not the stream id's.
         trace: The dispatch's trace context, when traced.
+        schedule: The periodic schedule firing it (with ``tick``, the tick it serves).
+        tick: The tick it serves (unix seconds), with ``schedule``.
         keep_result: Seconds to keep the result for; ``None`` (the default)
             takes the task's ``keep_result``.
     """
     keep = task.keep_result if keep_result is None else keep_result
     extras = None
-    if attempts or id or dispatched_at is not None or trace or keep is not None:
+    if (
+        attempts
+        or id
+        or dispatched_at is not None
+        or trace
+        or schedule is not None
+        or keep is not None
+    ):
         extras = MessageExtras(
-            attempts=attempts, id=id, dispatched_at=dispatched_at, trace=trace, keep_result=keep
+            attempts=attempts,
+            id=id,
+            dispatched_at=dispatched_at,
+            trace=trace,
+            schedule=schedule,
+            tick=tick,
+            keep_result=keep,
         )
     if not task.unique:
         return TaskMessage(
@@ -206,6 +238,9 @@ def encode_message(message: TaskMessage) -> bytes:
             doc["dispatched_at"] = extras.dispatched_at
         if extras.trace:
             doc["trace"] = extras.trace
+        if extras.schedule is not None:
+            doc["schedule"] = extras.schedule
+            doc["tick"] = extras.tick
         if extras.keep_result is not None:
             doc["keep_result"] = extras.keep_result
     try:
@@ -289,6 +324,7 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         or "id" in doc
         or "dispatched_at" in doc
         or "trace" in doc
+        or "schedule" in doc
         or "keep_result" in doc
     ):
         extras = extras_of(doc) or None
@@ -331,5 +367,16 @@ def extras_of(doc: dict[str, Any]) -> MessageExtras:
         id=field(doc, "id", str, ""),
         dispatched_at=None if dispatched_at is None else float(dispatched_at),
         trace=trace or None,
+        schedule=field(doc, "schedule", str, None),
+        tick=_tick(doc),
         keep_result=seconds_field(doc, "keep_result"),
     )
+
+
+def _tick(doc: dict[str, Any]) -> float | None:
+    value = doc.get("tick")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidTaskPayload(f"field 'tick' should be unix seconds, got {value!r}")
+    return float(value)

@@ -1,7 +1,7 @@
 """Backend interfaces and value types.
 
 - :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Deferral` +
-  :class:`TaskCatalog` + :class:`Tracking`): what a runner serves on.
+  :class:`TaskCatalog` + :class:`Schedules` + :class:`Tracking`): what a runner serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
@@ -29,6 +29,13 @@ from taskrunner.backends._protocols import MessageQueue as MessageQueue
 from taskrunner.backends._protocols import QueueEntry as QueueEntry
 from taskrunner.backends._protocols import QueueMetrics as QueueMetrics
 from taskrunner.backends._protocols import SharedState as SharedState
+from taskrunner.backends._schedules import FireResult as FireResult
+from taskrunner.backends._schedules import FireStatus as FireStatus
+from taskrunner.backends._schedules import RunOutcome as RunOutcome
+from taskrunner.backends._schedules import ScheduleRecords as ScheduleRecords
+from taskrunner.backends._schedules import Schedules as Schedules
+from taskrunner.backends._schedules import ScheduleState as ScheduleState
+from taskrunner.backends._schedules import TickFire as TickFire
 from taskrunner.backends._tracking import Cancellation as Cancellation
 from taskrunner.backends._tracking import Outcome as Outcome
 from taskrunner.backends._tracking import Replay as Replay

@@ -69,6 +69,10 @@ class KeyKind(enum.StrEnum):
     """A task's result notice (``taskrunner:<group>:notify:<task id>``); one per task."""
     CATALOG = "catalog"
     """The tasks the group's serving runners serve (``taskrunner:<group>:catalog``)."""
+    SCHEDULES = "schedules"
+    """The periodic schedules' states (``taskrunner:<group>:schedules``)."""
+    SCHEDULE_SPECS = "schedule_specs"
+    """The periodic schedules' published specs (``taskrunner:<group>:schedule_specs``)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -89,6 +93,8 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.RESULT: "a task's kept result",
     KeyKind.RESULT_NOTICE: "a task's result notice (for waiters)",
     KeyKind.CATALOG: "task catalog (what serving runners serve)",
+    KeyKind.SCHEDULES: "periodic schedules' states",
+    KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -108,6 +114,8 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.RESULT: "string",
     KeyKind.RESULT_NOTICE: "list",
     KeyKind.CATALOG: "hash",
+    KeyKind.SCHEDULES: "hash",
+    KeyKind.SCHEDULE_SPECS: "hash",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -162,6 +170,8 @@ class KeyCounts:
     result: int = 0
     result_notice: int = 0
     catalog: int = 0
+    schedules: int = 0
+    schedule_specs: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -222,6 +232,8 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
         _keys.metrics(group): KeyKind.METRICS,
         _keys.catalog(group): KeyKind.CATALOG,
+        _keys.schedules(group): KeyKind.SCHEDULES,
+        _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
     }
 
 
@@ -273,6 +285,8 @@ _GROUP_TAILS = (
     ":entry_ids",
     ":cancelled",
     ":catalog",
+    ":schedules",
+    ":schedule_specs",
 )
 _PER_TASK_HEADS = (":result:", ":notify:")
 
@@ -282,10 +296,11 @@ def group_named_by(name: str, queue: str) -> str | None:
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
     stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:catalog``, ``:delayed_ids``, ``:entry_ids`` and
-    ``:cancelled``, and a task's ``taskrunner:<group>:result:<task id>`` and
-    ``:notify:<task id>`` (task ids hold no colon). The leader lease is named by a
-    hash of the group, so it names none.
+    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules``, ``:schedule_specs``,
+    ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a task's
+    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids
+    hold no colon). The leader lease is named by a hash of the group, so it names
+    none.
     """
     head = f"{_keys.PREFIX}:"
     if not name.startswith(head):

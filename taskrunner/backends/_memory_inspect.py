@@ -30,11 +30,13 @@ from taskrunner.backends._inspection import (
     kind_of,
 )
 from taskrunner.backends._memory_catalog import MemoryCatalog
+from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_state import seconds_left
 from taskrunner.backends._memory_tracking import MemoryTracking
+from taskrunner.backends._schedules import STATE_FIELDS
 
 
-class MemoryInspection(MemoryTracking, MemoryCatalog):
+class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
     async def ping(self) -> float:
@@ -56,7 +58,17 @@ class MemoryInspection(MemoryTracking, MemoryCatalog):
         names += [k for k in list(self._results) if self._live(self._results, k)]
         names += [k for k in list(self._notices) if self._live(self._notices, k)]
         names += [_keys.catalog(g) for g in list(self._catalogs) if self.catalog_size(g)]
+        names += [_keys.schedules(g) for g in self._schedule_states if self._state_fields(g)]
+        names += [_keys.schedule_specs(g) for g, specs in self._schedule_specs.items() if specs]
         return names + self.keys()
+
+    def _state_fields(self, group: str) -> int:
+        """How many fields the states hash would have on Redis (one per value set)."""
+        return sum(
+            getattr(state, attribute) is not None
+            for state in self._schedule_states.get(group, {}).values()
+            for attribute in STATE_FIELDS
+        )
 
     async def list_groups(self) -> list[str]:
         await trio.lowlevel.checkpoint()
@@ -92,6 +104,10 @@ class MemoryInspection(MemoryTracking, MemoryCatalog):
         catalog = self.catalog_size(group)
         if catalog is not None:
             found[_keys.catalog(group)] = catalog
+        if self._state_fields(group):
+            found[_keys.schedules(group)] = self._state_fields(group), None
+        if self._schedule_specs.get(group):
+            found[_keys.schedule_specs(group)] = len(self._schedule_specs[group]), None
         for name in (_keys.leader(group), _keys.worker_tuning_capacity(group)):
             value = self._get(name)
             if value is not None:
@@ -189,6 +205,10 @@ class MemoryInspection(MemoryTracking, MemoryCatalog):
                 del self._notices[name]
             elif name == _keys.catalog(group):
                 self._catalogs.pop(group, None)
+            elif name == _keys.schedules(group):
+                self._schedule_states.pop(group, None)
+            elif name == _keys.schedule_specs(group):
+                self._schedule_specs.pop(group, None)
             else:
                 self._strings.pop(name, None)
         return doomed

@@ -4,10 +4,12 @@ A backend is one object that is a :class:`MessageQueue` (streams with
 consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
 locks, the published pool size), a :class:`~taskrunner.backends.TaskCatalog`
-(the tasks serving runners serve, for producers that send tasks by name) and a
+(the tasks serving runners serve, for producers that send tasks by name), a
+:class:`Schedules` (the periodic schedules' fenced fires and state,
+:mod:`taskrunner.backends._schedules`) and a
 :class:`~taskrunner.backends.Tracking` (results, lookup by task id,
-cancellation, dead-letter replay: :mod:`taskrunner.backends._tracking`). That
-is all a runner needs to serve. The
+cancellation, dead-letter replay: :mod:`taskrunner.backends._tracking`).
+That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
 across the whole store, which both shipped backends implement and a backend
@@ -44,6 +46,7 @@ from taskrunner._wire import TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
+from taskrunner.backends._schedules import Schedules
 from taskrunner.backends._tracking import Tracking
 
 
@@ -411,10 +414,11 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Tracking, Protocol):
+class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Schedules, Tracking, Protocol):
     """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
-    that re-queues a retry (:class:`Deferral`), the task catalog it publishes what
-    it serves in, and the tracking of tasks by id."""
+    that re-queues a retry (:class:`Deferral`), the task catalog it publishes
+    what it serves in, the periodic schedules' state
+    (:class:`~taskrunner.backends.Schedules`), and the tracking of tasks by id."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

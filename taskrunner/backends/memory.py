@@ -16,12 +16,13 @@ from types import TracebackType
 from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_defer import MemoryDefer
 from taskrunner.backends._memory_inspect import MemoryInspection
+from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 from taskrunner.backends._memory_tracking import MemoryTracking as MemoryTracking
 
 
-class MemoryBackend(MemoryInspection, MemoryDefer):
+class MemoryBackend(MemoryInspection, MemoryDefer, MemorySchedules):
     """Queue, shared state and task tracking in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -45,6 +46,7 @@ class MemoryBackend(MemoryInspection, MemoryDefer):
         )
         self._init_tracking()
         MemoryCatalog.__init__(self)
+        self._init_schedules()
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

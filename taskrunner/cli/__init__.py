@@ -24,7 +24,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from taskrunner import __version__
-from taskrunner.cli import dead, demo, dispatch, flush, keys, stats, tasks, top, worker
+from taskrunner.cli import (
+    dead,
+    demo,
+    dispatch,
+    flush,
+    keys,
+    schedules,
+    stats,
+    tasks,
+    top,
+    worker,
+)
 from taskrunner.cli.base import EXIT_USAGE, Command
 
 __all__ = ["main"]
@@ -49,6 +60,7 @@ COMMANDS: tuple[Command, ...] = (
     tasks.CANCEL,
     dead.COMMAND,
     keys.COMMAND,
+    schedules.COMMAND,
     flush.COMMAND,
 )
 

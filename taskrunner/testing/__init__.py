@@ -107,6 +107,12 @@ from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing regis
     check_refresh,
     check_refresh_drops_deleted_entries,
 )
+from taskrunner.testing._schedule_checks import (  # noqa: F401 - importing registers the checks
+    check_fires_are_fenced_by_the_lease,
+    check_fires_only_newer_ticks,
+    check_in_flight_marks_and_outcomes,
+    check_schedule_specs,
+)
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
     check_heartbeat_holder,
@@ -169,6 +175,7 @@ _MODULE_ORDER = (
     "_state_checks",
     "_defer_checks",
     "_catalog_checks",
+    "_schedule_checks",
     "_tracking_checks",
     "_inspection_checks",
 )
@@ -180,7 +187,7 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     )
 )  # fmt: skip
 """Every check, in a stable order (stream first, then shared state, the catalog,
-tracking, then inspection)."""
+schedules, tracking, then inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
 )

@@ -16,7 +16,7 @@ link, when the backend behind it implements them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -30,6 +30,7 @@ from taskrunner.backends import (
     Cancellation,
     DeadLetter,
     DelayedMove,
+    FireResult,
     GroupInfo,
     Heartbeat,
     Inspection,
@@ -41,7 +42,11 @@ from taskrunner.backends import (
     QueueMetrics,
     Replay,
     Replayed,
+    RunOutcome,
+    ScheduleRecords,
+    ScheduleState,
     TaskSnapshot,
+    TickFire,
 )
 from taskrunner.errors import BackendError
 
@@ -261,6 +266,35 @@ class PartitionedBackend(Backend, Inspection):
 
     async def read_catalog(self, group: str) -> list[CatalogDocument]:
         return await self._through("read_catalog", partial(self.backend.read_catalog, group))
+
+    # Schedules ---------------------------------------------------------------------
+    async def publish_schedule_specs(self, group: str, specs: Mapping[str, bytes]) -> None:
+        await self._through(
+            "publish_schedule_specs", partial(self.backend.publish_schedule_specs, group, specs)
+        )
+
+    async def start_schedules(
+        self, group: str, owner: str, names: Sequence[str], baseline: float
+    ) -> dict[str, ScheduleState] | None:
+        return await self._through(
+            "start_schedules",
+            partial(self.backend.start_schedules, group, owner, names, baseline),
+        )
+
+    async def fire_ticks(
+        self, group: str, owner: str, fires: Sequence[TickFire]
+    ) -> list[FireResult]:
+        return await self._through(
+            "fire_ticks", partial(self.backend.fire_ticks, group, owner, fires)
+        )
+
+    async def record_run_outcomes(self, group: str, outcomes: Sequence[RunOutcome]) -> None:
+        await self._through(
+            "record_run_outcomes", partial(self.backend.record_run_outcomes, group, outcomes)
+        )
+
+    async def read_schedules(self, group: str) -> ScheduleRecords:
+        return await self._through("read_schedules", partial(self.backend.read_schedules, group))
 
     # Tracking ----------------------------------------------------------------------
     async def finish(self, group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:

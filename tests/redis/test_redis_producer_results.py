@@ -63,7 +63,7 @@ def shop(backend: RedisBackend, started: list[str]) -> TaskRunner:
     async def charge(payload: dict[str, int]) -> None:
         raise ValueError(f"card declined for {payload['cents']} cents")
 
-    @runner.task(name="crunch", keep_result=60)
+    @runner.task(name="crunch", keep_result=60, timeout=3600)  # interruptible
     async def crunch(payload: None) -> None:
         started.append("crunch")
         await trio.sleep(3600)

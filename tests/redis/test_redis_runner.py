@@ -260,6 +260,8 @@ DOCUMENTED = [
     "taskrunner:{group}:cancelled",
     "taskrunner:{group}:result:*",
     "taskrunner:{group}:notify:*",
+    "taskrunner:{group}:schedules",
+    "taskrunner:{group}:schedule_specs",
     "taskrunner:leader:*",
     "taskrunner:replication:*",
     "taskrunner:unique:*",
@@ -294,6 +296,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
             await trio.sleep(30)  # moved from the delayed set: in the entry index meanwhile
         return payload
 
+    runner.add_schedule("beat", task="work", every=1.0, payload=1)
     await runner.dispatch_many("work", range(50))
     held = await runner.dispatch("unique", 1)
     await runner.dispatch_delayed("work", 99, 60)  # stays in the delayed set
@@ -320,6 +323,8 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         "taskrunner:g:metrics",
         "taskrunner:g:worker_tuning_capacity",
         "taskrunner:g:catalog",
+        "taskrunner:g:schedules",
+        "taskrunner:g:schedule_specs",
         "taskrunner:replication:h",
         "taskrunner:unique:unique:1",
         "taskrunner:g:delayed_ids",

@@ -18,13 +18,15 @@ from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._state import RedisState
 from taskrunner.backends.redis._tracking import RedisTracking
 
 
-class RedisBackend(RedisInspection, RedisDefer, RedisCatalog, RedisTracking):
-    """Queue, shared state, retry deferral, task catalog and task tracking on Redis
-    (>= 6.2; 7+ recommended), and their :class:`~taskrunner.backends.Inspection`.
+class RedisBackend(RedisInspection, RedisDefer, RedisCatalog, RedisSchedules, RedisTracking):
+    """Queue, shared state, retry deferral, task catalog, periodic schedules and task
+    tracking on Redis (>= 6.2; 7+ recommended), and their
+    :class:`~taskrunner.backends.Inspection`.
 
     Args:
         client: Any :class:`RedisClient` (native or redis-py transport).
