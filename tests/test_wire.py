@@ -21,7 +21,7 @@ import trio
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import InvalidTaskPayload, Task, TaskMessage, _wire
+from taskrunner import InvalidTaskPayload, InvalidTaskResult, Task, TaskMessage, _wire
 from taskrunner._schedule import build_move
 from taskrunner._serve import bulk_writer
 from taskrunner._stats import compute_stats
@@ -552,3 +552,35 @@ def test_the_result_document_is_what_the_key_layout_page_shows() -> None:
     assert _wire.encode_result(doc) == RESULT_DOCUMENT
     assert _wire.decode_result(RESULT_DOCUMENT) == doc
     assert RESULT_DOCUMENT.decode() in (DOCS / "redis-key-layout.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("task", "value", "times"),
+    [
+        ("resize", {"w": 100, "h": 80}, (1796108038.123, 1796108038.125, 1796108038.331)),
+        ("resize", None, (None, None, 2.0)),
+        ("ünïcode", ["é", 1, 2.5, True, None], (1.0, None, 3.0)),
+        ("", 1, (1.0, 2.0, 3.0)),  # no task name: the document leaves it out
+        ("t", "x", (1.0, 2.0, 3)),  # an int time
+    ],
+)
+def test_the_fast_success_encoder_writes_the_document_bytes(
+    task: str, value: Any, times: tuple[Any, Any, Any]
+) -> None:
+    enqueued, started, finished = times
+    kwargs: dict[str, Any] = {
+        "attempts": 2,
+        "enqueued_at": enqueued,
+        "started_at": started,
+        "finished_at": finished,
+    }
+    expected = _wire.encode_result(_wire.succeeded(task, value, **kwargs))
+    assert _wire.encode_succeeded(task, value, **kwargs) == expected
+
+
+@pytest.mark.parametrize("value", [float("nan"), {1j}, object()])
+def test_the_fast_success_encoder_refuses_what_cannot_be_kept(value: Any) -> None:
+    with pytest.raises(InvalidTaskResult):
+        _wire.encode_succeeded(
+            "t", value, attempts=1, enqueued_at=1.0, started_at=None, finished_at=2.0
+        )
