@@ -14,6 +14,7 @@ from taskrunner._context import TaskContext as TaskContext
 from taskrunner._handle import TaskError as TaskError
 from taskrunner._handle import TaskHandle as TaskHandle
 from taskrunner._handle import TaskInfo as TaskInfo
+from taskrunner._limits import RateLimit as RateLimit
 from taskrunner._periodic import Schedule as Schedule
 from taskrunner._retry import Backoff as Backoff
 from taskrunner._runner import RunnerStatistics as RunnerStatistics

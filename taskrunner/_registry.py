@@ -21,8 +21,9 @@ import attrs
 from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
+from taskrunner._limits import RateLimit
 from taskrunner._retry import Backoff
-from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)
 
@@ -90,6 +91,10 @@ class Registry:
         retry: Backoff | None,
         permanent: tuple[type[BaseException], ...],
         keep_result: float | None,
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
     ) -> Callable[[A], A]:
         """The decorator that registers an action with these options (see
         :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`)."""
@@ -109,6 +114,10 @@ class Registry:
                     retry=retry,
                     permanent=permanent,
                     keep_result=keep_result,
+                    queue=queue,
+                    max_concurrency=max_concurrency,
+                    rate_limit=rate_limit,
+                    rate_limit_key=rate_limit_key,
                 )
             )
             return action

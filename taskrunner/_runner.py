@@ -24,8 +24,11 @@ node of the tree is one module of :mod:`taskrunner._serve`, named after it::
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
         │   ├── sharing          other groups on the stream (checked at start too)
         │   ├── acker            batched acks (and unique-lock releases, results)
-        │   ├── refresher        keeps long runs from being reclaimed
-        │   └── canceller        stops the runs TaskRunner.cancel asked to stop
+        │   ├── refresher        keeps long runs from being reclaimed (and their
+        │   │                    concurrency slots held)
+        │   ├── canceller        stops the runs TaskRunner.cancel asked to stop
+        │   └── gate             what is paused, read every second; admits each
+        │                        run of a limited or paused task (worker.py asks it)
         └── worker               the workers nursery: one task per message,
             │                    bounded by the pool (pool.py)
             └── fetcher          one per num_fetchers: reserve slots -> claim/read
@@ -65,6 +68,7 @@ from taskrunner._guards import check_runner_arguments, require_trio
 from taskrunner._handle import TaskHandle, TaskInfo
 from taskrunner._inflight import InFlight
 from taskrunner._lifespan import Lifespan, check_lifespan, open_lifespan
+from taskrunner._limits import RateLimit
 from taskrunner._middleware import Middleware, check_middleware
 from taskrunner._periodic import DEFAULT_IN_FLIGHT_TTL, Schedule
 from taskrunner._registry import Registry
@@ -83,6 +87,7 @@ from taskrunner._serve import (
 )
 from taskrunner._serve.acker import Acker
 from taskrunner._serve.fetcher import FetcherContext, FetcherCounters
+from taskrunner._serve.gate import Gate
 from taskrunner._serve.heartbeat import ReplicationCounter
 from taskrunner._serve.leadership import Leadership
 from taskrunner._serve.outcome import Outcomes
@@ -92,7 +97,7 @@ from taskrunner._serve.scheduler import Scheduler
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._serve.worker import Worker
 from taskrunner._stats import Stats
-from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 from taskrunner._ticks import CatchUp
 from taskrunner._timings import TimingRecorder
 from taskrunner._tracker import Tracker
@@ -138,6 +143,11 @@ class RunnerStatistics:
     """Messages acknowledged."""
     ack_backlog: int
     """Finished messages waiting for their ack."""
+    deferred: int = 0
+    """Runs sent back through the delayed set to wait for a concurrency slot or a
+    rate limit (not attempts)."""
+    parked: int = 0
+    """Runs of a paused task parked until it is resumed."""
 
 
 class TaskRunner:
@@ -171,6 +181,7 @@ class TaskRunner:
         self._sharing = StreamSharing(backend, self._config)
         self._fetch_counters = FetcherCounters()
         self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
+        self._gate = Gate(backend, self._config, self._scheduler, self.instance_id)
         self._worker = Worker(
             self._config,
             tasks,
@@ -179,6 +190,7 @@ class TaskRunner:
             self._sharing,
             self._inflight,
             self._timings,
+            self._gate,
         )
         self._leadership = Leadership()
         self._replicas = ReplicationCounter(backend)
@@ -240,6 +252,10 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
         timeout: float | None = None,
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
@@ -256,6 +272,10 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
         timeout: float | None = None,
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
@@ -280,6 +300,10 @@ class TaskRunner:
             @runner.task(max_retry=5, retry=Backoff(initial=2.0), permanent=ValueError)
             def thumbnail(payload: dict) -> None: ...
 
+            @runner.task(name="charge", queue="critical", max_concurrency=5,
+                         rate_limit=RateLimit(100, per=1.0))
+            async def charge(payload: dict) -> None: ...
+
         Raises:
             ValueError: as :meth:`register`, or an option is invalid (as for
                 :class:`Task`).
@@ -294,6 +318,10 @@ class TaskRunner:
             unique_key=unique_key,
             unique_for=unique_for,
             extra_keys=extra_keys,
+            queue=queue,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key,
             timeout=timeout,
             retry=retry,
             permanent=permanent if isinstance(permanent, tuple) else (permanent,),
@@ -390,6 +418,9 @@ class TaskRunner:
         timeout: float | None = None,
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> Callable[[A], A]:
         """Decorator: register the function as a task and run it on a schedule, both
         named ``name`` (default: the function's name).
@@ -400,10 +431,11 @@ class TaskRunner:
             async def cleanup(payload: None) -> None: ...
 
         The schedule options are :meth:`add_schedule`'s; ``max_retry``,
-        ``reservation_timeout``, ``extra_keys``, ``timeout``, ``retry`` and
-        ``permanent`` are the task's (:meth:`task`). A retry of a run serves the
-        same tick (``ctx.tick``); an ``overlap=False`` schedule's run is in
-        flight until its last attempt ends.
+        ``reservation_timeout``, ``extra_keys``, ``timeout``, ``retry``,
+        ``permanent``, ``queue`` (the queue its ticks fire into),
+        ``max_concurrency`` and ``rate_limit`` are the task's (:meth:`task`).
+        A retry of a run serves the same tick (``ctx.tick``); an
+        ``overlap=False`` schedule's run is in flight until its last attempt ends.
 
         Raises:
             ValueError, TaskNotFound, InvalidTaskPayload, AlreadyServing: as
@@ -420,6 +452,9 @@ class TaskRunner:
                 timeout=timeout,
                 retry=retry,
                 permanent=permanent,
+                queue=queue,
+                max_concurrency=max_concurrency,
+                rate_limit=rate_limit,
             )(action)
             try:
                 self.add_schedule(
@@ -492,8 +527,14 @@ class TaskRunner:
         return fn
 
     # Dispatch ---------------------------------------------------------------
-    async def dispatch(self, name: str, payload: Any = None) -> TaskHandle:
+    async def dispatch(
+        self, name: str, payload: Any = None, *, queue: str | None = None
+    ) -> TaskHandle:
         """Queue one run of task ``name``.
+
+        Args:
+            queue: The queue to add it to, instead of the task's own (its
+                ``queue``, else the backend's).
 
         Returns:
             Its handle: ``handle.id`` (also ``str(handle)``) is the task id, the
@@ -502,7 +543,9 @@ class TaskRunner:
 
         Raises:
             TaskNotFound: no task ``name`` is registered.
-            InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
+            InvalidTaskPayload: ``payload`` cannot be encoded (or its unique or
+                rate-limit key cannot be computed); nothing was queued.
+            ValueError: ``queue`` is not a valid queue name.
             TaskAlreadyDispatched: ``name`` is unique and its lock is held.
             BackendError: the backend could not be reached.
             WrongAsyncLibrary: awaited outside trio (under asyncio, say).
@@ -514,9 +557,11 @@ class TaskRunner:
         by the worker, if the message was queued after all).
         """
         require_trio("TaskRunner.dispatch")
-        return await self._dispatcher.dispatch(name, payload)
+        return await self._dispatcher.dispatch(name, payload, queue=queue)
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[TaskHandle]:
+    async def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[TaskHandle]:
         """Queue one run of task ``name`` per payload, in one backend call.
 
         Every payload is encoded before anything is queued, so an invalid one
@@ -528,13 +573,18 @@ class TaskRunner:
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: the task is unique (dispatch those one by one, so each
-                duplicate can be refused on its own).
+                duplicate can be refused on its own), or ``queue`` is invalid.
         """
         require_trio("TaskRunner.dispatch_many")
-        return await self._dispatcher.dispatch_many(name, payloads)
+        return await self._dispatcher.dispatch_many(name, payloads, queue=queue)
 
     async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> TaskHandle:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
 
@@ -548,12 +598,14 @@ class TaskRunner:
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``delay`` is negative or not finite.
+            ValueError: ``delay`` is negative or not finite, or ``queue`` is invalid.
         """
         require_trio("TaskRunner.dispatch_delayed")
-        return await self._dispatcher.dispatch_delayed(name, payload, delay)
+        return await self._dispatcher.dispatch_delayed(name, payload, delay, queue=queue)
 
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> TaskHandle:
+    async def schedule_for(
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+    ) -> TaskHandle:
         """Queue one run of task ``name`` at ``when``.
 
         Args:
@@ -565,10 +617,11 @@ class TaskRunner:
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``when`` is a naive datetime or not finite.
+            ValueError: ``when`` is a naive datetime or not finite, or ``queue`` is
+                invalid.
         """
         require_trio("TaskRunner.schedule_for")
-        return await self._dispatcher.schedule_for(name, payload, when)
+        return await self._dispatcher.schedule_for(name, payload, when, queue=queue)
 
     # Tasks by id -------------------------------------------------------------
     async def get_task(self, task_id: str | TaskHandle) -> TaskInfo | None:
@@ -662,13 +715,24 @@ class TaskRunner:
         """
         require_trio("TaskRunner.get_timing_statistics")
         replication = await self.get_number_of_replications()
+        paused = self._gate.paused.queues
         return await aggregator.timing_statistics(
             self.backend,
             self.config.consumer_group,
             self._registry.tasks,
             self._pool.capacity,
             replication,
+            queues=[q for q in self.queues if q not in paused],
         )
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues this runner reads, in priority order: ``config.queues``, or the
+        backend's one queue."""
+        names = self.config.queue_names
+        if names is not None:
+            return names
+        return (self.backend.stream_keys(self.config.consumer_group).queue,)
 
     @property
     def capacity(self) -> int:
@@ -776,6 +840,7 @@ class TaskRunner:
             raise AlreadyServing(f"{self!r} is already serving")
         self._serving = True
         cfg = self.config
+        self._warn_unread_queues()
         log.info(
             "serving group %s as host %s (instance %s): %d fetcher(s), %d worker(s), tasks: %s",
             cfg.consumer_group,
@@ -810,6 +875,20 @@ class TaskRunner:
             self._stop = trio.Event()  # a later serve starts afresh
             self._grace_override = None
             log.info("stopped serving group %s", cfg.consumer_group)
+
+    def _warn_unread_queues(self) -> None:
+        default = self.backend.stream_keys(self.config.consumer_group).queue
+        served = set(self.queues)
+        for task in self._registry.tasks.values():
+            queue = task.queue or default
+            if queue not in served:
+                log.warning(
+                    "task %s goes to queue %s, which this runner does not read (it reads %s); "
+                    "other runners of the group must",
+                    task.name,
+                    queue,
+                    ", ".join(self.queues),
+                )
 
     async def _run_shielded(self, ready: trio.Event) -> None:
         # Shielded: outside cancellation reaches serve() only through the stop
@@ -850,12 +929,16 @@ class TaskRunner:
                     refresher.run, backend, group, self._inflight, self._refresh_tick
                 )
                 await services.start(canceller.run, backend, group, self._inflight)
+                await services.start(self._gate.run)
                 fetching = FetcherContext(
                     config=cfg,
                     backend=backend,
                     pool=self._pool,
                     execute=self._worker.execute,
                     counters=self._fetch_counters,
+                    gate=self._gate,
+                    queues=self.queues,
+                    weights=cfg.queue_weights,
                 )
                 async with trio.open_nursery() as core:
                     self._workers_scope = await core.start(
@@ -895,4 +978,6 @@ class TaskRunner:
             cancelled=self._worker.outcomes.finishing.cancelled_count,
             acked=self._acker.acked,
             ack_backlog=self._acker.backlog,
+            deferred=self._gate.counters.deferred,
+            parked=self._gate.counters.parked,
         )

@@ -11,7 +11,10 @@ would have no UTF-8 form) is moved as it is, without a lock, and logged:
 the worker that reads it sends it down the failure path, so nothing
 disappears silently and no bad member holds up its batch. A member naming a
 task not registered here becomes a message with Go's zero values, for
-whichever worker knows the task. :func:`sleep_time` is how long the
+whichever worker knows the task. A member that re-queues a run (flow
+control's waits) names its queue, carries the attempts used so far into the
+message, and, for a unique task, the token of the lock the run still holds:
+that lock is kept, not taken again. :func:`sleep_time` is how long the
 scheduler waits before its next pass.
 
 Pure but for the fresh lock token and the error logged for a member that
@@ -71,8 +74,9 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
     Only the member's task, payload and our optional fields are used (the
     precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
     ``dispatched_at``, ``trace``, ``schedule``, ``tick`` and ``keep_result``, copied
-    into the message); its ``time`` is Go's and the run-at time is the score. The
-    entry keeps the member's id as the task's (lookup, cancel, results).
+    into the message; the ``queue`` whose stream it goes to); its ``time`` is Go's
+    and the run-at time is the score. The entry keeps the member's id as the
+    task's (lookup, cancel, results).
 
     Args:
         raw: The member as stored.
@@ -100,16 +104,17 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
     }  # new_message's keywords
     task = tasks.get(delayed.task)
     task_id = delayed.id or None  # what the entry index maps to the new entry
+    queue = delayed.queue  # a re-queued run goes back to its own queue's stream
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
         # a Go fleet) runs it with its own settings, or dead-letters it.
         message = _wire.TaskMessage(
             task_name=delayed.task, payload=delayed.payload, extras=_wire.MessageExtras(**extras)
         )
-        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id)
+        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id, queue=queue)
     if not task.unique:
         message = _wire.new_message(task, delayed.payload, **extras)
-        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id)
+        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id, queue=queue)
     unique_key = delayed.unique_key
     if unique_key is None:  # written by the Go library: compute it
         try:
@@ -135,6 +140,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         lock_token=token,
         lock_ttl=task.unique_for,
         task_id=task_id,
+        queue=queue,
     )
 
 

@@ -1,5 +1,10 @@
-"""Operator tools: inspect and wipe a group's keys, follow and cancel tasks, replay
-dead letters.
+"""Operator tools: pause and resume work, inspect and wipe a group's keys, follow
+and cancel tasks, replay dead letters.
+
+:func:`pause` and :func:`resume` stop and restart one queue or one task for a
+whole fleet (every runner of the group notices within about a second; see
+docs/flow-control.md), through the backend's
+:class:`~taskrunner.backends.FlowControl`; :func:`paused` says what is paused.
 
 :func:`get_task` and :func:`cancel` do what :meth:`TaskRunner.get_task
 <taskrunner.TaskRunner.get_task>` and :meth:`TaskRunner.cancel
@@ -39,7 +44,7 @@ from taskrunner._dead import (
 from taskrunner._guards import require_inspection
 from taskrunner._handle import TaskInfo, task_info
 from taskrunner._schedule_view import ScheduleRow, schedule_rows
-from taskrunner.backends import Backend, KeyInfo, Replay
+from taskrunner.backends import Backend, KeyInfo, Paused, Replay
 from taskrunner.backends._inspection import PURPOSES, group_keys
 
 __all__ = [
@@ -54,14 +59,65 @@ __all__ = [
     "flush",
     "get_task",
     "list_keys",
+    "pause",
+    "paused",
     "purge_dead_letters",
     "replay_all_dead_letters",
     "replay_dead_letters",
+    "resume",
     "schedules",
 ]
 
 PAGE = 100
 """Dead letters read (and replayed) per backend call when going through them all."""
+
+
+async def pause(
+    backend: Backend, group: str, *, queue: str | None = None, task: str | None = None
+) -> bool:
+    """Pause one queue or one task (exactly one of the two) for every runner of ``group``.
+
+    A paused queue is not read (its messages stay queued); a paused task's
+    messages are parked in the delayed set as runners meet them (not failed,
+    not counted as attempts). Runners notice within about a second; a message
+    read just before may still run.
+
+    Returns:
+        Whether it was not paused already.
+
+    Raises:
+        ValueError: neither or both of ``queue`` and ``task`` given.
+        BackendError: the backend could not be reached.
+    """
+    return await backend.pause(group, queue=queue, task=task)
+
+
+async def resume(
+    backend: Backend, group: str, *, queue: str | None = None, task: str | None = None
+) -> bool:
+    """Resume one queue or one task (exactly one of the two) of ``group``.
+
+    A resumed task's parked messages are due at once: they are back in their
+    queues within about a second (the next scheduler pass any runner makes
+    once it noticed the resume).
+
+    Returns:
+        Whether it was paused.
+
+    Raises:
+        ValueError: neither or both of ``queue`` and ``task`` given.
+        BackendError: the backend could not be reached.
+    """
+    return await backend.resume(group, queue=queue, task=task)
+
+
+async def paused(backend: Backend, group: str) -> Paused:
+    """What is paused in ``group`` now: its paused queues and tasks.
+
+    Raises:
+        BackendError: the backend could not be reached.
+    """
+    return await backend.paused(group)
 
 
 async def schedules(backend: Backend, group: str) -> list[ScheduleRow]:

@@ -235,9 +235,9 @@ async def test_a_task_cancelled_the_instant_a_fetcher_read_it_is_stopped(
     cancels: list[bool] = []
 
     async def read_then_cancel(
-        group: str, consumer: str, count: int, block: float
+        group: str, consumer: str, count: int, block: float, *, queue: str | None = None
     ) -> list[QueueEntry]:
-        entries = await read(group, consumer, count, block)
+        entries = await read(group, consumer, count, block, queue=queue)
         if entries and not cancels:
             cancels.append(await canceller.cancel(handle.id))
         return entries
@@ -269,11 +269,11 @@ async def test_a_task_cancelled_the_instant_before_a_read_is_never_delivered(
     delivered: list[list[str]] = []
 
     async def cancel_then_read(
-        group: str, consumer: str, count: int, block: float
+        group: str, consumer: str, count: int, block: float, *, queue: str | None = None
     ) -> list[QueueEntry]:
         if not delivered:
             assert (await link.backend.cancel(group, handle.id)).state is TaskState.QUEUED
-        entries = await read(group, consumer, count, block)
+        entries = await read(group, consumer, count, block, queue=queue)
         delivered.append([e.id for e in entries])
         return entries
 

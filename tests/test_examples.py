@@ -214,6 +214,14 @@ EXPECTED: dict[str, list[str]] = {
         "recorded ConnectionError",
         "  process send_email (CONSUMER) attempt 2: success, child of the dispatch: True",
     ],
+    "flow_control.py": [
+        "while low is paused: 0 report(s) ran, 1 waiting in low",
+        "charge: 6 runs, at most 2 at once",
+        "email to a.example: 15 sent, at most 5 in any second",
+        "email to b.example: 15 sent, at most 5 in any second",
+        "report ran after the resume: True",
+        "waits (not attempts): True; failed: 0",
+    ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',
         'taskrunner_queue_size{group="emails"} 0.0',

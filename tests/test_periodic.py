@@ -47,11 +47,11 @@ class Recorder:
         self.messages: list[tuple[float, TaskMessage]] = []
         original = backend.add_raw
 
-        def add_raw(group: str, fields: dict[str, bytes]) -> str:
+        def add_raw(group: str, fields: dict[str, bytes], *, queue: str | None = None) -> str:
             payload = fields.get("payload")
             if payload is not None and b'"schedule"' in payload:
                 self.messages.append((trio.current_time(), decode_message(payload)))
-            return original(group, fields)
+            return original(group, fields, queue=queue)
 
         backend.add_raw = add_raw  # type: ignore[method-assign]
 
@@ -200,6 +200,26 @@ async def test_a_dispatched_run_of_the_same_task_has_no_tick(
         await runner.dispatch("ping")
         await trio.sleep(61)
     assert seen == [(None, None), ("ping", START + 60)]
+
+
+async def test_a_tick_fires_into_its_tasks_queue(
+    autojump_clock: trio.testing.MockClock,
+    at_start: None,
+) -> None:
+    backend = MemoryBackend(delete_on_ack=False)
+    runner = make_runner(backend, queues=("critical", "default"))
+    seen: list[float | None] = []
+
+    @runner.periodic(every=60, queue="critical")
+    async def ping(payload: None, ctx: TaskContext) -> None:
+        seen.append(ctx.tick)
+
+    async with serving(runner):
+        await trio.sleep(61)
+    assert seen == [START + 60]
+    assert await backend.length("g", queue="critical") == 1
+    assert await backend.length("g", queue="default") == 0
+    assert await backend.length("g") == 0, "nothing in the backend's own queue"
 
 
 async def test_overlap_false_skips_ticks_while_a_run_is_in_flight(

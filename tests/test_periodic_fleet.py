@@ -125,14 +125,14 @@ def observe(backend: MemoryBackend) -> Observed:
     seen = Observed()
     add_raw, fire_ticks = backend.add_raw, backend.fire_ticks
 
-    def recording_add(group: str, fields: dict[str, bytes]) -> str:
+    def recording_add(group: str, fields: dict[str, bytes], *, queue: str | None = None) -> str:
         payload = fields.get("payload")
         if payload is not None and b'"schedule"' in payload:
             message = decode_message(payload)
             assert message.schedule is not None
             assert message.tick is not None
             seen.fires.append((message.schedule, message.tick, trio.current_time()))
-        return add_raw(group, fields)
+        return add_raw(group, fields, queue=queue)
 
     async def recording_fire(group: str, owner: str, fires: Any) -> Any:
         results = await fire_ticks(group, owner, fires)

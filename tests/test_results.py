@@ -195,13 +195,13 @@ async def test_a_task_that_keeps_nothing_leaves_nothing(
     finished: list[Any] = []
     ack, finish = backend.ack, backend.finish
 
-    async def spy_ack(group: str, ids: Any) -> int:
+    async def spy_ack(group: str, ids: Any, *, queue: str | None = None) -> int:
         acked.append(list(ids))
-        return await ack(group, ids)
+        return await ack(group, ids, queue=queue)
 
-    async def spy_finish(group: str, ids: Any, outcomes: Any) -> int:
+    async def spy_finish(group: str, ids: Any, outcomes: Any, *, queue: str | None = None) -> int:
         finished.append(outcomes)
-        return await finish(group, ids, outcomes)
+        return await finish(group, ids, outcomes, queue=queue)
 
     backend.ack = spy_ack  # type: ignore[method-assign]
     backend.finish = spy_finish  # type: ignore[method-assign]

@@ -1,9 +1,10 @@
 """Batched acknowledgements.
 
 Workers hand finished message ids to :meth:`Acker.ack`, a synchronous append.
-One background task sends whatever has accumulated in one backend call; while
-that call is in flight, new ids pile up for the next one, so the batch size
-grows with load by itself and idle latency stays at one round trip. Unique
+One background task sends whatever has accumulated in one backend call (one
+per queue, when messages of several queues finished); while that call is in
+flight, new ids pile up for the next one, so the batch size grows with load
+by itself and idle latency stays at one round trip. Unique
 locks of finished messages are released only after their ack succeeded: a
 crash in between leaves the lock to expire (``unique_for``) rather than
 letting a duplicate in while the message could still run again. Likewise
@@ -13,6 +14,13 @@ failure keeps them for the next try, any other drops them (the schedule's
 in-flight mark then lapses by its ``in_flight_ttl``). Other messages add
 nothing to a flush.
 
+A run that leaves something beside its ack (a task that keeps results, an
+entry moved from the delayed set, a cancelled run: a "tracked" outcome,
+:class:`~taskrunner.backends.Outcome`) is acknowledged with it, atomically,
+by :meth:`Tracking.finish <taskrunner.backends.Tracking.finish>`, in the same
+single call as the rest of its queue's batch; a batch without them is a plain
+``ack``, as it always was.
+
 A failed ack is retried with backoff when the failure may pass (a lost
 connection: ``BackendError.retryable``). One that retrying cannot fix (the
 store refused the request for what it holds) must not block every later ack
@@ -20,13 +28,6 @@ behind it: the batch is acked again one message at a time, and only the
 messages refused again are dropped, logged (they are delivered again after
 ``reclaim_delay``, and their locks are left to expire). A lock whose release
 fails is never retried either; it expires after ``unique_for``.
-
-A run that leaves something beside its ack (a task that keeps results, an
-entry moved from the delayed set, a cancelled run: a "tracked" outcome,
-:class:`~taskrunner.backends.Outcome`) is acknowledged with it, atomically,
-by :meth:`Tracking.finish <taskrunner.backends.Tracking.finish>`, in the same
-single call as the rest of its batch; a batch without them is a plain
-``ack``, as it always was.
 
 Shutdown: the loop is cancelled last, after the workers drained, and its
 final flush runs shielded with a timeout so nothing finished stays un-acked
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 
 FINAL_FLUSH_TIMEOUT = 10.0
 
+Entry = tuple[str | None, str]
+"""(queue, stream id): an entry to ack."""
+
 
 class Acker:
     """Batches a runner's acks (see the module docstring).
@@ -61,11 +65,11 @@ class Acker:
     def __init__(self, backend: Backend, config: ConfigHolder) -> None:
         self._backend = backend
         self._config = config
-        self._ids: list[str] = []
-        # (entry id, (key, token)): each lock is released after its entry's ack
-        self._locks: list[tuple[str, tuple[str, str]]] = []
+        self._ids: list[Entry] = []
+        # (entry, (key, token)): each lock is released after its entry's ack
+        self._locks: list[tuple[Entry, tuple[str, str]]] = []
         self._outcomes: list[RunOutcome] = []  # recorded after their entry's ack
-        self._tracked: list[Outcome] = []  # recorded with their entry's ack
+        self._tracked: list[tuple[Entry, Outcome]] = []  # recorded with their entry's ack
         self._wake = trio.Event()
         self.acked = 0
         self.dropped = 0
@@ -80,17 +84,20 @@ class Acker:
         lock: tuple[str, str] | None = None,
         outcome: RunOutcome | None = None,
         tracked: Outcome | None = None,
+        *,
+        queue: str | None = None,
     ) -> None:
-        """Queue ``entry_id`` for acknowledgement (with ``tracked``, recorded with the
-        ack), ``lock`` for release after it, and a periodic run's ``outcome`` to
-        record after it."""
-        self._ids.append(entry_id)
+        """Queue ``entry_id`` (of ``queue``) for acknowledgement (with ``tracked``,
+        recorded with the ack), ``lock`` for release after it, and a periodic run's
+        ``outcome`` to record after it."""
+        entry = (queue, entry_id)
+        self._ids.append(entry)
         if lock is not None:
-            self._locks.append((entry_id, lock))
+            self._locks.append((entry, lock))
         if outcome is not None:
             self._outcomes.append(outcome)
         if tracked is not None:
-            self._tracked.append(tracked)
+            self._tracked.append((entry, tracked))
         self._wake.set()
 
     @property
@@ -134,35 +141,41 @@ class Acker:
                     len(self._ids),
                 )
 
-    async def _send(self, ids: list[str], tracked: list[Outcome]) -> None:
+    async def _send(self, queue: str | None, ids: list[Entry], tracked: list[Outcome]) -> None:
+        """Ack ``ids`` (all of ``queue``), with their tracked outcomes if any."""
+        plain = [entry_id for _, entry_id in ids]
         if tracked:
-            await self._backend.finish(self._group, ids, tracked)
+            await self._backend.finish(self._group, plain, tracked, queue=queue)
         else:
-            await self._backend.ack(self._group, ids)
+            await self._backend.ack(self._group, plain, queue=queue)
 
     async def _flush(self) -> None:
-        ids, self._ids = self._ids, []
+        entries, self._ids = self._ids, []
         locks, self._locks = self._locks, []
         outcomes, self._outcomes = self._outcomes, []
         tracked, self._tracked = self._tracked, []
-        refused: Collection[str] = ()
-        if ids:
+        refused: set[Entry] = set()
+        queues = list(dict.fromkeys(queue for queue, _ in entries))  # first seen first
+        for at, queue in enumerate(queues):
+            ids = [entry for entry in entries if entry[0] == queue]
             try:
-                await self._send(ids, tracked)
+                await self._send(queue, ids, [o for e, o in tracked if e[0] == queue])
             except BackendError as exc:
-                if exc.retryable:
-                    self._put_back(ids, locks, tracked)  # acks are idempotent: next try
+                if exc.retryable:  # acks are idempotent: this queue and the rest, next try
+                    later = [e for e in entries if e[0] in queues[at:]]
+                    self._put_back(later, locks, tracked, refused)
                     self._outcomes[:0] = outcomes
                     raise
-                refused = await self._ack_one_by_one(ids, locks, tracked, exc)
+                await self._ack_one_by_one(ids, entries, locks, tracked, queues[at:], exc, refused)
             except BaseException:
-                self._put_back(ids, locks, tracked)
+                later = [e for e in entries if e[0] in queues[at:]]
+                self._put_back(later, locks, tracked, refused)
                 self._outcomes[:0] = outcomes
                 raise
             else:
                 self.acked += len(ids)
-        for done, (entry_id, (key, token)) in enumerate(locks):
-            if entry_id in refused:
+        for done, (entry, (key, token)) in enumerate(locks):
+            if entry in refused:
                 continue  # not acked, so it may run again: its lock expires by itself
             try:
                 await self._backend.release_lock(key, token)
@@ -173,7 +186,8 @@ class Acker:
                 self._locks[:0] = locks[done:]
                 self._outcomes[:0] = outcomes
                 raise
-        outcomes = [run for run in outcomes if run.message_id not in refused]
+        refused_ids = {entry_id for _, entry_id in refused}
+        outcomes = [run for run in outcomes if run.message_id not in refused_ids]
         if outcomes:
             await self._record(outcomes)
 
@@ -197,64 +211,63 @@ class Acker:
 
     async def _ack_one_by_one(
         self,
-        ids: list[str],
-        locks: list[tuple[str, tuple[str, str]]],
-        tracked: list[Outcome],
+        ids: list[Entry],
+        entries: list[Entry],
+        locks: list[tuple[Entry, tuple[str, str]]],
+        tracked: list[tuple[Entry, Outcome]],
+        queues_left: list[str | None],
         error: BackendError,
-    ) -> set[str]:
-        """Ack ``ids`` one at a time after their batch was refused for good (``error``).
-
-        Returns:
-            The ids refused again, dropped.
+        refused: set[Entry],
+    ) -> None:
+        """Ack ``ids`` (of one queue) one at a time after their batch was refused for
+        good (``error``); the entries refused again are dropped and added to
+        ``refused``.
 
         Raises:
-            BackendError: a retryable failure; the ids not acked yet (with their
-                tracked outcomes), and the locks of every id not refused, are back
-                in the queue.
+            BackendError: a retryable failure; the entries not acked yet (this
+                queue's and those of ``queues_left`` after it), and the locks of
+                every entry not refused, are back in the queue.
         """
         if len(ids) == 1:
             self._drop(ids[0], error)
-            return {ids[0]}
-        refused: set[str] = set()
-        for index, entry_id in enumerate(ids):
-            mine = [o for o in tracked if o.entry_id == entry_id]
+            refused.add(ids[0])
+            return
+        for index, entry in enumerate(ids):
             try:
-                await self._send([entry_id], mine)
+                await self._send(entry[0], [entry], [o for e, o in tracked if e == entry])
             except BackendError as exc:
                 if not exc.retryable:
-                    refused.add(entry_id)
-                    self._drop(entry_id, exc)
+                    refused.add(entry)
+                    self._drop(entry, exc)
                     continue
-                left = set(ids[index:])
-                self._put_back(
-                    ids[index:], locks, [o for o in tracked if o.entry_id in left], refused
-                )
+                later = [e for e in entries if e[0] in queues_left[1:]]
+                self._put_back(ids[index:] + later, locks, tracked, refused)
                 raise
             except BaseException:
-                left = set(ids[index:])
-                self._put_back(
-                    ids[index:], locks, [o for o in tracked if o.entry_id in left], refused
-                )
+                later = [e for e in entries if e[0] in queues_left[1:]]
+                self._put_back(ids[index:] + later, locks, tracked, refused)
                 raise
             self.acked += 1
-        return refused
 
     def _put_back(
         self,
-        ids: list[str],
-        locks: list[tuple[str, tuple[str, str]]],
-        tracked: list[Outcome],
-        refused: set[str] | None = None,
+        entries: list[Entry],
+        locks: list[tuple[Entry, tuple[str, str]]],
+        tracked: list[tuple[Entry, Outcome]],
+        refused: Collection[Entry] = (),
     ) -> None:
-        self._ids[:0] = ids
-        self._locks[:0] = [lock for lock in locks if lock[0] not in refused] if refused else locks
-        self._tracked[:0] = tracked
+        """Put ``entries`` back for the next flush, with their locks (unless refused)
+        and their tracked outcomes."""
+        back = set(entries)
+        self._ids[:0] = entries
+        self._locks[:0] = [lock for lock in locks if lock[0] not in refused]
+        self._tracked[:0] = [(e, o) for e, o in tracked if e in back]
 
-    def _drop(self, entry_id: str, error: BackendError) -> None:
+    def _drop(self, entry: Entry, error: BackendError) -> None:
         self.dropped += 1
         log.error(
             "ack of message %s refused (%s); dropping it, since retrying cannot fix that: "
             "it will be delivered again after reclaim_delay",
-            entry_id,
+            entry[1],
             error,
         )

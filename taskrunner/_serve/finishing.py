@@ -139,6 +139,7 @@ class Finishing:
             lock_of(message),
             periodic_outcome(message, entry.id, "succeeded", self._backend.now()),
             outcome(entry.id, message, keep, document),
+            queue=entry.queue,
         )
 
     def cancelled(
@@ -157,6 +158,7 @@ class Finishing:
                 entry.id,
                 None,
                 tracked=Outcome(entry_id=entry.id, task_id=entry.id, cancelled=True),
+                queue=entry.queue,
             )
             return
         log.info("task %s (message %s) cancelled", message.task_name, entry.id)
@@ -172,7 +174,7 @@ class Finishing:
         done = outcome(entry.id, message, keep, document, cancelled=True)
         # A periodic run that was cancelled ends as one that failed (its mark is freed).
         periodic = periodic_outcome(message, entry.id, "failed", self._backend.now())
-        self._acker.ack(entry.id, lock_of(message), periodic, done)
+        self._acker.ack(entry.id, lock_of(message), periodic, done, queue=entry.queue)
 
     def failed(
         self,
@@ -181,11 +183,13 @@ class Finishing:
         message: TaskMessage | None,
         error: TaskRunnerError,
         started_at: float | None,
+        *,
+        queue: str | None = None,
     ) -> None:
-        """Acknowledge an entry the failure path handled (with its failure, when its
-        task keeps results)."""
+        """Acknowledge an entry (of ``queue``) the failure path handled (with its
+        failure, when its task keeps results)."""
         if message is None:
-            self._acker.ack(entry_id, None)
+            self._acker.ack(entry_id, None, queue=queue)
             return
         keep = keep_of(self._tasks.get(message.task_name), message)
         document = None
@@ -203,6 +207,7 @@ class Finishing:
             lock_of(message),
             periodic_outcome(message, entry_id, "failed", self._backend.now()),
             outcome(entry_id, message, keep, document),
+            queue=queue,
         )
 
     async def cancelled_meanwhile(self, entry: QueueEntry) -> bool:

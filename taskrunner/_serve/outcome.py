@@ -76,6 +76,23 @@ def brief(text: str, limit: int = REASON_CHARS) -> str:
     return text
 
 
+def dispatched_at(entry_id: str, message: TaskMessage) -> float:
+    """When the task was first dispatched: the message's ``dispatched_at``, else
+    its stream id's time."""
+    if message.dispatched_at is not None:
+        return message.dispatched_at
+    return int(entry_id.partition("-")[0]) / 1000
+
+
+def member_queue(backend: Backend, group: str, queue: str | None) -> str | None:
+    """The ``queue`` field of a delayed member that re-queues an entry read from
+    ``queue``: ``None`` (no field) for the backend's default queue, so a
+    one-queue runner's members are what they always were."""
+    if queue is None or queue == backend.stream_keys(group).queue:
+        return None
+    return queue
+
+
 class WorkerCounters:
     def __init__(self) -> None:
         self.completed = 0
@@ -114,18 +131,20 @@ class Outcomes:
         self.rng = random.Random()
         """Where retry jitter is drawn from (seed it in a test)."""
 
-    def done(self, entry_id: str, message: TaskMessage) -> None:
-        """The action of a task that keeps no results returned: ack, then release the
-        message's lock (a message with our extras may end an entry-index mapping)."""
+    def done(self, entry_id: str, message: TaskMessage, queue: str | None = None) -> None:
+        """The action of a task that keeps no results returned: ack (the entry of
+        ``queue``), then release the message's lock (a message with our extras may
+        end an entry-index mapping)."""
         self.counters.completed += 1
         if message.extras is None:  # a plain message pays one test
-            self._acker.ack(entry_id, lock_of(message))
+            self._acker.ack(entry_id, lock_of(message), queue=queue)
         else:
             self._acker.ack(
                 entry_id,
                 lock_of(message),
                 periodic_outcome(message, entry_id, "succeeded", self._backend.now()),
                 outcome(entry_id, message, None),
+                queue=queue,
             )
 
     def now(self) -> float:
@@ -163,9 +182,9 @@ class Outcomes:
         """Whether a redelivered entry was asked to stop (then it is acked as cancelled)."""
         return await self.finishing.cancelled_meanwhile(entry)
 
-    def ack(self, entry_id: str) -> None:
+    def ack(self, entry_id: str, queue: str | None = None) -> None:
         """Ack an entry that holds no lock (another group's, on a shared stream)."""
-        self._acker.ack(entry_id, None)
+        self._acker.ack(entry_id, None, queue=queue)
 
     async def attempt_failed(
         self,
@@ -236,6 +255,7 @@ class Outcomes:
         message = delivery.message
         assert message is not None  # a run always has its decoded message
         run_at = self._backend.now() + delay
+        group = self._config.current.consumer_group
         try:
             member = _wire.encode_delayed(
                 _wire.retry_delayed(
@@ -244,13 +264,15 @@ class Outcomes:
                     id=message.id or delivery.id,
                     attempts=delivery.attempt,
                     dispatched_at=dispatched_at,
+                    queue=member_queue(self._backend, group, delivery.queue),
                 )
             )
             deferred = await self._backend.defer(
-                self._config.current.consumer_group,
+                group,
                 delivery.id,
                 member,
                 run_at,
+                queue=delivery.queue,
                 task_id=message.id or delivery.id,
             )
         except (BackendError, InvalidTaskPayload) as exc:
@@ -308,7 +330,11 @@ class Outcomes:
         else:
             try:
                 dead_id = await self._backend.dead_letter(
-                    self._config.current.consumer_group, delivery.id, delivery.raw, reason
+                    self._config.current.consumer_group,
+                    delivery.id,
+                    delivery.raw,
+                    reason,
+                    queue=delivery.queue,
                 )
             except BackendError as exc:
                 log.error(
@@ -318,5 +344,10 @@ class Outcomes:
             self.counters.dead_lettered += 1
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
         self.finishing.failed(
-            delivery.id, delivery.delivery_count, delivery.message, error, started_at
+            delivery.id,
+            delivery.delivery_count,
+            delivery.message,
+            error,
+            started_at,
+            queue=delivery.queue,
         )

@@ -14,7 +14,11 @@ Running one message is four steps, one method each:
 2. **prepare** (:meth:`Worker._prepare`): decode the message, find its task,
    check its attempt number (``attempts`` carried by a re-queued retry plus
    the delivery count) against the task's attempts, decode the payload;
-3. **run** (:meth:`Worker._run`): the attempt, in a cancel scope of its own
+3. **run** (:meth:`Worker._run`): first, for a task with a concurrency or
+   rate limit or while something is paused (two flags: no await otherwise),
+   the gate (:mod:`taskrunner._serve.gate`) admits the run, or parks or
+   defers it (it runs later, and this delivery is not an attempt); then the
+   attempt, in a cancel scope of its own
    whose deadline is the task's ``timeout`` when it has one (registered in
    :class:`~taskrunner._inflight.InFlight` by message id; a run without a
    timeout has none, which keeps the hot path cheap): the middlewares, if any,
@@ -63,7 +67,9 @@ inside the bytes it does not decode): a process-killing entry is never
 re-queued (re-queueing needs a caught failure), so it stays one entry whose
 delivery count bounds it.
 
-The duration of every run, failed or not, goes to the timing recorder.
+The duration of every run, failed or not, goes to the timing recorder. A run
+that holds a concurrency slot gives it back when its ``InFlight`` entry goes
+(for a thread, once it returned).
 """
 
 from __future__ import annotations
@@ -85,7 +91,8 @@ from taskrunner._middleware import CallNext, Middleware, run_chain
 from taskrunner._poison import delivery_limit
 from taskrunner._serve import fetcher
 from taskrunner._serve.fetcher import FetcherContext
-from taskrunner._serve.outcome import Outcomes, brief
+from taskrunner._serve.gate import NO_HOLD, Gate, Hold
+from taskrunner._serve.outcome import Outcomes, brief, dispatched_at
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
@@ -120,13 +127,8 @@ def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> 
         delivery_count=entry.delivery_count,
         raw=entry.payload,
         message=message,
+        queue=entry.queue,
     )
-
-
-def _dispatched_at(entry_id: str, message: TaskMessage) -> float:
-    if message.dispatched_at is not None:
-        return message.dispatched_at
-    return int(entry_id.partition("-")[0]) / 1000
 
 
 @attrs.frozen
@@ -184,6 +186,7 @@ class Worker:
         sharing: The other groups on the stream (an unknown task may be theirs).
         inflight: Running messages, for the refresher.
         timings: Where every run's duration is recorded.
+        gate: Admits each run of a limited task, or while something is paused.
     """
 
     def __init__(
@@ -195,8 +198,10 @@ class Worker:
         sharing: StreamSharing,
         inflight: InFlight,
         timings: TimingRecorder,
+        gate: Gate,
     ) -> None:
         self._config = config
+        self._gate = gate
         self._tasks = tasks
         self._pool = pool
         self.outcomes = outcomes
@@ -277,6 +282,13 @@ class Worker:
     async def _run(
         self, entry: QueueEntry, consumer: str, task: Task, message: TaskMessage, payload: Any
     ) -> None:
+        hold = NO_HOLD
+        if task.limited or self._gate.pausing:
+            attempt = message.attempts + entry.delivery_count
+            admitted = await self._gate.admit(entry, attempt, message, task, payload)
+            if admitted is None:
+                return  # parked or deferred: it runs later
+            hold = admitted
         timeout = task.timeout if task.timeout is not None else self._config.current.default_timeout
         started = trio.current_time()
         thread = _Thread() if task.shape.sync else None
@@ -292,7 +304,14 @@ class Worker:
         scope = None if timeout is None else trio.CancelScope(deadline=started + timeout)
         deadline = math.inf if timeout is None else started + timeout
         self._inflight.add(
-            entry.id, consumer, task.reservation, started, deadline=deadline, scope=scope
+            entry.id,
+            consumer,
+            task.reservation,
+            started,
+            deadline=deadline,
+            scope=scope,
+            queue=entry.queue,
+            hold=hold.slot,
         )
         begun = self.outcomes.now() if keep is not None else 0.0  # a result's started_at
         error: Exception | None = None
@@ -310,7 +329,9 @@ class Worker:
                         value = await task.action(payload)
                     else:
                         value = await self._call(entry, task, message, payload, deadline, thread)
-                if scope.cancelled_caught and not self._inflight.stop_requested(entry.id):
+                if scope.cancelled_caught and not self._inflight.stop_requested(
+                    entry.id, queue=entry.queue
+                ):
                     # The deadline, or TaskRunner.cancel (a stop request, said above),
                     # cancels a run's scope.
                     assert timeout is not None
@@ -319,14 +340,16 @@ class Worker:
             error = exc
         finally:
             if thread is None:
-                stopped = self._inflight.remove(entry.id)
+                stopped = self._inflight.remove(entry.id, queue=entry.queue)
+                if hold is not NO_HOLD:  # the run's end: its slot given back
+                    await self._gate.release(hold)
             elapsed = trio.current_time() - started
             self._timings.record(task.name, elapsed)
             if self.observers:
                 self._notify(task.name, elapsed, error is None)
         if error is None and thread is None and not stopped:
             if keep is None:
-                self.outcomes.done(entry.id, message)  # step 4, the hot path's outcome
+                self.outcomes.done(entry.id, message, entry.queue)  # step 4, the hot path's outcome
                 return
             try:  # a kept result, with the ack
                 self.outcomes.succeeded(entry, task, message, keep, begun, value)
@@ -336,7 +359,14 @@ class Worker:
                 )
             return
         await self._outcome(
-            entry, consumer, task, message, error, thread, _Ending(keep, begun, value, stopped)
+            entry,
+            consumer,
+            task,
+            message,
+            error,
+            thread,
+            _Ending(keep, begun, value, stopped),
+            hold,
         )
 
     # Step 4: the outcome -------------------------------------------------------------
@@ -349,13 +379,14 @@ class Worker:
         error: Exception | None,
         thread: _Thread | None,
         ending: _Ending,
+        hold: Hold,
     ) -> None:
         """Cancelled, ack (with the result), retry or the failure path; then wait for a
         thread past its timeout."""
         try:
             # A thread's run is tracked until it returns: its stop request is read here.
             stopped = ending.stopped or (
-                thread is not None and self._inflight.stop_requested(entry.id)
+                thread is not None and self._inflight.stop_requested(entry.id, queue=entry.queue)
             )
             if stopped:
                 self.outcomes.cancelled(entry, message, ending.keep, ending.started_at)
@@ -364,11 +395,11 @@ class Worker:
                     task,
                     _delivery(entry, consumer, message),
                     error,
-                    dispatched_at=_dispatched_at(entry.id, message),
+                    dispatched_at=dispatched_at(entry.id, message),
                     started_at=ending.started_at if ending.keep is not None else None,
                 )
             elif ending.keep is None:
-                self.outcomes.done(entry.id, message)
+                self.outcomes.done(entry.id, message, entry.queue)
             else:
                 try:
                     self.outcomes.succeeded(
@@ -387,8 +418,10 @@ class Worker:
                 )
                 await thread.done.wait()
         finally:
-            if thread is not None:
-                self._inflight.remove(entry.id)
+            if thread is not None:  # the thread's end: its slot given back
+                self._inflight.remove(entry.id, queue=entry.queue)
+                if hold is not NO_HOLD:
+                    await self._gate.release(hold)
 
     async def _call(
         self,
@@ -410,7 +443,7 @@ class Worker:
                 attempt=message.attempts + entry.delivery_count,
                 max_attempts=task.attempts,
                 deadline=None if deadline == math.inf else deadline,
-                dispatched_at=_dispatched_at(entry.id, message),
+                dispatched_at=dispatched_at(entry.id, message),
                 state=self.state,
                 trace=message.trace or EMPTY_STATE,
                 schedule=message.schedule,
@@ -456,7 +489,7 @@ class Worker:
         if not others:
             return False
         self._sharing.skip_unknown(task_name, delivery.id)
-        self.outcomes.ack(delivery.id)
+        self.outcomes.ack(delivery.id, delivery.queue)
         return True
 
     # Step 1: bound the deliveries ----------------------------------------------------

@@ -118,15 +118,26 @@ Optional fields in use (a Go worker ignores all of them):
 - delayed member ``unique_key``: the precomputed message ``unique_key``. A Go
   leader ignores it and recomputes the key from the payload.
 - message and delayed member ``attempts`` (int >= 0): attempts used by earlier
-  entries of the task (a retry re-queued through the delayed set). Attempt
-  number = ``attempts`` + delivery count, bounded by ``max_retry``. A Go worker
-  bounds only its own deliveries of the entry.
+  entries of the task (a retry re-queued through the delayed set; a run
+  re-queued to wait for a concurrency slot, a rate limit or a pause carries
+  the attempts used before the delivery that waited, which is not one).
+  Attempt number = ``attempts`` + delivery count, bounded by ``max_retry``. A
+  Go worker bounds only its own deliveries of the entry.
 - message ``id`` (str): the task's id when it is not the entry's stream id (a
   moved delayed member's ``id``; a retry keeps its task's).
 - message and delayed member ``dispatched_at`` (float, the backend's clock):
   the first dispatch's time, when it is not the stream id's (delayed, retried).
 - message and delayed member ``trace`` (an object of strings): the W3C trace
   context of the dispatch (``taskrunner.otel``).
+- delayed member ``unique_lock_value`` (str): a unique retry's (or waiting
+  run's) lock token. The move takes the lock if it is free or still held with
+  it (so the run keeps its lock); a Go leader cannot take it and leaves the
+  member until the lock expires (``unique_for``), then dispatches it afresh
+  (without ``attempts``).
+- delayed member ``queue`` (str): the queue whose stream the member moves to;
+  absent means the default queue. A Go leader moves the member to its own
+  stream, where a Go worker runs it (or a Python runner of that queue): flow
+  control with several queues needs a Python leader (see docs/go-interop.md).
 - delayed member ``unique_lock_value`` (str): a unique retry's lock token. The
   move takes the lock if it is free or still held with it (so the retry keeps
   its lock); a Go leader cannot take it and leaves the member until the lock

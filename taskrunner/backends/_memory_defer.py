@@ -18,13 +18,14 @@ class MemoryDefer(MemoryStream, MemoryState):
         member: bytes,
         run_at: float,
         *,
+        queue: str | None = None,
         task_id: str | None = None,
     ) -> bool:
         await trio.lowlevel.checkpoint()
         check_text("defer", "entry_id", entry_id)
         check_text("defer", "task_id", task_id or "")
         # No checkpoint from here on: the ack and the add are one step, like the script.
-        stream = self._stream(group)
+        stream = self._stream(group, queue)
         pending = stream.groups.get(group)
         if pending is None or pending.pending.pop(entry_id, None) is None:
             return False

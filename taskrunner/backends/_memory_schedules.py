@@ -75,7 +75,7 @@ class MemorySchedules(MemoryState):
             state = states.get(fire.schedule, ScheduleState())
             new, status = apply_fire(state, fire, now)
             if status is FireStatus.FIRED:
-                entry_id = self._add_entry(group, fire.message)
+                entry_id = self._add_entry(group, fire.message, fire.queue)
                 new = attrs.evolve(
                     new, message_id=entry_id, running=entry_id if fire.exclusive else new.running
                 )

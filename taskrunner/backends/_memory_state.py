@@ -57,7 +57,7 @@ def check_text(method: str, argument: str, *values: str) -> None:
 class MemoryState:
     """A :class:`~taskrunner.backends.SharedState` held in process memory."""
 
-    def __init__(self, add_entry: Callable[[str, bytes], str]) -> None:
+    def __init__(self, add_entry: Callable[[str, bytes, str | None], str]) -> None:
         self._add_entry = add_entry
         self._strings: dict[str, tuple[str, float]] = {}  # key -> (value, expires_at)
         self._delayed: dict[str, dict[bytes, float]] = {}
@@ -166,7 +166,7 @@ class MemoryState:
             ):
                 continue
             del members[move.member]
-            entry_id = self._add_entry(group, move.message)
+            entry_id = self._add_entry(group, move.message, move.queue)
             if move.task_id and self._delayed_index.get(group, {}).pop(move.task_id, None):
                 self._entry_index.setdefault(group, {})[move.task_id] = entry_id
             moved += 1

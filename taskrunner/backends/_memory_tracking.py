@@ -83,7 +83,14 @@ class MemoryTracking(MemoryStream, MemoryState):
         return self._live(self._notices, key) is not None
 
     # Finishing ------------------------------------------------------------
-    async def finish(self, group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+    async def finish(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        *,
+        queue: str | None = None,
+    ) -> int:
         await trio.lowlevel.checkpoint()
         check_text("finish", "id", *ids)
         check_text("finish", "task_id", *(o.task_id for o in outcomes))
@@ -96,11 +103,11 @@ class MemoryTracking(MemoryStream, MemoryState):
                 del index[outcome.task_id]
             if outcome.cancelled:
                 stops.pop(outcome.entry_id, None)
-        return self._ack_now(group, ids)
+        return self._ack_now(group, ids, queue)
 
-    def _ack_now(self, group: str, ids: Sequence[str]) -> int:
+    def _ack_now(self, group: str, ids: Sequence[str], queue: str | None = None) -> int:
         """:meth:`MemoryStream.ack` without its checkpoint."""
-        s = self._stream(group)
+        s = self._stream(group, queue)
         g = s.groups.get(group)
         acked = 0
         for entry_id in ids:

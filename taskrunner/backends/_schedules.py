@@ -107,6 +107,9 @@ class TickFire:
     """``overlap=False``: skip the tick while a run is in flight, and mark this one."""
     in_flight_ttl: float = 0.0
     """With ``exclusive``: how long the mark lasts unless the outcome clears it."""
+    queue: str | None = None
+    """The queue whose stream the message is added to (the task's); ``None``: the
+    backend's queue."""
 
 
 class FireStatus(enum.StrEnum):

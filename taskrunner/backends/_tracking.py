@@ -215,8 +215,15 @@ class Tracking(Protocol):
     :class:`~taskrunner.errors.BackendError` for failures, safe to repeat).
     """
 
-    async def finish(self, group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
-        """Acknowledge ``ids`` as :meth:`MessageQueue.ack
+    async def finish(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        *,
+        queue: str | None = None,
+    ) -> int:
+        """Acknowledge ``ids`` (of ``queue``'s stream) as :meth:`MessageQueue.ack
         <taskrunner.backends.MessageQueue.ack>` does, and apply each outcome, in one
         atomic step (one round trip): keep its document for ``keep`` seconds and
         push its notice (waking every waiter); end the entry-index mapping of its

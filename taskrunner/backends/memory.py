@@ -15,14 +15,14 @@ from types import TracebackType
 
 from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_defer import MemoryDefer
+from taskrunner.backends._memory_flow import MemoryFlow
 from taskrunner.backends._memory_inspect import MemoryInspection
-from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 from taskrunner.backends._memory_tracking import MemoryTracking as MemoryTracking
 
 
-class MemoryBackend(MemoryInspection, MemoryDefer, MemorySchedules):
+class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
     """Queue, shared state and task tracking in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -42,8 +42,12 @@ class MemoryBackend(MemoryInspection, MemoryDefer, MemorySchedules):
     ) -> None:
         MemoryStream.__init__(self, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
         MemoryState.__init__(
-            self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
+            self,
+            add_entry=lambda group, payload, queue: self.add_raw(
+                group, {"payload": payload}, queue=queue
+            ),
         )
+        MemoryFlow.__init__(self)
         self._init_tracking()
         MemoryCatalog.__init__(self)
         self._init_schedules()

@@ -2,7 +2,7 @@
 
 Theory of operation: every ``--interval`` seconds :func:`read_snapshot` reads
 what ``taskrunner stats`` reads (the metrics hash, the published tuning
-capacity, the heartbeats through the backend's
+capacity, what is paused, the heartbeats through the backend's
 :class:`~taskrunner.backends.Inspection`, the leader lease, the queue metrics) into a
 :class:`~taskrunner.cli.views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
 from the hash (task names from its ``<task>_sum``/``_count`` fields, by
@@ -75,6 +75,7 @@ async def read_snapshot(
     instances = tuple((beat.host, beat.instance_id) for beat in await backend.list_heartbeats())
     owner = await backend.lease_owner(group)
     queue = await backend.get_metrics(group)
+    paused = await backend.paused(group)
     pool = published if published is not None else (workers or DEFAULT_WORKERS)
     stats = compute_stats(
         metrics=metrics,
@@ -96,6 +97,7 @@ async def read_snapshot(
         instances=instances,
         tuning_capacity=published,
         workers=pool,
+        paused=paused,
         schedules=tuple(await admin.schedules(backend, group)),
     )
 

@@ -24,10 +24,12 @@ from rich.table import Table
 from rich.text import Text
 
 from taskrunner import _wire
+from taskrunner._limits import Paused
 from taskrunner._runner import RunnerStatistics
 from taskrunner._schedule_view import ScheduleRow
 from taskrunner._stats import Stats
 from taskrunner.backends import KeyInfo, QueueMetrics
+from taskrunner.cli.base import paused_text
 
 __all__ = [
     "DemoFrame",
@@ -272,6 +274,8 @@ class FleetSnapshot:
     tuning_capacity: int | None
     workers: int
     """The per-instance pool size used for :attr:`stats` (published, or assumed)."""
+    paused: Paused = attrs.field(factory=Paused)
+    """The group's paused queues and tasks."""
     schedules: tuple[ScheduleRow, ...] = ()
     """The group's periodic schedules (``taskrunner.admin.schedules``)."""
 
@@ -349,7 +353,7 @@ def top_line(snapshot: FleetSnapshot, history: History) -> str:
         f"group {snapshot.group}: queue {snapshot.queue.queue_size}, throughput {rate}, "
         f"predicted wait {snapshot.stats.predicted_wait_time:.1f} ms, "
         f"leader {snapshot.leader_host or snapshot.leader or 'none'}, "
-        f"{len(snapshot.instances)} instance(s)"
+        f"{len(snapshot.instances)} instance(s), paused: {paused_text(snapshot.paused)}"
     )
 
 
@@ -374,6 +378,7 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         fleet.add_row(f"  {host}", instance_id + mark)
     fleet.add_row("tuning", tuning)
     fleet.add_row("workers per instance", str(snapshot.workers))
+    fleet.add_row("paused", paused_text(snapshot.paused))
 
     rates = history.throughput()
     queue_sizes = history.queue_sizes()

@@ -14,6 +14,7 @@ from typing import Any
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._defer import RedisDefer
+from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
@@ -23,9 +24,12 @@ from taskrunner.backends.redis._state import RedisState
 from taskrunner.backends.redis._tracking import RedisTracking
 
 
-class RedisBackend(RedisInspection, RedisDefer, RedisCatalog, RedisSchedules, RedisTracking):
-    """Queue, shared state, retry deferral, task catalog, periodic schedules and task
-    tracking on Redis (>= 6.2; 7+ recommended), and their
+class RedisBackend(
+    RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSchedules, RedisTracking
+):
+    """Queue, shared state, deferral through the delayed set, flow control, task
+    catalog, periodic schedules and task tracking on Redis (>= 6.2; 7+
+    recommended), and their
     :class:`~taskrunner.backends.Inspection`.
 
     Args:

@@ -25,6 +25,7 @@ class RedisDefer(RedisQueue, RedisState):
         member: bytes,
         run_at: float,
         *,
+        queue: str | None = None,
         task_id: str | None = None,
     ) -> bool:
         """One script call: ``XACK``, then ``XDEL`` when deleting on ack, then ``ZADD``
@@ -34,7 +35,7 @@ class RedisDefer(RedisQueue, RedisState):
         False and adds nothing.
         """
         keys = [
-            self._stream(group),
+            self._stream(group, queue),
             _keys.delayed_tasks(group),
             _keys.delayed_index(group),
             _keys.entry_index(group),

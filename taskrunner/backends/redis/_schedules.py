@@ -113,6 +113,14 @@ class RedisSchedules(RedisState):
         """
         if not fires:
             return []
+        queues = list(dict.fromkeys(fire.queue for fire in fires))
+        if len(queues) > 1:  # one call per stream, in order; each fenced on its own
+            by_index: dict[int, FireResult] = {}
+            for queue in queues:
+                at = [i for i, fire in enumerate(fires) if fire.queue == queue]
+                done = await self.fire_ticks(group, owner, [fires[i] for i in at])
+                by_index.update(zip(at, done, strict=True))
+            return [by_index[i] for i in range(len(fires))]
         now = self.now()
         args: list[CommandArg] = [owner, _float_arg(now)]
         for fire in fires:
@@ -125,7 +133,7 @@ class RedisSchedules(RedisState):
             ]
         reply = await FIRE_TICKS(
             self._client,
-            [_keys.leader(group), _keys.schedules(group), self._stream_of(group)],
+            [_keys.leader(group), _keys.schedules(group), self._stream_of(group, fires[0].queue)],
             args,
         )
         if reply == 0:

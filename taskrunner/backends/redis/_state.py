@@ -117,11 +117,12 @@ class RedisState:
 
     Args:
         client: The connection to the server; not closed by this class.
-        stream_of: The stream a group reads, which :meth:`move_delayed` adds
-            that group's entries to (the queue half's resolver).
+        stream_of: The stream a group reads on a queue (``None``: the default
+            queue), which :meth:`move_delayed` adds that group's entries to
+            (the queue half's resolver).
     """
 
-    def __init__(self, client: RedisClient, *, stream_of: Callable[[str], str]) -> None:
+    def __init__(self, client: RedisClient, *, stream_of: Callable[[str, str | None], str]) -> None:
         self._client = client
         self._stream_of = stream_of
 
@@ -223,17 +224,21 @@ class RedisState:
             return 0
         keys: list[CommandArg] = [
             _keys.delayed_tasks(group),
-            self._stream_of(group),
             _keys.delayed_index(group),
             _keys.entry_index(group),
         ]
+        stream_index: dict[str | None, int] = {}
+        for move in moves:  # the streams first, each once
+            if move.queue not in stream_index:
+                keys.append(self._stream_of(group, move.queue))
+                stream_index[move.queue] = len(keys)  # Lua's KEYS is 1-based
         args: list[CommandArg] = []
         for move in moves:
             if move.lock_key is None:
                 lock_index = 0
             else:
                 keys.append(move.lock_key)
-                lock_index = len(keys)  # Lua's KEYS is 1-based
+                lock_index = len(keys)
             args += [
                 move.member,
                 move.message,
@@ -241,6 +246,7 @@ class RedisState:
                 move.lock_token,
                 _ms(move.lock_ttl),
                 move.task_id or "",
+                stream_index[move.queue],
             ]
         reply = await MOVE_DELAYED(self._client, keys, args)
         return int(reply)

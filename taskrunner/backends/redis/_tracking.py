@@ -106,11 +106,18 @@ class RedisTracking(RedisQueue, RedisState):
         return list(track_keys(self.stream_keys(group).stream, group, task_id))
 
     # Finishing ------------------------------------------------------------
-    async def finish(self, group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+    async def finish(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        *,
+        queue: str | None = None,
+    ) -> int:
         """Acknowledge ``ids`` and apply ``outcomes``: one ``lua/finish.lua`` call, in
         the pipeline that also pushes the claim delays (one round trip)."""
         keys: list[CommandArg] = [
-            self.stream_keys(group).stream,
+            self.stream_keys(group, queue).stream,
             _keys.entry_index(group),
             _keys.cancelled(group),
         ]
