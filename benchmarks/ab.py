@@ -21,8 +21,9 @@ package first). Each round, in one process of that checkout, measures:
 - ``redis_us``: the server's CPU (``INFO``) per task over that run, in µs;
 - ``py_us``: this process's CPU per task over the processing, in µs (less
   sensitive than the rates to other programs sharing the machine);
-- ``features``: the processing rate with a timeout, a context and one
-  middleware (``run_noop_tasks(..., features=True)``);
+- ``features``: the processing rate with a timeout, a context, one middleware
+  and the result kept (``run_noop_tasks(..., features=True, keep_result=True)``;
+  without the result where the checkout's harness has no ``keep_result``);
 - ``dispatch32``: single ``dispatch`` calls, 32 in flight, per second;
 - ``memory1``: in memory, ``await dispatch`` once per task while serving,
   tasks per second from the first dispatch to the last ack.
@@ -109,7 +110,11 @@ def child(url: str, tasks: int, workers: int, run: int) -> None:
 
     async def features() -> float:
         backend = RedisBackend.from_url(url, queue=f"abf{run}")
-        rates = await run_noop_tasks(TaskRunner(config(), backend), tasks, features=True)
+        runner = TaskRunner(config(), backend)
+        try:  # with a result kept too, where the checkout has results (issue 14)
+            rates = await run_noop_tasks(runner, tasks, features=True, keep_result=True)
+        except TypeError:
+            rates = await run_noop_tasks(runner, tasks, features=True)
         await backend.aclose()
         return rates.process
 

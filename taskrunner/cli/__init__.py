@@ -24,7 +24,19 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from taskrunner import __version__
-from taskrunner.cli import demo, dispatch, flush, keys, pause, schedules, stats, top, worker
+from taskrunner.cli import (
+    dead,
+    demo,
+    dispatch,
+    flush,
+    keys,
+    pause,
+    schedules,
+    stats,
+    tasks,
+    top,
+    worker,
+)
 from taskrunner.cli.base import EXIT_USAGE, Command
 
 __all__ = ["main"]
@@ -45,6 +57,9 @@ COMMANDS: tuple[Command, ...] = (
     dispatch.COMMAND,
     stats.COMMAND,
     top.COMMAND,
+    tasks.INSPECT,
+    tasks.CANCEL,
+    dead.COMMAND,
     pause.PAUSE,
     pause.RESUME,
     keys.COMMAND,
