@@ -75,6 +75,7 @@ def child(url: str, tasks: int, workers: int, run: int) -> None:
     # benchmarks/_harness.py first (sys.path[0] is this script's directory, the candidate's).
     sys.path.insert(0, str(Path.cwd() / "benchmarks"))
     import time
+    from inspect import signature
 
     import redis
     import trio
@@ -110,11 +111,10 @@ def child(url: str, tasks: int, workers: int, run: int) -> None:
 
     async def features() -> float:
         backend = RedisBackend.from_url(url, queue=f"abf{run}")
-        runner = TaskRunner(config(), backend)
-        try:  # with a result kept too, where the checkout has results (issue 14)
-            rates = await run_noop_tasks(runner, tasks, features=True, keep_result=True)
-        except TypeError:
-            rates = await run_noop_tasks(runner, tasks, features=True)
+        # With the result kept too, where the checkout has results (issue 14).
+        has_results = "keep_result" in signature(run_noop_tasks).parameters
+        kept = {"keep_result": True} if has_results else {}
+        rates = await run_noop_tasks(TaskRunner(config(), backend), tasks, features=True, **kept)
         await backend.aclose()
         return rates.process
 
