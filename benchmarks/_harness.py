@@ -35,7 +35,7 @@ async def run_noop_tasks(
     With ``features`` the task has a 30 s timeout and takes its context, and one
     no-op middleware wraps every run (the cost of the run's features in use).
     With ``keep_result`` the task keeps each result for 60 s (a result document and
-    its notice per run, written with its ack).
+    its notice per run, written with its ack); with both, all of them at once.
     """
     done = trio.Event()
     count = 0
@@ -46,7 +46,7 @@ async def run_noop_tasks(
         async def passthrough(ctx: TaskContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
             return await call_next()
 
-        @runner.task(name="noop", timeout=30.0)
+        @runner.task(name="noop", timeout=30.0, keep_result=60.0 if keep_result else None)
         async def noop_with_context(payload: object, ctx: TaskContext) -> None:
             nonlocal count
             count += 1
@@ -85,3 +85,57 @@ async def run_noop_tasks(
         processed = time.perf_counter()
         nursery.cancel_scope.cancel()
     return Rates(enqueue=n / (enqueued - start), process=n / (processed - ready))
+
+
+async def run_concurrent_dispatch(runner: TaskRunner, n: int, in_flight: int = 32) -> float:
+    """Register a ``noop`` task on ``runner`` (if it has none) and send ``n`` single
+    ``dispatch`` calls, ``in_flight`` of them at any time; return dispatches per second.
+
+    Nothing serves: this is the producing side alone (the entries stay queued).
+    """
+    if "noop" not in runner.tasks:
+
+        @runner.task()
+        async def noop(payload: object) -> None:
+            pass
+
+    await runner.dispatch("noop", None)  # connect first: not part of the rate
+    todo = iter(range(n))
+
+    async def caller() -> None:
+        for _ in todo:
+            await runner.dispatch("noop", None)
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(in_flight):
+            nursery.start_soon(caller)
+    return n / (time.perf_counter() - start)
+
+
+async def run_dispatch_while_serving(runner: TaskRunner, n: int) -> float:
+    """Serve ``runner`` and, meanwhile, ``await runner.dispatch`` ``n`` no-op tasks one
+    after the other; return tasks per second from the first dispatch to the last ack
+    (the producer and the consumer in one trio program, as an embedded user runs them).
+    """
+    done = trio.Event()
+    count = 0
+
+    @runner.task()
+    async def noop(payload: object) -> None:
+        nonlocal count
+        count += 1
+        if count == n:
+            done.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        start = time.perf_counter()
+        for _ in range(n):
+            await runner.dispatch("noop", None)
+        await done.wait()
+        while runner.statistics().acked < n:  # noqa: ASYNC110 - the acker has no event to wait on
+            await trio.sleep(0.001)
+        rate = n / (time.perf_counter() - start)
+        nursery.cancel_scope.cancel()
+    return rate

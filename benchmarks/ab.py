@@ -13,9 +13,23 @@ medians.
 commit against the working tree); a ref is checked out into a temporary
 worktree for the run. A checkout's interpreter is its ``.venv/bin/python``
 when it has one, else this one (``PYTHONPATH`` then puts that checkout's
-package first). Each round runs ``run_noop_tasks`` from that checkout's own
-``benchmarks/_harness.py`` (20,000 no-op tasks, 32 workers, one process, as
-``redis_end_to_end.py`` does).
+package first). Each round, in one process of that checkout, measures:
+
+- ``process`` and ``enqueue``: ``run_noop_tasks`` from the checkout's own
+  ``benchmarks/_harness.py`` (20,000 no-op tasks, 32 workers, one process, as
+  ``redis_end_to_end.py`` does);
+- ``redis_us``: the server's CPU (``INFO``) per task over that run, in µs;
+- ``py_us``: this process's CPU per task over the processing, in µs (less
+  sensitive than the rates to other programs sharing the machine);
+- ``features``: the processing rate with a timeout, a context, one middleware
+  and the result kept (``run_noop_tasks(..., features=True, keep_result=True)``;
+  without the result where the checkout's harness has no ``keep_result``);
+- ``dispatch32``: single ``dispatch`` calls, 32 in flight, per second;
+- ``memory1``: in memory, ``await dispatch`` once per task while serving,
+  tasks per second from the first dispatch to the last ack.
+
+Only the public API (and ``run_noop_tasks``) of the checkout is used, so any
+two versions compare.
 """
 
 from __future__ import annotations
@@ -53,24 +67,109 @@ def one_round(tree: Path, url: str, tasks: int, workers: int, run: int) -> dict[
     return rates
 
 
+MEASURES = ("process", "enqueue", "redis_us", "py_us", "features", "dispatch32", "memory1")
+
+
 def child(url: str, tasks: int, workers: int, run: int) -> None:
     # Runs under the checkout's interpreter, importing that checkout's code: its own
     # benchmarks/_harness.py first (sys.path[0] is this script's directory, the candidate's).
     sys.path.insert(0, str(Path.cwd() / "benchmarks"))
+    import time
+    from inspect import signature
+
+    import redis
     import trio
     from _harness import run_noop_tasks
 
     from taskrunner import TaskRunner, TaskRunnerConfig
+    from taskrunner.backends.memory import MemoryBackend
     from taskrunner.backends.redis import RedisBackend
 
-    async def main() -> dict[str, float]:
-        backend = RedisBackend.from_url(url, queue=f"ab{run}")
-        config = TaskRunnerConfig(consumer_group="ab", num_workers=workers, batch_size=workers)
-        rates = await run_noop_tasks(TaskRunner(config, backend), tasks)
-        await backend.aclose()
-        return {"enqueue": rates.enqueue, "process": rates.process}
+    info = redis.Redis.from_url(url)
 
-    print(json.dumps(trio.run(main)))
+    def redis_cpu() -> float:
+        cpu = info.info("cpu")
+        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+    def config() -> TaskRunnerConfig:
+        return TaskRunnerConfig(consumer_group="ab", num_workers=workers, batch_size=workers)
+
+    async def plain() -> dict[str, float]:
+        backend = RedisBackend.from_url(url, queue=f"ab{run}")
+        before, cpu = redis_cpu(), time.process_time()
+        rates = await run_noop_tasks(TaskRunner(config(), backend), tasks)
+        cpu = time.process_time() - cpu
+        redis_us = (redis_cpu() - before) / tasks * 1e6
+        await backend.aclose()
+        return {
+            "enqueue": rates.enqueue,
+            "process": rates.process,
+            "redis_us": redis_us,
+            # The enqueue part is small and alike on both sides; all of it is counted.
+            "py_us": cpu / tasks * 1e6,
+        }
+
+    async def features() -> float:
+        backend = RedisBackend.from_url(url, queue=f"abf{run}")
+        # With the result kept too, where the checkout has results (issue 14).
+        has_results = "keep_result" in signature(run_noop_tasks).parameters
+        kept = {"keep_result": True} if has_results else {}
+        rates = await run_noop_tasks(TaskRunner(config(), backend), tasks, features=True, **kept)
+        await backend.aclose()
+        return rates.process
+
+    async def noop(payload: object) -> None:
+        pass
+
+    async def dispatch32() -> float:
+        backend = RedisBackend.from_url(url, queue=f"abd{run}")
+        runner = TaskRunner(config(), backend)
+        runner.task(name="noop")(noop)
+        await runner.dispatch("noop", None)
+        todo = iter(range(tasks))
+
+        async def caller() -> None:
+            for _ in todo:
+                await runner.dispatch("noop", None)
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(32):
+                nursery.start_soon(caller)
+        rate = tasks / (time.perf_counter() - start)
+        await backend.aclose()
+        info.delete(f"taskrunner:ab:abd{run}")
+        return rate
+
+    async def memory1() -> float:
+        runner = TaskRunner(config(), MemoryBackend())
+        done = trio.Event()
+        count = 0
+
+        @runner.task(name="noop")
+        async def counted(payload: object) -> None:
+            nonlocal count
+            count += 1
+            if count == tasks:
+                done.set()
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.serve)
+            start = time.perf_counter()
+            for _ in range(tasks):
+                await runner.dispatch("noop", None)
+            await done.wait()
+            while runner.statistics().acked < tasks:  # noqa: ASYNC110 - no event to wait on
+                await trio.sleep(0.001)
+            rate = tasks / (time.perf_counter() - start)
+            nursery.cancel_scope.cancel()
+        return rate
+
+    result = trio.run(plain)
+    result["features"] = trio.run(features)
+    result["dispatch32"] = trio.run(dispatch32)
+    result["memory1"] = trio.run(memory1)
+    print(json.dumps(result))
 
 
 @contextmanager
@@ -119,18 +218,25 @@ def main() -> None:
             for name in order:
                 rates = one_round(trees[name], server.url, args.tasks, args.workers, n)
                 results[name].append(rates)
-                print(
-                    f"  round {n + 1} {name}: process {rates['process']:>9,.0f}/s "
-                    f"enqueue {rates['enqueue']:>9,.0f}/s",
-                    flush=True,
+                shown = " ".join(
+                    f"{m} {rates[m]:,.{1 if m.endswith('_us') else 0}f}" for m in MEASURES
                 )
+                print(f"  round {n + 1} {name}: {shown}", flush=True)
     print(f"ab: {args.tasks} no-op tasks, {args.workers} workers, {server.kind}")
     for name, tree in trees.items():
         print(f"  {name} = {tree}")
-    for measure in ("process", "enqueue"):
+    for measure in MEASURES:
         a = statistics.median(r[measure] for r in results["A"])
         b = statistics.median(r[measure] for r in results["B"])
-        print(f"  {measure:<8} A {a:>9,.0f}/s  B {b:>9,.0f}/s  B/A {b / a:.3f}")
+        unit = " us/task" if measure.endswith("_us") else "/s"
+        digits = 2 if measure.endswith("_us") else 0
+        print(
+            f"  {measure:<10} A {a:>9,.{digits}f}{unit}  B {b:>9,.{digits}f}{unit}  B/A {b / a:.3f}"
+        )
+    plain = {k: statistics.median(r["process"] for r in results[k]) for k in results}
+    for name in results:
+        featured = statistics.median(r["features"] for r in results[name])
+        print(f"  {name}: features / plain process {featured / plain[name]:.3f}")
 
 
 if __name__ == "__main__":

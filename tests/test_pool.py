@@ -96,3 +96,35 @@ async def test_reserve_lingers_for_a_batch_then_takes_what_is_free(
         await trio.sleep(1)
         pool.release()  # only one frees: taken once the linger runs out
     assert got[-1] == (pytest.approx(2.007), 1)
+
+
+async def test_a_lingering_fetcher_is_woken_only_when_its_batch_is_free(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Each wake-up is a scheduling step: one per freed slot was one per task.
+    pool = WorkerPool(8)
+    assert await pool.reserve(8) == 8
+    steps = 0
+
+    class Steps(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            nonlocal steps
+            if task.name.endswith("fetcher"):
+                steps += 1
+
+    async def fetcher() -> None:
+        await pool.reserve(8, at_least=4, linger=0.005)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetcher)
+        await trio.sleep(1)
+        pool.release()  # the first slot frees: the fetcher starts lingering
+        await trio.testing.wait_all_tasks_blocked()
+        trio.lowlevel.add_instrument(instrument := Steps())
+        for _ in range(2):
+            pool.release()
+            await trio.testing.wait_all_tasks_blocked()
+        assert steps == 0, "woken before four slots were free"
+        pool.release()
+    trio.lowlevel.remove_instrument(instrument)
+    assert steps == 1

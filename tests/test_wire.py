@@ -40,6 +40,7 @@ from taskrunner._wire import (
     unique_key_for,
     unique_lock,
 )
+from taskrunner._wire.encoding import json_object
 from taskrunner.backends import DelayedMove
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
@@ -158,6 +159,51 @@ def test_malformed_entries_raise_invalid_payload_naming_the_problem(
 ) -> None:
     with pytest.raises(InvalidTaskPayload, match=reason.replace("(", r"\(").replace("[", r"\[")):
         decode_message(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"task_name":"t","payload":[1,{"a":null}]}',
+        b' {"task_name":"t"}',  # whitespace around the document
+        b'{"task_name":"t"}\n\t ',
+        b'\xef\xbb\xbf{"task_name":"t"}',  # a UTF-8 byte order mark
+        '{"task_name":"t"}'.encode("utf-16-le"),
+        '{"task_name":"t","payload":"\ud800"}'.encode(errors="surrogatepass"),
+        b'{"task_name":"t"}{"task_name":"u"}',  # two documents
+        b'{"task_name":"t"} x',
+        b'{"task_name":"t"',
+        b'[{"task_name":"t"}]',
+        b"\xff",
+        b"",
+    ],
+)
+def test_messages_parse_as_json_loads_parses_them(raw: bytes) -> None:
+    # The short way through strict UTF-8 must decide every input as json.loads does.
+    try:
+        expected: Any = json.loads(raw)
+    except ValueError:
+        expected = "refused"
+    if not isinstance(expected, dict):
+        expected = "refused"
+    try:
+        got: Any = json_object(raw)
+    except InvalidTaskPayload:
+        got = "refused"
+    assert got == expected
+
+
+def test_a_field_of_another_type_than_its_own_is_still_refused_or_read() -> None:
+    message = decode_message(
+        b'{"task_name":"t","unique":null,"unique_for":2.0,"unique_key":null,'
+        b'"unique_lock_value":null,"reservation_timeout":5.0}'
+    )
+    assert (message.unique, message.unique_for, message.unique_key) == (False, 2, "")
+    assert (message.unique_lock_value, message.reservation_timeout) == ("", 5)
+    with pytest.raises(InvalidTaskPayload, match="'unique' should be bool, got 1"):
+        decode_message(b'{"task_name":"t","unique":1}')
+    with pytest.raises(InvalidTaskPayload, match="'unique_for' should be int, got False"):
+        decode_message(b'{"task_name":"t","unique_for":false}')
 
 
 def test_whole_number_floats_are_read_as_ints() -> None:

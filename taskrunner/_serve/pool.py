@@ -9,6 +9,13 @@ lets running tasks finish and simply refuses new reservations until the
 count falls below the new limit. Nothing here awaits except the wait for a
 free slot, so the bookkeeping cannot be torn by cancellation.
 
+A waiting fetcher is woken only when what it waits for is there: its first
+free slot, or, while it lingers for a batch, ``at_least`` of them. Each
+waiter lowers the pool's wake threshold to its own before it parks, and a
+release wakes the waiters once the free slots reach it (then everyone woken
+sets it again). Waking a lingering fetcher at every freed slot only for it
+to park again cost a scheduling step per task.
+
 Unlike the other modules of ``_serve``, this one has no ``run``: the pool is
 state, with nothing to do on its own. The workers nursery it bounds is
 :func:`taskrunner._serve.worker.run`.
@@ -34,6 +41,8 @@ class WorkerPool:
         self._capacity = capacity
         self._used = 0
         self._lot = trio.lowlevel.ParkingLot()
+        self._wake_free = math.inf
+        """Free slots at which the parked waiters are woken (the least any waits for)."""
 
     @property
     def capacity(self) -> int:
@@ -53,6 +62,10 @@ class WorkerPool:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity!r}")
         self._capacity = capacity
+        self._wake()
+
+    def _wake(self) -> None:
+        self._wake_free = math.inf  # each waiter woken sets it again before it parks
         self._lot.unpark_all()
 
     async def reserve(self, most: int, *, at_least: int = 1, linger: float = 0.0) -> int:
@@ -80,6 +93,8 @@ class WorkerPool:
             if free >= 1 and deadline == math.inf:
                 deadline = trio.current_time() + linger
                 continue
+            # Woken when the first slot frees, or (lingering) once ``wanted`` are free.
+            self._wake_free = min(self._wake_free, 1 if deadline == math.inf else wanted)
             with trio.move_on_at(deadline):
                 await self._lot.park()
         got = min(most, free)
@@ -89,5 +104,5 @@ class WorkerPool:
     def release(self, count: int = 1) -> None:
         """Give back ``count`` slots."""
         self._used -= count
-        if self._used < self._capacity:
-            self._lot.unpark_all()
+        if self._capacity - self._used >= self._wake_free:
+            self._wake()

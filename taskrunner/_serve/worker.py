@@ -224,7 +224,17 @@ class Worker:
         Never raises but for cancellation: one entry must not stop ``serve``.
         """
         try:
-            await self._execute(entry, consumer)
+            # Steps 1 and 2 inline: every coroutine layer on the hot path costs.
+            if entry.delivery_count > 1 and (
+                await self.outcomes.cancelled_meanwhile(entry)
+                or await self._over_limit(entry, consumer)
+            ):
+                return
+            prepared = self._prepare(entry, consumer)
+            if isinstance(prepared, _Refused):
+                await self._refuse(prepared)
+            else:
+                await self._run(entry, consumer, *prepared)
         except Exception:
             # Only a bug gets here (ours, or an exception whose str() raises...).
             # The entry stays pending and comes back after reclaim_delay, past its
@@ -234,18 +244,6 @@ class Worker:
             )
         finally:
             self._pool.release()
-
-    async def _execute(self, entry: QueueEntry, consumer: str) -> None:
-        if entry.delivery_count > 1 and (
-            await self.outcomes.cancelled_meanwhile(entry)
-            or await self._over_limit(entry, consumer)
-        ):
-            return
-        prepared = self._prepare(entry, consumer)
-        if isinstance(prepared, _Refused):
-            await self._refuse(prepared)
-        else:
-            await self._run(entry, consumer, *prepared)
 
     # Step 2: prepare -------------------------------------------------------------
     # (Synchronous, as the run is: every coroutine layer on the hot path costs.)
@@ -423,7 +421,7 @@ class Worker:
                 if hold is not NO_HOLD:
                     await self._gate.release(hold)
 
-    async def _call(
+    def _call(
         self,
         entry: QueueEntry,
         task: Task,
@@ -432,7 +430,8 @@ class Worker:
         deadline: float,
         thread: _Thread | None,
     ) -> Any:
-        """The attempt with its context, middlewares or thread: the action's result."""
+        """The attempt with its context, middlewares or thread: the awaitable of the
+        action's result (returned, not awaited here: a coroutine layer less per run)."""
         shape = task.shape
         ctx = None
         if shape.context is not None or self.middlewares:
@@ -449,6 +448,10 @@ class Worker:
                 schedule=message.schedule,
                 tick=message.tick,
             )
+        if thread is None and not self.middlewares:  # a context alone: called as it is
+            if shape.context == 1:
+                return task.action(payload, ctx)
+            return task.action(payload, **{str(shape.context): ctx})
         if shape.context is None:
             action: CallNext = partial(task.action, payload)
         elif shape.context == 1:
@@ -463,9 +466,9 @@ class Worker:
                 abandon_on_cancel=True,
             )
         if not self.middlewares:
-            return await action()
+            return action()
         assert ctx is not None
-        return await run_chain(self.middlewares, ctx, action)
+        return run_chain(self.middlewares, ctx, action)
 
     async def _belongs_to_another_group(self, delivery: Delivery) -> bool:
         """Whether an unknown task is another group's (the stream is shared): if

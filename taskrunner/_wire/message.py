@@ -328,14 +328,32 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         or "keep_result" in doc
     ):
         extras = extras_of(doc) or None
+    # Each field is taken as it is when it has its exact type (as every message
+    # has), else read by ``field``: defaults for null or missing, whole floats,
+    # refusals.
+    unique = doc.get("unique")
+    if type(unique) is not bool:
+        unique = field(doc, "unique", bool, False)
+    unique_for = doc.get("unique_for")
+    if type(unique_for) is not int:
+        unique_for = field(doc, "unique_for", int, 0)
+    unique_key = doc.get("unique_key")
+    if type(unique_key) is not str:
+        unique_key = field(doc, "unique_key", str, "")
+    lock_value = doc.get("unique_lock_value")
+    if type(lock_value) is not str:
+        lock_value = field(doc, "unique_lock_value", str, "")
+    reservation = doc.get("reservation_timeout")
+    if type(reservation) is not int:
+        reservation = field(doc, "reservation_timeout", int, 0)
     return TaskMessage(
         task_name=task_name,
         payload=doc.get("payload"),
-        unique=field(doc, "unique", bool, False),
-        unique_for=field(doc, "unique_for", int, 0),
-        unique_key=field(doc, "unique_key", str, ""),
-        unique_lock_value=field(doc, "unique_lock_value", str, ""),
-        reservation_timeout=field(doc, "reservation_timeout", int, 0),
+        unique=unique,
+        unique_for=unique_for,
+        unique_key=unique_key,
+        unique_lock_value=lock_value,
+        reservation_timeout=reservation,
         extras=extras,
     )
 

@@ -94,6 +94,9 @@ def _pairs(flat: Sequence[Any]) -> dict[bytes, Any]:
 def _entry_payload(fields: Sequence[Any] | None) -> bytes | None:
     if not fields:
         return None
+    if len(fields) == 2 and fields[0] == _PAYLOAD:  # every entry we write: one field
+        value = fields[1]
+        return value if isinstance(value, bytes) else None
     value = _pairs(fields).get(_PAYLOAD)
     return value if isinstance(value, bytes) else None
 
@@ -150,8 +153,10 @@ class RedisQueue:
     async def add(
         self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
     ) -> list[str]:
-        ids: list[str] = []
         stream = self._stream(group, queue)
+        if len(payloads) == 1:  # one dispatch: one command, no pipeline to build
+            return [_text(await self._client.execute("XADD", stream, "*", _PAYLOAD, payloads[0]))]
+        ids: list[str] = []
         for start in range(0, len(payloads), ADD_CHUNK):
             chunk = payloads[start : start + ADD_CHUNK]
             commands = [("XADD", stream, "*", _PAYLOAD, p) for p in chunk]
