@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from taskrunner import __version__
-from taskrunner.cli import demo, dispatch, flush, keys, stats, top, worker
+from taskrunner.cli import dashboard, demo, dispatch, flush, keys, stats, top, worker
 from taskrunner.cli.base import EXIT_USAGE, Command
 
 __all__ = ["main"]
@@ -47,6 +47,7 @@ COMMANDS: tuple[Command, ...] = (
     top.COMMAND,
     keys.COMMAND,
     flush.COMMAND,
+    dashboard.COMMAND,
 )
 
 

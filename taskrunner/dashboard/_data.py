@@ -1,0 +1,410 @@
+"""What each page shows, read through the backend: the dashboard's data layer.
+
+Theory of operation. Every page has a reader here that returns a frozen value
+(:class:`FleetPage`, :class:`GroupPage`, :class:`DeadPage`); the HTML pages render
+it and the ``/api/`` twins serve it as JSON (:func:`as_json`), so both always say
+the same thing. The readers use only what main's backends expose to operator
+tools: :class:`~taskrunner.backends.Inspection` (groups, heartbeats, the lease),
+the queue's summaries (``XLEN``, ``XINFO GROUPS``/``CONSUMERS``, the claim-delay
+ring), the metrics hash and the published tuning capacity, and the first 100
+dead letters. Nothing reads a stream's entries but the dead letters'.
+
+The history (charts, the tuner's capacity) is the :class:`~._sampler.Sampler`'s:
+the store keeps none. Features that come with other issues (task lookup and
+cancel, dead-letter replay and purge, schedules, pauses) are read in
+:mod:`._features`, the one module that calls their APIs.
+
+An *instance* of a group is a host with a consumer in the group (consumers are
+named ``<group>_<host>_<fetcher>``), joined with its heartbeat key
+(``taskrunner:replication:<host>``; heartbeats are not per group, so only those
+of hosts with a consumer here are shown). Its *running* tasks are its
+consumers' pending entries; its *pool* is the published tuning capacity (the
+leader's, the same for every instance) or, when none is live, the
+``num_workers`` default the operator commands assume.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, cast
+
+import attrs
+
+from taskrunner import _wire
+from taskrunner._config import TaskRunnerConfig
+from taskrunner._stats import compute_stats
+from taskrunner.backends import Backend, DeadLetter, Heartbeat, Inspection
+from taskrunner.dashboard._sampler import Sample, Sampler, rates
+from taskrunner.errors import InvalidTaskPayload
+
+__all__ = [
+    "DeadPage",
+    "FleetPage",
+    "GroupPage",
+    "as_json",
+    "host_of",
+    "read_dead",
+    "read_fleet",
+    "read_group",
+]
+
+DEFAULT_WORKERS = cast(int, attrs.fields(TaskRunnerConfig).num_workers.default)
+"""The pool size per instance assumed when no tuning capacity is published (the
+``num_workers`` default, as ``taskrunner stats`` assumes)."""
+DEAD_SHOWN = 100
+"""Dead letters one page lists."""
+PAYLOAD_SHOWN = 65536
+"""Characters of one payload a page shows (the rest is cut, and says so)."""
+
+
+def as_json(value: Any) -> Any:
+    """A page value as a JSON-ready document (attrs classes become objects)."""
+    return attrs.asdict(value, recurse=True) if attrs.has(type(value)) else value
+
+
+def host_of(consumer: str, group: str) -> str:
+    """The host in consumer name ``<group>_<host>_<fetcher>`` (pure); a name of
+    another form (someone else's consumer) is its own host."""
+    head = f"{group}_"
+    if consumer.startswith(head):
+        host, _, fetcher = consumer[len(head) :].rpartition("_")
+        if host and fetcher.isdigit():
+            return host
+    return consumer
+
+
+# The fleet -----------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class GroupRow:
+    name: str
+    queue_length: int
+    pending: int
+    lag: int
+    consumers: int
+    leader: str | None
+
+
+@attrs.frozen(kw_only=True)
+class InstanceRow:
+    host: str
+    instance_id: str
+    ttl: float | None
+
+
+@attrs.frozen(kw_only=True)
+class FleetPage:
+    server: str
+    """The store, as may be shown (a Redis URL without its password)."""
+    ping_ms: float
+    groups: tuple[GroupRow, ...]
+    instances: tuple[InstanceRow, ...]
+    """Every live heartbeat on the store (of every group)."""
+
+
+async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -> FleetPage:
+    """The groups on the store with their queue summaries, and every live instance.
+
+    Raises:
+        BackendError: the store could not be read.
+    """
+    ping = await inspection.ping()
+    rows = []
+    for name in await inspection.list_groups():
+        info = await backend.group_info(name)
+        lease = await inspection.read_lease(name)
+        rows.append(
+            GroupRow(
+                name=name,
+                queue_length=await backend.length(name),
+                pending=info.pending,
+                lag=info.lag,
+                consumers=len(info.consumers),
+                leader=None if lease is None else lease.owner,
+            )
+        )
+    beats = await inspection.list_heartbeats()
+    return FleetPage(
+        server=server,
+        ping_ms=ping * 1000,
+        groups=tuple(rows),
+        instances=tuple(
+            InstanceRow(host=b.host, instance_id=b.instance_id, ttl=b.ttl) for b in beats
+        ),
+    )
+
+
+# A group -------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerRow:
+    name: str
+    host: str
+    pending: int
+    idle: float
+
+
+@attrs.frozen(kw_only=True)
+class Instance:
+    host: str
+    instance_id: str | None
+    """From its heartbeat; ``None`` when it has none (gone, or not a taskrunner)."""
+    heartbeat_ttl: float | None
+    alive: bool
+    leader: bool
+    pool: int
+    running: int
+    """Its consumers' pending entries: delivered, not yet acked."""
+    consumers: int
+
+
+@attrs.frozen(kw_only=True)
+class Leader:
+    owner: str
+    host: str | None
+    ttl: float | None
+
+
+@attrs.frozen(kw_only=True)
+class Queue:
+    name: str
+    stream: str
+    length: int
+    pending: int
+    lag: int
+    claim_delay_avg_ms: float
+    claim_delay_max_ms: float
+    claim_delay_last_ms: float
+
+
+@attrs.frozen(kw_only=True)
+class TaskTiming:
+    name: str
+    avg_ms: float
+    runs: int
+
+
+@attrs.frozen(kw_only=True)
+class Timing:
+    avg_ms: float
+    predicted_wait_ms: float
+    tps: float
+    avg_schedule_ms: float
+    tasks: tuple[TaskTiming, ...]
+
+
+@attrs.frozen(kw_only=True)
+class Charts:
+    """Series of ``[unix seconds, value]`` points from the sampler, oldest first."""
+
+    throughput: tuple[tuple[float, float], ...]
+    queue_length: tuple[tuple[float, float], ...]
+    capacity: tuple[tuple[float, float], ...]
+    interval: float
+    sampling: bool
+
+
+@attrs.frozen(kw_only=True)
+class CapacityChange:
+    at: float
+    capacity: int | None
+    """``None``: no capacity was published (the tuner's key expired or was never set)."""
+
+
+@attrs.frozen(kw_only=True)
+class GroupPage:
+    group: str
+    taken_at: float
+    leader: Leader | None
+    instances: tuple[Instance, ...]
+    consumers: tuple[ConsumerRow, ...]
+    pool: int
+    pool_source: str
+    """``"published"`` (the tuner's capacity) or ``"assumed"`` (no capacity is live)."""
+    queue: Queue
+    timing: Timing
+    charts: Charts
+    tuner: tuple[CapacityChange, ...]
+    """Each change of the published capacity the sampler saw, newest first."""
+
+
+def capacity_changes(samples: Sequence[Sample]) -> list[CapacityChange]:
+    """The samples at which the published capacity changed, newest first (pure)."""
+    changes: list[CapacityChange] = []
+    for k, sample in enumerate(samples):
+        if k == 0 or sample.capacity != samples[k - 1].capacity:
+            changes.append(CapacityChange(at=sample.at, capacity=sample.capacity))
+    return changes[::-1]
+
+
+def instances_of(
+    consumers: Sequence[ConsumerRow],
+    beats: Sequence[Heartbeat],
+    *,
+    leader: str | None,
+    pool: int,
+) -> list[Instance]:
+    """The group's instances: hosts with a consumer, joined with their heartbeats (pure)."""
+    by_host: dict[str, list[ConsumerRow]] = {}
+    for consumer in consumers:
+        by_host.setdefault(consumer.host, []).append(consumer)
+    beat_of = {beat.host: beat for beat in beats}
+    out = []
+    for host in sorted(by_host):
+        beat = beat_of.get(host)
+        instance_id = None if beat is None else beat.instance_id
+        out.append(
+            Instance(
+                host=host,
+                instance_id=instance_id,
+                heartbeat_ttl=None if beat is None else beat.ttl,
+                alive=beat is not None,
+                leader=instance_id is not None and instance_id == leader,
+                pool=pool,
+                running=sum(c.pending for c in by_host[host]),
+                consumers=len(by_host[host]),
+            )
+        )
+    return out
+
+
+async def read_group(
+    backend: Backend, inspection: Inspection, sampler: Sampler, group: str
+) -> GroupPage:
+    """One group's state: leader, instances, queue, timing, and the sampler's history.
+
+    Raises:
+        BackendError: the store could not be read.
+    """
+    sampler.watch(group)
+    metrics = await backend.read_metrics(group)
+    published = await backend.read_tuning(group)
+    lease = await inspection.read_lease(group)
+    beats = await inspection.list_heartbeats()
+    queue = await backend.get_metrics(group)
+    info = next((g for g in queue.groups if g.name == group), None)
+    if info is None:
+        info = await backend.group_info(group)
+    pool = published if published is not None else DEFAULT_WORKERS
+    consumers = [
+        ConsumerRow(name=c.name, host=host_of(c.name, group), pending=c.pending, idle=c.idle)
+        for c in sorted(info.consumers, key=lambda c: c.name)
+    ]
+    instances = instances_of(
+        consumers, beats, leader=None if lease is None else lease.owner, pool=pool
+    )
+    names = _wire.task_names_in(metrics, group)
+    stats = compute_stats(
+        metrics=metrics,
+        group=group,
+        task_names=names,
+        queue_len=queue.queue_size,
+        workers=pool,
+        replication=max(1, sum(1 for i in instances if i.alive)),
+    )
+    tasks = tuple(
+        TaskTiming(
+            name=name,
+            avg_ms=stats.per_task_timing.get(name, 0.0),
+            runs=int(max(0.0, _wire.task_timing(metrics, name)[1])),
+        )
+        for name in sorted(names)
+    )
+    samples = sampler.samples(group)
+    leader = None
+    if lease is not None:
+        host = next((b.host for b in beats if b.instance_id == lease.owner), None)
+        leader = Leader(owner=lease.owner, host=host, ttl=lease.ttl)
+    stream = backend.stream_keys(group).stream
+    return GroupPage(
+        group=group,
+        taken_at=backend.now(),
+        leader=leader,
+        instances=tuple(instances),
+        consumers=tuple(consumers),
+        pool=pool,
+        pool_source="published" if published is not None else "assumed",
+        queue=Queue(
+            name=stream.rpartition(":")[2],
+            stream=stream,
+            length=queue.queue_size,
+            pending=info.pending,
+            lag=info.lag,
+            claim_delay_avg_ms=queue.message_claim_delay_avg / 1e6,
+            claim_delay_max_ms=queue.message_claim_delay_max / 1e6,
+            claim_delay_last_ms=queue.message_claim_delay_last / 1e6,
+        ),
+        timing=Timing(
+            avg_ms=stats.avg_timing,
+            predicted_wait_ms=stats.predicted_wait_time,
+            tps=stats.tps,
+            avg_schedule_ms=stats.avg_schedule_timing,
+            tasks=tasks,
+        ),
+        charts=Charts(
+            throughput=tuple(rates(samples)),
+            queue_length=tuple((s.at, float(s.queue_length)) for s in samples),
+            capacity=tuple((s.at, float(s.capacity)) for s in samples if s.capacity is not None),
+            interval=sampler.interval,
+            sampling=sampler.running,
+        ),
+        tuner=tuple(capacity_changes(samples)),
+    )
+
+
+# Dead letters --------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class DeadRow:
+    id: str
+    message_id: str
+    task_name: str | None
+    """From the message, when it is one."""
+    error: str
+    payload: str
+    """The task's payload as JSON text when the message decodes, else the raw entry
+    (undecodable bytes replaced); cut at :data:`PAYLOAD_SHOWN` characters."""
+    cut: bool
+
+
+@attrs.frozen(kw_only=True)
+class DeadPage:
+    group: str
+    letters: tuple[DeadRow, ...]
+    shown: int
+    """At most :data:`DEAD_SHOWN`: the oldest ones."""
+
+
+def dead_row(dead: DeadLetter) -> DeadRow:
+    """What a page shows of one dead letter (pure; never raises on a bad payload)."""
+    task_name = None
+    try:
+        message = _wire.decode_message(dead.payload)
+    except InvalidTaskPayload:
+        text = "" if dead.payload is None else dead.payload.decode("utf-8", "replace")
+    else:
+        task_name = message.task_name
+        text = json.dumps(message.payload, ensure_ascii=False, indent=2)
+    cut = len(text) > PAYLOAD_SHOWN
+    return DeadRow(
+        id=dead.id,
+        message_id=dead.message_id,
+        task_name=task_name,
+        error=dead.error,
+        payload=text[:PAYLOAD_SHOWN],
+        cut=cut,
+    )
+
+
+async def read_dead(backend: Backend, group: str) -> DeadPage:
+    """The oldest :data:`DEAD_SHOWN` dead letters of ``group``'s stream.
+
+    Raises:
+        BackendError: the store could not be read.
+    """
+    letters = await backend.dead_letters(group, DEAD_SHOWN)
+    return DeadPage(group=group, letters=tuple(dead_row(d) for d in letters), shown=len(letters))
