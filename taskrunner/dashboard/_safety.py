@@ -71,9 +71,8 @@ def redact_url(url: str) -> str:
         host = f"[{host}]"
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     kept = [(k, v) for k, v in query if k.lower() not in ("password", "username", "user")]
-    return urllib.parse.urlunsplit(
-        (parts.scheme, host + port, parts.path, urllib.parse.urlencode(kept), "")
-    )
+    query_text = urllib.parse.urlencode(kept)
+    return f"{parts.scheme}://{host}{port}{parts.path}" + (f"?{query_text}" if query_text else "")
 
 
 def origin_matches(origin: str | None, host: str | None) -> bool:
