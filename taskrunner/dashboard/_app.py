@@ -77,7 +77,10 @@ SECURITY_HEADERS = {
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: under it browsers send "Origin: null" with the dashboard's own
+    # form posts, which the origin check must refuse. same-origin tells other sites
+    # nothing (no page URL leaks, and none holds a secret anyway).
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -98,6 +101,8 @@ def fmt(value: Any, kind: str = "text") -> str:
         return datetime.fromtimestamp(float(value), UTC).strftime("%Y-%m-%d %H:%M:%S")
     if kind == "bool":
         return "yes" if value else "no"
+    if kind == "list":
+        return ", ".join(map(str, value))
     return str(value)
 
 

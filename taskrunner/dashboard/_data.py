@@ -14,10 +14,12 @@ the store keeps none. Features that come with other issues (task lookup and
 cancel, dead-letter replay and purge, schedules, pauses) are read in
 :mod:`._features`, the one module that calls their APIs.
 
-An *instance* of a group is a host with a consumer in the group (consumers are
-named ``<group>_<host>_<fetcher>``), joined with its heartbeat key
+An *instance* of a group is a host that publishes in the group's task catalog
+(every serving Python runner does, from its start) or has a consumer in the
+group (consumers are named ``<group>_<host>_<fetcher>``; Redis lists one only
+once it has read an entry), joined with its heartbeat key
 (``taskrunner:replication:<host>``; heartbeats are not per group, so only those
-of hosts with a consumer here are shown). Its *running* tasks are its
+of this group's hosts are shown). Its *running* tasks are its
 consumers' pending entries; its *pool* is the published tuning capacity (the
 leader's, the same for every instance) or, when none is live, the
 ``num_workers`` default the operator commands assume.
@@ -32,6 +34,7 @@ from typing import Any, cast
 import attrs
 
 from taskrunner import _wire
+from taskrunner._wire import CatalogDocument
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._stats import compute_stats
 from taskrunner.backends import Backend, DeadLetter, Heartbeat, Inspection
@@ -151,7 +154,8 @@ class ConsumerRow:
 class Instance:
     host: str
     instance_id: str | None
-    """From its heartbeat; ``None`` when it has none (gone, or not a taskrunner)."""
+    """From its catalog document, else its heartbeat; ``None`` when it has neither
+    (gone, or not a Python taskrunner)."""
     heartbeat_ttl: float | None
     alive: bool
     leader: bool
@@ -159,6 +163,8 @@ class Instance:
     running: int
     """Its consumers' pending entries: delivered, not yet acked."""
     consumers: int
+    tasks: tuple[str, ...]
+    """The tasks it serves, from its catalog document (none for a Go runner)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -242,30 +248,38 @@ def capacity_changes(samples: Sequence[Sample]) -> list[CapacityChange]:
 
 def instances_of(
     consumers: Sequence[ConsumerRow],
+    catalog: Sequence[CatalogDocument],
     beats: Sequence[Heartbeat],
     *,
     leader: str | None,
     pool: int,
 ) -> list[Instance]:
-    """The group's instances: hosts with a consumer, joined with their heartbeats (pure)."""
-    by_host: dict[str, list[ConsumerRow]] = {}
+    """The group's instances (pure): the hosts that publish in its catalog (serving
+    runners, even before their first read) and those with a consumer in it,
+    joined with their heartbeats."""
+    by_host: dict[str, list[ConsumerRow]] = {doc.host: [] for doc in catalog}
     for consumer in consumers:
         by_host.setdefault(consumer.host, []).append(consumer)
+    published = {doc.host: doc for doc in catalog}
     beat_of = {beat.host: beat for beat in beats}
     out = []
     for host in sorted(by_host):
         beat = beat_of.get(host)
-        instance_id = None if beat is None else beat.instance_id
+        doc = published.get(host)
+        instance_id = doc.instance if doc is not None else None
+        if instance_id is None and beat is not None:
+            instance_id = beat.instance_id
         out.append(
             Instance(
                 host=host,
                 instance_id=instance_id,
                 heartbeat_ttl=None if beat is None else beat.ttl,
-                alive=beat is not None,
+                alive=beat is not None and beat.instance_id == instance_id,
                 leader=instance_id is not None and instance_id == leader,
                 pool=pool,
                 running=sum(c.pending for c in by_host[host]),
                 consumers=len(by_host[host]),
+                tasks=() if doc is None else tuple(sorted(t.name for t in doc.tasks)),
             )
         )
     return out
@@ -284,17 +298,18 @@ async def read_group(
     published = await backend.read_tuning(group)
     lease = await inspection.read_lease(group)
     beats = await inspection.list_heartbeats()
+    catalog = await backend.read_catalog(group)
     queue = await backend.get_metrics(group)
-    info = next((g for g in queue.groups if g.name == group), None)
-    if info is None:
-        info = await backend.group_info(group)
+    # Not queue.groups: on Redis those come from XINFO GROUPS alone, without consumers.
+    info = await backend.group_info(group)
     pool = published if published is not None else DEFAULT_WORKERS
     consumers = [
         ConsumerRow(name=c.name, host=host_of(c.name, group), pending=c.pending, idle=c.idle)
         for c in sorted(info.consumers, key=lambda c: c.name)
     ]
     instances = instances_of(
-        consumers, beats, leader=None if lease is None else lease.owner, pool=pool
+        consumers,
+        catalog, beats, leader=None if lease is None else lease.owner, pool=pool
     )
     names = _wire.task_names_in(metrics, group)
     stats = compute_stats(

@@ -31,6 +31,7 @@
       case "s": return Number(value).toFixed(1) + " s";
       case "rate": return Number(value).toFixed(1) + "/s";
       case "bool": return value ? "yes" : "no";
+      case "list": return value.map(String).join(", ");
       case "time":
         var d = new Date(Number(value) * 1000);
         return d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate()) +

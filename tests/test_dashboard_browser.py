@@ -1,0 +1,211 @@
+"""The dashboard in a real browser: Debian's chromium driven by playwright (through
+``executable_path``: playwright's own browser download is never used), against a
+real server with a running fleet (:class:`_dashboard_live.LiveFleet`).
+
+A missing browser skips these tests on a developer's machine and fails them in CI
+(``CI`` set), where ``.ci/run`` installs chromium. With ``TASKRUNNER_SCREENSHOTS=DIR``
+each page's screenshot is saved into DIR (how docs/images/dashboard-*.png are made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _dashboard_live import GROUP, HOSTS, LiveFleet
+
+CHROMIUM = os.environ.get("TASKRUNNER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+TOKEN = "browser-test-token"
+XSS = ["<script>window.__xss = 1</script>", '"><img src=x onerror="window.__xss=1">']
+TIMEOUT_MS = 20_000
+
+pytestmark = pytest.mark.slow
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: CI must run the browser tests (.ci/run installs chromium)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed (the test extra brings it)")
+    if not Path(CHROMIUM).exists():
+        _missing(f"no chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def fleet(redis_url: str) -> Iterator[LiveFleet]:
+    live = LiveFleet(redis_url, refresh=0.3, sample_interval=0.3)
+    live.start()
+    try:
+        yield live
+    finally:
+        live.release_held()
+        live.stop()
+
+
+@pytest.fixture
+def acting_fleet(redis_url: str) -> Iterator[LiveFleet]:
+    live = LiveFleet(redis_url, refresh=0.3, sample_interval=0.3, allow_actions=True, token=TOKEN)
+    live.start()
+    try:
+        yield live
+    finally:
+        live.release_held()
+        live.stop()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    # bypass_csp: the waits below evaluate expressions, which the dashboard's CSP
+    # (no eval) refuses. It also means the XSS test holds escaping alone to account,
+    # without the CSP's help.
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
+    opened = context.new_page()
+    opened.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield opened
+    context.close()
+    assert errors == [], errors
+
+
+def screenshot(page: Any, name: str) -> None:
+    folder = os.environ.get("TASKRUNNER_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / f"dashboard-{name}.png"), full_page=True)
+
+
+def wait_for_updates(page: Any, count: int = 2) -> None:
+    """Wait until the page applied ``count`` more live updates."""
+    for _ in range(count):
+        before = page.evaluate("document.body.dataset.updated || ''")
+        page.wait_for_function(f"(document.body.dataset.updated || '') !== {before!r}")
+
+
+def cell_texts(page: Any, selector: str) -> list[str]:
+    texts: list[str] = page.locator(selector).all_inner_texts()
+    return texts
+
+
+def test_the_fleet_page_lists_the_group_and_every_instance(fleet: LiveFleet, page: Any) -> None:
+    page.goto(fleet.base + "/")
+    page.wait_for_function(
+        f"document.querySelectorAll('#instances tbody tr').length === {len(HOSTS)}"
+    )
+    assert cell_texts(page, "#groups tbody tr td:first-child") == [GROUP]
+    assert sorted(cell_texts(page, "#instances tbody tr td:first-child")) == sorted(HOSTS)
+    assert "read-only" in page.inner_text("header")
+    screenshot(page, "fleet")
+    page.click(f"#groups a:text-is('{GROUP}')")
+    page.wait_for_url(re.compile(rf"/groups/{GROUP}$"))
+    assert page.inner_text("h1") == f"Group {GROUP}"
+
+
+def test_the_group_page_updates_live_without_a_reload(fleet: LiveFleet, page: Any) -> None:
+    page.goto(f"{fleet.base}/groups/{GROUP}")
+    page.evaluate("window.__same_page = true")
+    wait_for_updates(page)
+    rows = page.locator("#instances tbody tr")
+    assert rows.count() == len(HOSTS)
+    leaders = [r for r in page.locator("#instances tbody tr").all() if "yes" in r.inner_text()]
+    assert leaders, "no instance is shown as the leader"
+    assert page.inner_text("[data-bind='leader.host']") in HOSTS
+
+    # Work that stays running: each instance's running count and the pending total rise.
+    fleet.dispatch("hold", list(range(6)))
+    page.wait_for_function(
+        "[...document.querySelectorAll('#instances tbody tr td:nth-child(6)')]"
+        ".reduce((n, td) => n + Number(td.textContent), 0) === 6"
+    )
+    page.wait_for_function(
+        "document.querySelector(\"#queues [data-bind='queue.pending']\").textContent === '6'"
+    )
+    consumers = cell_texts(page, "#consumers tbody tr td:nth-child(3)")
+    assert sum(int(c) for c in consumers) == 6
+
+    # Work that finishes: the timing table gains the task and the chart draws points.
+    fleet.release_held()
+    fleet.dispatch("echo", list(range(40)))
+    page.wait_for_function(
+        "[...document.querySelectorAll('#timing tbody tr td:first-child')]"
+        ".some(td => td.textContent === 'echo')"
+    )
+    page.wait_for_function(
+        "document.querySelector(\"[data-chart='charts.throughput']\")"
+        ".getAttribute('points').split(' ').length >= 3"
+    )
+    page.wait_for_function(
+        "document.querySelector(\"[data-chart='charts.queue_length']\")"
+        ".getAttribute('points').length > 0"
+    )
+    assert page.evaluate("window.__same_page") is True  # never reloaded
+    assert page.is_visible("#live")
+    screenshot(page, "group")
+
+
+def test_payloads_and_errors_render_as_text_and_no_script_runs(
+    fleet: LiveFleet, page: Any
+) -> None:
+    fleet.dispatch("fail", XSS)
+    page.goto(f"{fleet.base}/groups/{GROUP}/dead")
+    page.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 2")
+    wait_for_updates(page)  # the rows as live.js rebuilt them too
+    errors = cell_texts(page, "#dead tbody tr td:nth-child(4)")
+    assert len(errors) == len(XSS)
+    for bad in XSS:  # the error, as text, exactly as the task raised it
+        assert [e for e in errors if e.endswith(f"ValueError: {bad}")], (bad, errors)
+    page.locator("#dead summary").first.click()
+    payloads = page.locator("#dead pre.payload").all_text_contents()
+    assert sorted(payloads) == sorted(json.dumps(bad) for bad in XSS)
+    assert page.locator("#dead img").count() == 0
+    assert page.locator("main script").count() == 0
+    assert page.evaluate("window.__xss") is None
+    screenshot(page, "dead")
+
+
+def test_schedules_and_task_pages_say_what_is_missing(fleet: LiveFleet, page: Any) -> None:
+    page.goto(f"{fleet.base}/groups/{GROUP}")
+    page.fill("input[name=id]", "1-0")
+    page.click("text=Look up")
+    page.wait_for_url(re.compile(rf"/groups/{GROUP}/tasks/1-0$"))
+    assert page.inner_text("h1") == "Task 1-0"
+    assert page.locator(".unavailable").count() == 1
+    page.goto(f"{fleet.base}/groups/{GROUP}/schedules")
+    assert page.locator(".unavailable, #schedules").count() >= 1
+    screenshot(page, "schedules")
+
+
+def test_actions_need_the_token_and_the_session_ends_at_log_out(
+    acting_fleet: LiveFleet, page: Any
+) -> None:
+    page.goto(acting_fleet.base + "/")
+    page.click("text=Log in to act")
+    page.fill("input[name=token]", TOKEN + "-wrong")
+    page.click("button:text-is('Log in')")
+    assert "That is not the action token." in page.inner_text("main")
+    page.fill("input[name=token]", TOKEN)
+    page.click("button:text-is('Log in')")
+    page.wait_for_url(re.compile(r"/\?done=logged-in$"))
+    assert "Logged in: actions are enabled." in page.inner_text("body")
+    assert TOKEN not in page.url
+    page.click("button:text-is('Log out')")
+    page.wait_for_url(re.compile(r"/\?done=logged-out$"))
+    assert page.locator("text=Log in to act").count() == 1
