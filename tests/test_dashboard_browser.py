@@ -161,9 +161,7 @@ def test_the_group_page_updates_live_without_a_reload(fleet: LiveFleet, page: An
     screenshot(page, "group")
 
 
-def test_payloads_and_errors_render_as_text_and_no_script_runs(
-    fleet: LiveFleet, page: Any
-) -> None:
+def test_payloads_and_errors_render_as_text_and_no_script_runs(fleet: LiveFleet, page: Any) -> None:
     fleet.dispatch("fail", XSS)
     page.goto(f"{fleet.base}/groups/{GROUP}/dead")
     page.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 2")

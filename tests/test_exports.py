@@ -101,6 +101,7 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.producer": {"AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"},
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
+    "taskrunner.dashboard": {"TOKEN_ENV", "Sampler", "create_app", "redact_url"},
 }
 """Every public module, and its public names."""
 
@@ -150,6 +151,7 @@ PACKAGES = [
     "taskrunner",
     "taskrunner.backends",
     "taskrunner.backends.redis",
+    "taskrunner.dashboard",
     "taskrunner.producer",
     "taskrunner.testing",
 ]

@@ -17,6 +17,7 @@ Starlette, hypercorn and Jinja2; without it the command says so in one line.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import signal
@@ -82,11 +83,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        dashboard: Any = import_extra("taskrunner.dashboard", "dashboard")
+        for module in ("starlette", "jinja2"):
+            import_extra(module, "dashboard")
         hypercorn_config: Any = import_extra("hypercorn.config", "dashboard")
         hypercorn_trio: Any = import_extra("hypercorn.trio", "dashboard")
     except MissingExtra as exc:
         return fail(PROG, str(exc))
+    dashboard: Any = importlib.import_module("taskrunner.dashboard")
     try:
         backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
     except ValueError as exc:

@@ -34,9 +34,9 @@ from typing import Any, cast
 import attrs
 
 from taskrunner import _wire
-from taskrunner._wire import CatalogDocument
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._stats import compute_stats
+from taskrunner._wire import CatalogDocument
 from taskrunner.backends import Backend, DeadLetter, Heartbeat, Inspection
 from taskrunner.dashboard._sampler import Sample, Sampler, rates
 from taskrunner.errors import InvalidTaskPayload
@@ -308,8 +308,7 @@ async def read_group(
         for c in sorted(info.consumers, key=lambda c: c.name)
     ]
     instances = instances_of(
-        consumers,
-        catalog, beats, leader=None if lease is None else lease.owner, pool=pool
+        consumers, catalog, beats, leader=None if lease is None else lease.owner, pool=pool
     )
     names = _wire.task_names_in(metrics, group)
     stats = compute_stats(
