@@ -4,11 +4,13 @@ from dispatch to the last ack."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import attrs
 import trio
 
-from taskrunner import TaskRunner
+from taskrunner import TaskContext, TaskRunner
 
 
 @attrs.frozen
@@ -19,18 +21,39 @@ class Rates:
     """Tasks processed per second, from ``serve`` being ready to the last ack."""
 
 
-async def run_noop_tasks(runner: TaskRunner, n: int, *, chunk: int = 10_000) -> Rates:
+async def run_noop_tasks(
+    runner: TaskRunner, n: int, *, chunk: int = 10_000, features: bool = False
+) -> Rates:
     """Register a ``noop`` task on ``runner``, dispatch ``n`` of them, serve until
-    every one is acked, and return the rates."""
+    every one is acked, and return the rates.
+
+    With ``features`` the task has a 30 s timeout and takes its context, and one
+    no-op middleware wraps every run (the cost of the run's features in use).
+    """
     done = trio.Event()
     count = 0
 
-    @runner.task()
-    async def noop(payload: object) -> None:
-        nonlocal count
-        count += 1
-        if count == n:
-            done.set()
+    if features:
+
+        @runner.middleware
+        async def passthrough(ctx: TaskContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+            return await call_next()
+
+        @runner.task(name="noop", timeout=30.0)
+        async def noop_with_context(payload: object, ctx: TaskContext) -> None:
+            nonlocal count
+            count += 1
+            if count == n:
+                done.set()
+
+    else:
+
+        @runner.task()
+        async def noop(payload: object) -> None:
+            nonlocal count
+            count += 1
+            if count == n:
+                done.set()
 
     payloads = [None] * n
     start = time.perf_counter()

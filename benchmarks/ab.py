@@ -54,7 +54,9 @@ def one_round(tree: Path, url: str, tasks: int, workers: int, run: int) -> dict[
 
 
 def child(url: str, tasks: int, workers: int, run: int) -> None:
-    # Runs under the checkout's interpreter, importing that checkout's code.
+    # Runs under the checkout's interpreter, importing that checkout's code: its own
+    # benchmarks/_harness.py first (sys.path[0] is this script's directory, the candidate's).
+    sys.path.insert(0, str(Path.cwd() / "benchmarks"))
     import trio
     from _harness import run_noop_tasks
 

@@ -5,7 +5,11 @@ One runner process (concurrency 32): dispatch N no-op tasks in batches
 processing tasks/s, and the same run's ``redis-benchmark -P 16`` XADD rate as
 the ceiling, as ratios. Targets: process >= 15,000/s, enqueue >= 100,000/s.
 
-    python benchmarks/redis_end_to_end.py [--tasks N] [--workers W] [--fetchers F]
+    python benchmarks/redis_end_to_end.py [--tasks N] [--workers W] [--fetchers F] [--features]
+
+``--features``: the no-op task has a 30 s timeout and a context parameter, and one
+no-op middleware wraps every run (target: at least 0.8x the plain run). With
+``--compare`` both are run, alternating, and the ratio is printed.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from taskrunner.backends.redis import RedisBackend
 from taskrunner.testing import running_server
 
 
-async def one_run(url: str, n: int, workers: int, fetchers: int, run: int) -> tuple[float, float]:
-    backend = RedisBackend.from_url(url, queue=f"bench{run}")
+async def one_run(
+    url: str, n: int, workers: int, fetchers: int, run: int, features: bool = False
+) -> tuple[float, float]:
+    backend = RedisBackend.from_url(url, queue=f"bench{run}{'f' if features else ''}")
     runner = TaskRunner(
         TaskRunnerConfig(
             consumer_group="bench",
@@ -33,7 +39,7 @@ async def one_run(url: str, n: int, workers: int, fetchers: int, run: int) -> tu
         ),
         backend,
     )
-    rates = await run_noop_tasks(runner, n)
+    rates = await run_noop_tasks(runner, n, features=features)
     assert await backend.length("bench") == 0, "entries left in the stream"
     await backend.aclose()
     return rates.enqueue, rates.process
@@ -45,13 +51,22 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--fetchers", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--features", action="store_true", help="timeout, context, middleware")
+    parser.add_argument("--compare", action="store_true", help="plain and --features, alternating")
     args = parser.parse_args()
     with running_server() as server:
-        enqueue, process = [], []
+        enqueue, process, featured = [], [], []
         for run in range(args.repeat):
-            e, p = trio.run(one_run, server.url, args.tasks, args.workers, args.fetchers, run)
+            e, p = trio.run(
+                one_run, server.url, args.tasks, args.workers, args.fetchers, run, args.features
+            )
             enqueue.append(e)
             process.append(p)
+            if args.compare:
+                _, f = trio.run(
+                    one_run, server.url, args.tasks, args.workers, args.fetchers, run, True
+                )
+                featured.append(f)
         tool = find_redis_benchmark()
         ceiling = None
         if tool:
@@ -63,9 +78,14 @@ def main() -> None:
     print(
         f"redis_end_to_end: {args.tasks} no-op tasks, {args.workers} workers, "
         f"{args.fetchers} fetcher(s), {server.kind}, median of {args.repeat}"
+        + (" (timeout, context, middleware)" if args.features else "")
     )
     print(f"  enqueue (dispatch_many): {e:>10,.0f} tasks/s   target >= 100,000")
     print(f"  process (serve):         {p:>10,.0f} tasks/s   target >= 15,000")
+    if featured:
+        f = statistics.median(featured)
+        print(f"  process with timeout, context and middleware: {f:>10,.0f} tasks/s")
+        print(f"  ratio features / plain: {f / p:.3f}   target >= 0.8")
     if ceiling:
         print(f"  redis-benchmark -P 16 XADD: {ceiling:>10,.0f} ops/s (ceiling)")
         print(f"  ratio enqueue / ceiling: {e / ceiling:.3f}")

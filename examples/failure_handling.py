@@ -1,14 +1,14 @@
 """Failure handling: retries, ``on_error``, ``failed_task_handler`` and the dead-letter stream.
 
-A failed attempt is not acked: the message stays pending and comes back
-(delivery count + 1) once it has been idle for ``reclaim_delay``. When the
-last of ``max_retry`` attempts fails, the message takes the failure path:
-``failed_task_handler(delivery, error)`` if configured (returning acks it),
-otherwise the dead-letter stream. ``on_error(error, delivery)`` hears about
-every failed attempt.
+A failed attempt with attempts left comes back after its task's backoff (the
+``retry`` policy; by default 1 s, then 2 s, 4 s... up to 5 minutes), as a new
+entry through the delayed set. When the last of ``max_retry`` attempts fails,
+the message takes the failure path: ``failed_task_handler(delivery, error)``
+if configured (returning acks it), otherwise the dead-letter stream.
+``on_error(error, delivery)`` hears about every failed attempt.
 
-The short ``reclaim_delay`` keeps the example fast; production keeps the
-default (300 s). Run it with ``python examples/failure_handling.py``.
+The short backoff keeps the example fast. Run it with
+``python examples/failure_handling.py``.
 """
 
 import logging
@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from taskrunner import (
+    Backoff,
     Delivery,
     TaskExecutionError,
     TaskRunner,
@@ -25,11 +26,8 @@ from taskrunner import (
 )
 from taskrunner.backends.memory import MemoryBackend
 
-FAST_RETRIES: dict[str, Any] = {
-    "reclaim_delay": 0.2,  # a failed attempt is retried after this long
-    "reclaim_interval": 0.05,  # how often fetchers look for such messages
-    "block_duration": 0.05,
-}
+FAST: dict[str, Any] = {"block_duration": 0.05}
+QUICKLY = Backoff(initial=0.05, factor=2.0, jitter=0)  # 50 ms, then 100 ms, ...
 
 
 def on_error(error: TaskRunnerError, delivery: Delivery) -> None:
@@ -50,12 +48,12 @@ async def with_handler() -> None:
         consumer_group="payments",
         on_error=on_error,
         failed_task_handler=failed_task_handler,
-        **FAST_RETRIES,
+        **FAST,
     )
     runner = TaskRunner(config, MemoryBackend())
     attempts = 0
 
-    @runner.task(name="charge", max_retry=3, reservation_timeout=0.1)
+    @runner.task(name="charge", max_retry=3, retry=QUICKLY)
     async def charge(payload: dict[str, int]) -> None:
         nonlocal attempts
         attempts += 1
@@ -64,7 +62,7 @@ async def with_handler() -> None:
         print(f"  charge: {payload['cents']} cents charged on attempt {attempts}")
         charged.set()
 
-    @runner.task(name="refund", max_retry=2, reservation_timeout=0.1)
+    @runner.task(name="refund", max_retry=2, retry=QUICKLY)
     async def refund(payload: dict[str, int]) -> None:
         raise ValueError("refund window closed")
 
@@ -86,13 +84,13 @@ async def with_dead_letters() -> None:
     last_attempt_failed = trio.Event()
 
     def note_last_attempt(error: TaskRunnerError, delivery: Delivery) -> None:
-        if delivery.delivery_count == 2:  # refund's max_retry
+        if delivery.attempt == 2:  # refund's max_retry
             last_attempt_failed.set()
 
-    config = TaskRunnerConfig(consumer_group="payments", on_error=note_last_attempt, **FAST_RETRIES)
+    config = TaskRunnerConfig(consumer_group="payments", on_error=note_last_attempt, **FAST)
     runner = TaskRunner(config, backend)
 
-    @runner.task(name="refund", max_retry=2, reservation_timeout=0.1)
+    @runner.task(name="refund", max_retry=2, retry=QUICKLY)
     async def refund(payload: dict[str, int]) -> None:
         raise ValueError("refund window closed")
 

@@ -10,6 +10,8 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
+from taskrunner._context import TaskContext as TaskContext
+from taskrunner._retry import Backoff as Backoff
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner
 from taskrunner._stats import Stats as Stats
@@ -20,12 +22,15 @@ from taskrunner.errors import AlreadyServing as AlreadyServing
 from taskrunner.errors import BackendError as BackendError
 from taskrunner.errors import DuplicateHost as DuplicateHost
 from taskrunner.errors import InvalidTaskPayload as InvalidTaskPayload
+from taskrunner.errors import LifespanError as LifespanError
+from taskrunner.errors import Retry as Retry
 from taskrunner.errors import SharedStreamError as SharedStreamError
 from taskrunner.errors import TaskAlreadyDispatched as TaskAlreadyDispatched
 from taskrunner.errors import TaskExecutionError as TaskExecutionError
 from taskrunner.errors import TaskMaxRetryExceeded as TaskMaxRetryExceeded
 from taskrunner.errors import TaskNotFound as TaskNotFound
 from taskrunner.errors import TaskRunnerError as TaskRunnerError
+from taskrunner.errors import TaskTimeout as TaskTimeout
 from taskrunner.errors import WrongAsyncLibrary as WrongAsyncLibrary
 
 try:

@@ -165,12 +165,33 @@ class TaskRunnerConfig:
     to take it about as often."""
 
     shutdown_grace: float = _seconds(default=30.0, validator=_non_negative)
-    """How long running tasks may take to finish once shutdown starts."""
+    """How long running tasks may take to finish once shutdown starts; also the
+    longest the lifespan's exit may take."""
+
+    default_timeout: float | None = attrs.field(
+        default=None,
+        converter=attrs.converters.optional(_as_float),
+        validator=attrs.validators.optional(_is_seconds),
+    )
+    """The ``timeout`` of every task registered without one; ``None`` (the default):
+    no timeout."""
+
+    sync_threads: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_is_int)
+    )
+    """Most worker threads running plain ``def`` actions at once; ``None`` (the
+    default): as many as the pool has slots (each thread holds its run's slot)."""
 
     def __attrs_post_init__(self) -> None:
         if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
             raise ValueError(
                 f"reclaim_interval must be > 0 and finite, got {self.reclaim_interval!r}"
+            )
+        if self.sync_threads is not None and self.sync_threads < 1:
+            raise ValueError(f"sync_threads must be >= 1, got {self.sync_threads!r}")
+        if self.default_timeout is not None and not 0 < self.default_timeout < math.inf:
+            raise ValueError(
+                f"default_timeout must be > 0 and finite, got {self.default_timeout!r}"
             )
         if self.max_workers and self.max_workers < self.min_workers:
             raise ValueError(

@@ -9,6 +9,11 @@ queued. A unique task's lock is taken before its message is added and given
 back if the add certainly did not happen. The decisions are the pure rules of
 :mod:`taskrunner._enqueue`, which the producers (``taskrunner.producer``)
 follow too; this class is their trio shell over a backend.
+
+Tracing (``taskrunner.otel``) sets :attr:`Dispatcher.tracer`: each dispatch
+then runs inside the context manager it returns, and the trace context it
+yields is written into the message (or the delayed member) as ``trace``.
+Without it nothing is added to the message and nothing is called.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +49,10 @@ log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
 
+Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
+"""``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
+one for the batch), yielding the trace context to carry, if any."""
+
 
 class Dispatcher:
     """Queues runs of a runner's registered tasks.
@@ -65,16 +75,19 @@ class Dispatcher:
         self._backend = backend
         self._tasks = tasks
         self._scheduler = scheduler
+        self.tracer: Tracer | None = None
+        """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
 
-    def _enqueue(self, task: Task, payload: Any) -> Enqueue:
+    def _enqueue(self, task: Task, payload: Any, trace: dict[str, str] | None = None) -> Enqueue:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         if not task.unique:
-            return enqueue(task, wire_payload)
+            return enqueue(task, wire_payload, trace=trace)
         return enqueue(
             task,
             wire_payload,
             unique_key=_wire.unique_key_for(task, payload),
             token=uuid.uuid4().hex,
+            trace=trace,
         )
 
     def _get_task(self, name: str) -> Task:
@@ -85,8 +98,14 @@ class Dispatcher:
 
     async def dispatch(self, name: str, payload: Any = None) -> str:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._dispatch(name, payload, trace)
+        return await self._dispatch(name, payload, None)
+
+    async def _dispatch(self, name: str, payload: Any, trace: dict[str, str] | None) -> str:
         task = self._get_task(name)
-        entry = self._enqueue(task, payload)
+        entry = self._enqueue(task, payload, trace)
         group = self._config.current.consumer_group
         lock = entry.lock
         if lock is None:
@@ -129,7 +148,15 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        data = [self._enqueue(task, payload).data for payload in payloads]
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_many(task, payloads, trace)
+        return await self._add_many(task, payloads, None)
+
+    async def _add_many(
+        self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None
+    ) -> list[str]:
+        data = [self._enqueue(task, payload, trace).data for payload in payloads]
         return await self._backend.add(self._config.current.consumer_group, data) if data else []
 
     async def dispatch_delayed(
@@ -146,6 +173,14 @@ class Dispatcher:
         return await self._add_delayed(name, payload, unix - time.time() + self._backend.now())
 
     async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
+        if self.tracer is not None:
+            with self.tracer(name) as trace:
+                return await self._add_delayed_traced(name, payload, run_at, trace)
+        return await self._add_delayed_traced(name, payload, run_at, None)
+
+    async def _add_delayed_traced(
+        self, name: str, payload: Any, run_at: float, trace: dict[str, str] | None
+    ) -> str:
         task = self._get_task(name)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         delayed_id = str(uuid.uuid4())
@@ -156,6 +191,8 @@ class Dispatcher:
             id=delayed_id,
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            dispatched_at=self._backend.now(),
+            trace=trace,
         )
         await self._backend.add_delayed(self._config.current.consumer_group, member, run_at)
         self._scheduler.nudge(run_at)

@@ -53,7 +53,14 @@ class Enqueue:
     lock: LockRequest | None = None
 
 
-def enqueue(task: TaskSettings, payload: Any, *, unique_key: str = "", token: str = "") -> Enqueue:
+def enqueue(
+    task: TaskSettings,
+    payload: Any,
+    *,
+    unique_key: str = "",
+    token: str = "",
+    trace: dict[str, str] | None = None,
+) -> Enqueue:
     """The entry that runs ``task`` once with ``payload`` (its wire form).
 
     Args:
@@ -63,13 +70,14 @@ def enqueue(task: TaskSettings, payload: Any, *, unique_key: str = "", token: st
             (:func:`taskrunner._wire.unique_key_for`, or
             :func:`~taskrunner._wire.message_unique_key` for a key given by name).
         token: For a unique task, a fresh random lock token.
+        trace: The dispatch's trace context, when traced (``taskrunner.otel``).
 
     Raises:
         InvalidTaskPayload: the message cannot be encoded, or is over the size limit.
     """
     if not task.unique:
-        return Enqueue(data=_wire.encode_message(_wire.new_message(task, payload)))
-    message = _wire.new_message(task, payload, unique_key=unique_key, token=token)
+        return Enqueue(data=_wire.encode_message(_wire.new_message(task, payload, trace=trace)))
+    message = _wire.new_message(task, payload, unique_key=unique_key, token=token, trace=trace)
     return Enqueue(
         data=_wire.encode_message(message),
         lock=LockRequest(
@@ -79,7 +87,14 @@ def enqueue(task: TaskSettings, payload: Any, *, unique_key: str = "", token: st
 
 
 def delayed_member(
-    task: TaskSettings, payload: Any, run_at: float, *, id: str, unique_key: str | None = None
+    task: TaskSettings,
+    payload: Any,
+    run_at: float,
+    *,
+    id: str,
+    unique_key: str | None = None,
+    dispatched_at: float | None = None,
+    trace: dict[str, str] | None = None,
 ) -> bytes:
     """The delayed-set member that runs ``task`` at ``run_at`` (its score).
 
@@ -94,13 +109,24 @@ def delayed_member(
         id: A fresh uuid4 string: the member's (and the task's) id.
         unique_key: For a unique task, the message's ``unique_key`` when it is
             known now; without it the scheduler computes it from the payload.
+        dispatched_at: The dispatch's time (the backend's clock), carried into
+            the message when it is moved (``ctx.dispatched_at``).
+        trace: The dispatch's trace context, when traced.
 
     Raises:
         InvalidTaskPayload: the message cannot be encoded, or is over the size limit.
     """
     _wire.encode_message(_wire.new_message(task, payload))
     return _wire.encode_delayed(
-        _wire.new_delayed(task.name, payload, run_at, id=id, unique_key=unique_key)
+        _wire.new_delayed(
+            task.name,
+            payload,
+            run_at,
+            id=id,
+            unique_key=unique_key,
+            dispatched_at=dispatched_at,
+            trace=trace,
+        )
     )
 
 

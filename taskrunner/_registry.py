@@ -21,6 +21,7 @@ import attrs
 from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
+from taskrunner._retry import Backoff
 from taskrunner._task import Action, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)
@@ -85,6 +86,9 @@ class Registry:
         unique_key: UniqueKey | None,
         unique_for: float,
         extra_keys: ExtraKeys,
+        timeout: float | None,
+        retry: Backoff | None,
+        permanent: tuple[type[BaseException], ...],
     ) -> Callable[[A], A]:
         """The decorator that registers an action with these options (see
         :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`)."""
@@ -100,6 +104,9 @@ class Registry:
                     unique_key=unique_key,
                     unique_for=unique_for,
                     extra_keys=extra_keys,
+                    timeout=timeout,
+                    retry=retry,
+                    permanent=permanent,
                 )
             )
             return action

@@ -45,6 +45,7 @@ which :meth:`TaskRunner.configure` replaces.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -59,7 +60,10 @@ from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._dispatch import Dispatcher
 from taskrunner._guards import check_runner_arguments, require_trio
 from taskrunner._inflight import InFlight
+from taskrunner._lifespan import Lifespan, check_lifespan, open_lifespan
+from taskrunner._middleware import Middleware, check_middleware
 from taskrunner._registry import Registry
+from taskrunner._retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._serve import (
     aggregator,
     bulk_writer,
@@ -75,6 +79,7 @@ from taskrunner._serve.acker import Acker
 from taskrunner._serve.fetcher import FetcherContext, FetcherCounters
 from taskrunner._serve.heartbeat import ReplicationCounter
 from taskrunner._serve.leadership import Leadership
+from taskrunner._serve.outcome import Outcomes
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._serve.sharing import StreamSharing
@@ -88,6 +93,8 @@ from taskrunner.errors import AlreadyServing, DuplicateHost
 log = logging.getLogger(__name__)
 
 A = TypeVar("A", bound=Action)
+L = TypeVar("L", bound=Lifespan)
+M = TypeVar("M", bound=Middleware)
 
 DEFAULT_REFRESH_TICK = 30.0
 
@@ -108,9 +115,10 @@ class RunnerStatistics:
     completed: int
     """Actions that returned."""
     failed: int
-    """Attempts whose action raised."""
+    """Attempts whose action raised (or ran past its timeout)."""
     retried: int
-    """Failed attempts left pending for another try."""
+    """Failed attempts given another try: re-queued through the delayed set, or
+    left pending for reclaim (``retry=None``)."""
     dead_lettered: int
     """Messages moved to the dead-letter stream."""
     handled: int
@@ -151,19 +159,20 @@ class TaskRunner:
         self._acker = Acker(backend, self._config)
         self._sharing = StreamSharing(backend, self._config)
         self._fetch_counters = FetcherCounters()
+        self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
         self._worker = Worker(
             self._config,
-            backend,
             tasks,
             self._pool,
-            self._acker,
+            Outcomes(self._config, backend, self._acker, self._scheduler.nudge),
             self._sharing,
             self._inflight,
             self._timings,
         )
         self._leadership = Leadership()
         self._replicas = ReplicationCounter(backend)
-        self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
+        self._lifespan: Lifespan | None = None
+        self._middlewares: list[Middleware] = []
         self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler)
         self._serving = False
         self._stop = trio.Event()
@@ -218,6 +227,9 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        timeout: float | None = None,
+        retry: Backoff | None = DEFAULT_BACKOFF,
+        permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -230,19 +242,28 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        timeout: float | None = None,
+        retry: Backoff | None = DEFAULT_BACKOFF,
+        permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
     ) -> A | Callable[[A], A]:
         """Decorator form of :meth:`register`; the name defaults to the function's.
 
         Used bare (``@runner.task``) it registers the function with the defaults;
         called (``@runner.task(...)``) it takes the options of :class:`Task`.
+        The action may be ``async def`` or a plain ``def`` (run in a worker
+        thread), and may take the run's :class:`~taskrunner.TaskContext` as a
+        second positional parameter or as a parameter annotated ``TaskContext``.
 
         Example::
 
             @runner.task
             async def send_email(payload: dict) -> None: ...
 
-            @runner.task(name="resize", max_retry=3)
-            async def resize_image(payload: dict) -> None: ...
+            @runner.task(name="resize", max_retry=3, timeout=30.0)
+            async def resize_image(payload: dict, ctx: TaskContext) -> None: ...
+
+            @runner.task(max_retry=5, retry=Backoff(initial=2.0), permanent=ValueError)
+            def thumbnail(payload: dict) -> None: ...
 
         Raises:
             ValueError: as :meth:`register`, or an option is invalid (as for
@@ -258,7 +279,61 @@ class TaskRunner:
             unique_key=unique_key,
             unique_for=unique_for,
             extra_keys=extra_keys,
+            timeout=timeout,
+            retry=retry,
+            permanent=permanent if isinstance(permanent, tuple) else (permanent,),
         )
+
+    def lifespan(self, fn: L) -> L:
+        """Register the runner's lifespan (a decorator): resources opened once per
+        :meth:`serve`, before anything is fetched, and closed after the workers
+        have drained.
+
+        ``fn(runner)`` is an async generator function, or returns an async
+        context manager (an ``@asynccontextmanager`` function); what it yields
+        (a mapping, or ``None``) is every run's ``ctx.state``::
+
+            @runner.lifespan
+            async def resources(runner):
+                async with open_http_client() as http:
+                    yield {"http": http}
+
+        It exits normally however ``serve`` stops, shielded from cancellation
+        for at most ``shutdown_grace`` seconds. Registering another replaces it.
+
+        Returns:
+            ``fn``.
+
+        Raises:
+            TypeError: ``fn`` is neither (a plain ``async def`` cannot yield).
+            AlreadyServing: the runner is serving.
+        """
+        check_lifespan(fn)
+        if self._serving:
+            raise AlreadyServing(f"{self!r} is serving; register its lifespan before serve()")
+        self._lifespan = fn
+        return fn
+
+    def middleware(self, fn: M) -> M:
+        """Wrap every run in ``fn`` (also usable as a decorator).
+
+        ``async def fn(ctx, call_next)`` gets the run's
+        :class:`~taskrunner.TaskContext`; ``await call_next()`` runs the inner
+        middlewares and the action (in its thread, for a plain ``def`` one)
+        and returns the action's result. Middlewares run in registration
+        order, the first registered outermost. One that raises fails the
+        attempt exactly as the action raising would. A middleware registered
+        while serving applies from the next :meth:`serve`.
+
+        Returns:
+            ``fn``.
+
+        Raises:
+            TypeError: ``fn`` is not an async function.
+        """
+        check_middleware(fn)
+        self._middlewares.append(fn)
+        return fn
 
     # Dispatch ---------------------------------------------------------------
     async def dispatch(self, name: str, payload: Any = None) -> str:
@@ -463,6 +538,7 @@ class TaskRunner:
 
         Raises:
             AlreadyServing: ``serve`` is already running on this runner.
+            LifespanError: the lifespan failed to start (nothing was started).
             WrongAsyncLibrary: awaited outside trio (under asyncio, say).
             SharedStreamError: the stream is also read by other consumer groups
                 and the backend deletes entries on ack (nothing was started).
@@ -494,18 +570,20 @@ class TaskRunner:
         ready = trio.Event()
         try:
             await self._sharing.check_start()
-            await heartbeat.claim(self.backend, cfg.host, self.instance_id)
-            async with trio.open_nursery() as top:
-                # start_soon, not start: a serve cancelled while starting must still
-                # reach the finally below (the stop event), or the shielded child
-                # would wait for it forever.
-                top.start_soon(self._run_shielded, ready)
-                try:
-                    await ready.wait()
-                    task_status.started()
-                    await self._stop.wait()
-                finally:
-                    self._stop.set()
+            async with open_lifespan(self._lifespan, self, cfg.shutdown_grace) as state:
+                await heartbeat.claim(self.backend, cfg.host, self.instance_id)
+                self._prepare_worker(state)
+                async with trio.open_nursery() as top:
+                    # start_soon, not start: a serve cancelled while starting must
+                    # still reach the finally below (the stop event), or the
+                    # shielded child would wait for it forever.
+                    top.start_soon(self._run_shielded, ready)
+                    try:
+                        await ready.wait()
+                        task_status.started()
+                        await self._stop.wait()
+                    finally:
+                        self._stop.set()
             if self._host_taken is not None:
                 raise self._host_taken
         finally:
@@ -564,6 +642,14 @@ class TaskRunner:
                     ready.set()
                 self._workers_scope = None
                 services.cancel_scope.cancel()
+
+    def _prepare_worker(self, state: Any) -> None:
+        # What every run of this serve shares: taken once here, not per run.
+        worker = self._worker
+        worker.state = state
+        worker.middlewares = tuple(self._middlewares)
+        threads = self.config.sync_threads
+        worker.thread_limiter = trio.CapacityLimiter(math.inf if threads is None else threads)
 
     def _current_grace(self) -> float:
         if self._grace_override is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from taskrunner import _wire
 from taskrunner._codec import decode_payload
@@ -67,13 +68,16 @@ def _undeliverable(raw: bytes, why: str) -> DelayedMove:
 def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = None) -> DelayedMove:
     """The stream message a delayed member becomes (pure but for a fresh lock token).
 
-    Only the member's task, payload and (ours) precomputed ``unique_key`` are
-    used; its ``time`` is Go's and the run-at time is the score.
+    Only the member's task, payload and our optional fields are used (the
+    precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
+    ``dispatched_at`` and ``trace``, copied into the message); its ``time``
+    is Go's and the run-at time is the score.
 
     Args:
         raw: The member as stored.
         tasks: The registered tasks.
-        token: The lock token of a unique task; a random one by default.
+        token: The lock token of a unique task; a random one by default. A
+            retry's member carries its own, which is kept.
 
     Never raises: a member that cannot be turned into a message is moved as it
     is, for the worker's failure path to report.
@@ -84,14 +88,22 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         return _undeliverable(raw, f"not a delayed task: {exc}")
     except Exception as exc:  # RecursionError too: JSON nested 100,000 deep
         return _undeliverable(raw, f"not a delayed task: {type(exc).__name__}: {exc}")
+    extras: dict[str, Any] = {
+        "attempts": delayed.attempts,
+        "id": delayed.id,
+        "dispatched_at": delayed.dispatched_at,
+        "trace": delayed.trace,
+    }  # new_message's keywords
     task = tasks.get(delayed.task)
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
         # a Go fleet) runs it with its own settings, or dead-letters it.
-        message = _wire.TaskMessage(task_name=delayed.task, payload=delayed.payload)
+        message = _wire.TaskMessage(
+            task_name=delayed.task, payload=delayed.payload, extras=_wire.MessageExtras(**extras)
+        )
         return DelayedMove(member=raw, message=_encode(message, raw))
     if not task.unique:
-        message = _wire.new_message(task, delayed.payload)
+        message = _wire.new_message(task, delayed.payload, **extras)
         return DelayedMove(member=raw, message=_encode(message, raw))
     unique_key = delayed.unique_key
     if unique_key is None:  # written by the Go library: compute it
@@ -104,8 +116,13 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
             return _undeliverable(raw, f"{type(exc).__name__}: {exc}")
     if not is_utf8_text(unique_key):  # the lock key could never be sent to the backend
         return _undeliverable(raw, f"unique_key {unique_key!r} is not valid UTF-8 text")
-    token = uuid.uuid4().hex if token is None else token
-    message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token)
+    if delayed.unique_lock_value:
+        # A retry keeps the lock its first attempt took: the move takes it only if it
+        # is free or still held with this token (it may have expired meanwhile).
+        token = delayed.unique_lock_value
+    elif token is None:
+        token = uuid.uuid4().hex
+    message = _wire.new_message(task, delayed.payload, unique_key=unique_key, token=token, **extras)
     return DelayedMove(
         member=raw,
         message=_encode(message, raw),

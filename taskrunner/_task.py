@@ -7,20 +7,21 @@ delayed member) is built and read in :mod:`taskrunner._wire`.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from taskrunner._action import ActionShape, action_shape
 from taskrunner._codec import ExtraKeys, payload_type_of
 from taskrunner._config import is_utf8_text
+from taskrunner._retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._wire import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
 
-Action = Callable[[Any], Awaitable[Any]]
+Action = Callable[..., Any]
+"""``async def action(payload[, ctx])`` or a plain ``def`` (run in a thread)."""
 UniqueKey = Callable[[Any], "str | None"]
 
 
@@ -50,14 +51,25 @@ def _extra_keys(instance: Any, attribute: attrs.Attribute[Any], value: str) -> N
         raise ValueError(f"Task.{attribute.name} must be 'forbid' or 'ignore', got {value!r}")
 
 
-def _is_async_callable(fn: object) -> bool:
-    """An ``async def`` function, method or callable object, possibly wrapped in
-    ``functools.partial``."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - the method, not callability
-    )
+def _retry_policy(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, Backoff):
+        raise ValueError(f"Task.{attribute.name} must be a Backoff or None, got {value!r}")
+
+
+def _exception_types(value: object) -> tuple[type[BaseException], ...]:
+    # One class is accepted for a tuple of one, as in ``except`` clauses.
+    if isinstance(value, type):
+        return (value,)
+    return tuple(value) if isinstance(value, list | tuple) else value  # type: ignore[return-value]
+
+
+def _exception_classes(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, tuple) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in value
+    ):
+        raise ValueError(
+            f"Task.{attribute.name} must be exception classes (a tuple of them), got {value!r}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -66,20 +78,23 @@ class Task:
 
     Raises:
         ValueError: a field is invalid (the message names it), e.g. ``unique=True``
-            without ``unique_for > 0``, or an ``action`` that is not an async function.
+            without ``unique_for > 0``, or an ``action`` that is not callable.
     """
 
     name: str = attrs.field(validator=_task_name)
     """The name messages refer to; unique within a runner."""
 
     action: Action
-    """``async def action(payload)``. An attrs class or dataclass annotation on the
-    payload parameter makes the payload typed (structured with cattrs)."""
+    """``async def action(payload)``, or a plain ``def`` (it runs in a worker
+    thread). An attrs class or dataclass annotation on the payload parameter
+    makes the payload typed (structured with cattrs). A second parameter (or
+    one annotated ``TaskContext``) receives the run's :class:`~taskrunner.TaskContext`."""
 
     max_retry: int = attrs.field(default=1, validator=_non_negative_int)
     """How many times the task may run in all (first run included); 0 means 1. Every
-    delivery counts, so a run cut off by a crash uses one up too (see "Attempts" in
-    the concepts page of the docs)."""
+    attempt counts, retries through the delayed set and deliveries after a crash
+    alike, so a run cut off by a crash uses one up too (see "The life of one run"
+    in the docs)."""
 
     reservation_timeout: float | None = attrs.field(default=None, validator=_positive_seconds)
     """While the action runs longer than this, its message is refreshed every
@@ -98,6 +113,26 @@ class Task:
     """Lock lifetime in seconds (required > 0 when ``unique``); bounds how long a
     crashed worker can keep a lock."""
 
+    timeout: float | None = attrs.field(default=None, validator=_positive_seconds)
+    """Seconds an attempt may run; past it the run is cancelled and the attempt fails
+    with :class:`~taskrunner.TaskTimeout`. ``None`` (the default) takes the runner's
+    ``default_timeout``, which is off unless set. A plain ``def`` action's thread cannot
+    be cancelled: its outcome is discarded when it returns, and its pool slot frees
+    only then."""
+
+    retry: Backoff | None = attrs.field(default=DEFAULT_BACKOFF, validator=_retry_policy)
+    """How long to wait before the next attempt after a failed one: the next attempt
+    goes through the delayed set (the failed entry is acked in the same atomic step).
+    ``None`` leaves a failed attempt pending, to run again once reclaimed after
+    ``reclaim_delay``. The default is ``Backoff(initial=1.0, factor=2.0,
+    maximum=300.0, jitter=0.1)``."""
+
+    permanent: tuple[type[BaseException], ...] = attrs.field(
+        default=(), converter=_exception_types, validator=_exception_classes
+    )
+    """Exception types that make a failed attempt final: the message takes the failure
+    path at once, whatever attempts are left (a bad request will not get better)."""
+
     extra_keys: ExtraKeys = attrs.field(default="forbid", validator=_extra_keys)
     """What keys of a typed payload that its class does not have do, at any depth:
     ``"forbid"`` (the default) refuses the payload, naming them, at dispatch and in
@@ -107,13 +142,18 @@ class Task:
     payload_type: type[Any] | None = attrs.field(init=False)
     """The attrs class or dataclass the action's payload is structured into, if any."""
 
+    shape: ActionShape = attrs.field(init=False)
+    """How the worker calls the action (read from its signature once, here)."""
+
     @payload_type.default
     def _payload_type(self) -> type[Any] | None:
         return payload_type_of(self.action)
 
+    @shape.default
+    def _shape(self) -> ActionShape:
+        return action_shape(self.action)
+
     def __attrs_post_init__(self) -> None:
-        if not _is_async_callable(self.action):
-            raise ValueError(f"Task.action must be an async function, got {self.action!r}")
         if self.unique and not (
             isinstance(self.unique_for, int | float)
             and not isinstance(self.unique_for, bool)
@@ -183,7 +223,7 @@ class Delivery:
     consumer: str
     """The consumer (fetcher) that holds it."""
     delivery_count: int
-    """How many times it has been delivered, this time included (the attempt number)."""
+    """How many times this entry has been delivered, this time included."""
     raw: bytes | None
     """The entry's ``payload`` field as read; ``None`` if the entry had none."""
     message: TaskMessage | None
@@ -192,3 +232,10 @@ class Delivery:
     @property
     def task_name(self) -> str | None:
         return self.message.task_name if self.message is not None else None
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number: attempts used by earlier entries of the task (retries
+        re-queued through the delayed set) plus this entry's deliveries."""
+        earlier = self.message.attempts if self.message is not None else 0
+        return earlier + self.delivery_count

@@ -130,6 +130,75 @@ class TaskMaxRetryExceeded(TaskRunnerError):
         self.last_error = last_error
 
 
+class TaskTimeout(TaskRunnerError):
+    """An attempt ran past its task's ``timeout``.
+
+    The run was cancelled at its deadline (a sync action's thread cannot be:
+    its outcome is discarded when it returns), and the attempt failed with
+    this error: it is retried, or takes the failure path, like any other
+    failed attempt. ``on_error`` gets it as the :attr:`TaskExecutionError.error`
+    of that attempt.
+
+    Attributes:
+        task_name: The task.
+        message_id: The stream id of the message.
+        timeout: The timeout that ran out, in seconds.
+    """
+
+    def __init__(self, task_name: str, message_id: str, timeout: float) -> None:
+        super().__init__(
+            f"task {task_name!r} (message {message_id}) ran past its timeout of {timeout:g}s"
+        )
+        self.task_name = task_name
+        self.message_id = message_id
+        self.timeout = timeout
+
+
+class Retry(TaskRunnerError):
+    """Raised by an action to ask for another attempt, ``delay`` seconds from now.
+
+    It counts as an attempt: on the last one (``max_retry``) the message takes
+    the failure path, with :class:`TaskMaxRetryExceeded` whose ``last_error``
+    is this. It is not reported to ``on_error`` (it is a request, not a
+    failure). The next attempt goes through the delayed set, whatever the
+    task's ``retry`` policy.
+
+    Args:
+        delay: Seconds until the next attempt; ``None`` takes the delay the
+            task's retry policy gives (the default policy when it has none).
+
+    Raises:
+        ValueError: ``delay`` is negative or not a finite number.
+    """
+
+    def __init__(self, delay: float | None = None) -> None:
+        if delay is not None and (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not 0 <= delay < float("inf")
+        ):
+            raise ValueError(f"Retry.delay must be a finite number of seconds >= 0, got {delay!r}")
+        super().__init__("retry requested" if delay is None else f"retry requested in {delay:g}s")
+        self.delay = None if delay is None else float(delay)
+
+
+class LifespanError(TaskRunnerError):
+    """The runner's lifespan failed to start; ``serve`` did not start anything.
+
+    Raised by :meth:`TaskRunner.serve` when the function registered with
+    :meth:`TaskRunner.lifespan` raised before its ``yield`` (the exception is
+    ``__cause__``), or yielded something other than a mapping or ``None``.
+    Nothing was fetched.
+
+    Attributes:
+        lifespan: The lifespan's qualified name.
+    """
+
+    def __init__(self, lifespan: str, reason: str) -> None:
+        super().__init__(f"lifespan {lifespan} failed to start: {reason}")
+        self.lifespan = lifespan
+
+
 class BackendError(TaskRunnerError):
     """The backend failed to carry out an operation (lost connection, bad reply).
 

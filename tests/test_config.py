@@ -99,9 +99,14 @@ def test_config_is_frozen_and_keyword_only() -> None:
         ({"unique": True, "unique_for": -5}, "got -5"),
         ({"unique": True, "unique_for": float("inf")}, "got inf"),
         ({"reservation_timeout": float("inf")}, "Task.reservation_timeout must be a number"),
-        ({"action": lambda payload: None}, "Task.action must be an async function"),
+        ({"action": 42}, "Task.action must be callable, got 42"),
         ({"unique_key": "user"}, "Task.unique_key must be callable"),
         ({"action": "not a function"}, "Task.action"),
+        ({"timeout": 0}, "Task.timeout must be a number of seconds > 0, got 0"),
+        ({"timeout": "30"}, "Task.timeout must be a number of seconds > 0, got '30'"),
+        ({"retry": 3}, "Task.retry must be a Backoff or None, got 3"),
+        ({"permanent": "ValueError"}, "Task.permanent must be exception classes"),
+        ({"permanent": (ValueError, int)}, "Task.permanent must be exception classes"),
     ],
 )
 def test_bad_task_fields_are_named(kwargs: dict[str, Any], message: str) -> None:

@@ -712,6 +712,41 @@ def _refused_move_moves(b: MemoryBackend) -> None:
     _wrap(b, "move_delayed", make)
 
 
+def _defer_adds_anyway(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+            if await orig(group, entry_id, member, run_at):
+                return True
+            await b.add_delayed(group, member, run_at)
+            return False
+
+        return defer
+
+    _wrap(b, "defer", make)
+
+
+def _defer_without_ack(b: MemoryBackend) -> None:
+    async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+        g = b._stream(group).groups.get(group)
+        if g is None or entry_id not in g.pending:
+            return False
+        await b.add_delayed(group, member, run_at)
+        return True
+
+    b.defer = defer  # type: ignore[method-assign]
+
+
+def _move_refuses_own_lock(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            kept = [m for m in moves if m.lock_key and b._get(m.lock_key) == m.lock_token]
+            return await orig(group, [m for m in moves if m not in kept])
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
 MUTANTS: dict[str, tuple[str, Mutant]] = {
     "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
     "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
@@ -775,6 +810,9 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
         _dead_letter_accepts_surrogates,
     ),
     "refused_move_moves": ("check_unencodable_text_is_refused", _refused_move_moves),
+    "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
+    "defer_without_ack": ("check_defer", _defer_without_ack),
+    "move_refuses_own_lock": ("check_move_delayed_keeps_own_lock", _move_refuses_own_lock),
 }
 _CHECKS_BY_NAME = {check.__name__: check for check in CONTRACT_CHECKS}
 

@@ -18,6 +18,8 @@ KEY_PAGES = [
     "getting-started/index.html",
     "dispatching/index.html",
     "concepts/index.html",
+    "life-of-a-run/index.html",
+    "coming-from-arq-or-celery/index.html",
     "backends/index.html",
     "testing-your-tasks/index.html",
     "redis-key-layout/index.html",
@@ -38,6 +40,7 @@ KEY_PAGES = [
     "reference/producer/index.html",
     "reference/testing/index.html",
     "reference/prometheus/index.html",
+    "reference/otel/index.html",
 ]
 
 REFERENCED = {
@@ -65,6 +68,7 @@ REFERENCED = {
     ],
     "reference/testing/index.html": ["taskrunner.testing.contract_parametrize"],
     "reference/prometheus/index.html": ["taskrunner.prometheus.RunnerCollector"],
+    "reference/otel/index.html": ["taskrunner.otel.instrument"],
 }
 """Objects each API reference page must document (their HTML anchors)."""
 

@@ -153,6 +153,36 @@ EXPECTED: dict[str, list[str]] = {
         "  refused: ('mail',) read orders:tasks, and delete_on_ack is on",
         "  mail sent to bob@example.com",
     ],
+    "retries_and_timeouts.py": [
+        "  t=  0.0s charge attempt 1 of 4",
+        "  t=  2.0s charge attempt 2 of 4",
+        "  t=  8.0s charge attempt 3 of 4",
+        "  t=  0.0s poll_export attempt 1: not ready",
+        "  t= 30.0s poll_export attempt 2: not ready",
+        "  t= 60.0s poll_export attempt 3: not ready",
+        "  t=  0.0s validate 'A-??'",
+        "  t=  0.0s fetch https://slow.example (the server never answers)",
+        "  t= 15.0s fetch https://slow.example (the server never answers)",
+        "completed 1, failed attempts 5, retried 5",
+    ],
+    "context_lifespan_middleware.py": [
+        "lifespan: opening the client",
+        "fetch: message True, attempt 1 of 1, deadline in 30s",
+        "audit: fetch returned '200 OK /index.html'",
+        "lifespan: closing the client",
+        "served",
+    ],
+    "sync_tasks.py": [
+        "convert: TaskMaxRetryExceeded on attempt 1 (TaskTimeout)",
+        "thumbnails made: 6, at most 2 threads at once",
+        "completed 6, failed 1",
+    ],
+    "opentelemetry_tracing.py": [
+        "send send_email (PRODUCER)",
+        "  process send_email (CONSUMER) attempt 1: error, child of the dispatch: True, "
+        "recorded ConnectionError",
+        "  process send_email (CONSUMER) attempt 2: success, child of the dispatch: True",
+    ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',
         'taskrunner_queue_size{group="emails"} 0.0',

@@ -66,6 +66,8 @@ WRONG_TYPES: dict[str, tuple[Any, str]] = {
     ),
     "leader_lease_ttl": (b"5", "leader_lease_ttl must be a number of seconds, got b'5'"),
     "shutdown_grace": ({}, "shutdown_grace must be a number of seconds, got {}"),
+    "default_timeout": ("30", "default_timeout must be a number of seconds, got '30'"),
+    "sync_threads": (2.5, "sync_threads must be an integer, got 2.5"),
 }
 
 
@@ -155,12 +157,15 @@ async def test_task_decorator_without_parentheses_registers_under_the_function_n
         await wait_until(lambda: ran == [1])
 
 
-def test_task_decorator_without_parentheses_refuses_a_plain_function() -> None:
+def test_task_decorator_without_parentheses_takes_a_plain_function_for_a_thread() -> None:
     runner = make_runner(MemoryBackend())
-    with pytest.raises(ValueError, match=r"Task\.action must be an async function"):
 
-        @runner.task
-        def sync(payload: object) -> None: ...
+    @runner.task
+    def sync(payload: object) -> None: ...
+
+    assert runner.tasks["sync"].shape.sync, "a plain def runs in a worker thread"
+    with pytest.raises(ValueError, match=r"^Task\.action must be callable, got 'sync'$"):
+        runner.register(Task(name="other", action="sync"))
 
 
 # Typed payloads ------------------------------------------------------------------------

@@ -50,6 +50,7 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "release_lock": ("k", "t"),
     "publish_tuning": ("g", 4, 20.0),
     "read_tuning": ("g",),
+    "defer": ("g", "1-1", b"m", 1.0),
     "publish_catalog": ("g", CatalogDocument(host="h", instance="me", expires=30.0), 30.0),
     "remove_catalog": ("g", "h"),
     "read_catalog": ("g",),

@@ -9,7 +9,9 @@ given a fixed uuid, token and time.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (
     MAX_MESSAGE_BYTES,
     DelayedTask,
+    MessageExtras,
     TimingFields,
     decode_delayed,
     decode_message,
@@ -129,7 +132,8 @@ def test_unique_for_is_whole_seconds_rounded_up(seconds: float, whole: int) -> N
 
 def test_nulls_missing_fields_and_extra_fields_are_tolerated() -> None:
     message = decode_message(b'{"task_name":"t","unique_key":null,"attempt":3,"dispatched_at":1.5}')
-    assert message == TaskMessage(task_name="t")
+    assert message == TaskMessage(task_name="t", extras=MessageExtras(dispatched_at=1.5))
+    assert message.attempts == 0, "attempt (singular) is not ours"
 
 
 @pytest.mark.parametrize(
@@ -287,11 +291,15 @@ def test_malformed_members_are_refused(raw: bytes, reason: str) -> None:
         decode_delayed(raw)
 
 
+MOVED_ID = b',"id":"5f0c8c6e-4d52-4bd4-9a8e-0c2f6a3b7d11"}'
+"""A moved member's message carries the member's id as the task's (our optional field)."""
+
+
 def test_a_go_member_moves_to_the_message_go_would_dispatch() -> None:
     move = build_move(GO_MEMBER, {"echo": UNIQUE_ECHO}, token=TOKEN)
     assert move == DelayedMove(
         member=GO_MEMBER,
-        message=OUR_UNIQUE_MESSAGE,
+        message=OUR_UNIQUE_MESSAGE[:-1] + MOVED_ID,
         lock_key="taskrunner:unique:echo:A-17",
         lock_token=TOKEN,
         lock_ttl=60,
@@ -302,14 +310,14 @@ def test_our_member_moves_with_its_precomputed_key() -> None:
     # The key function is not called again: the member carries the message's key.
     task = echo(unique=True, unique_for=60, unique_key=lambda p: pytest.fail("called"))
     move = build_move(OUR_UNIQUE_MEMBER, {"echo": task}, token=TOKEN)
-    assert move.message == OUR_UNIQUE_MESSAGE
+    assert move.message == OUR_UNIQUE_MESSAGE[:-1] + MOVED_ID
     assert move.lock_key == "taskrunner:unique:echo:A-17"
     plain = build_move(OUR_MEMBER, {"echo": echo()})
     assert plain == DelayedMove(
         member=OUR_MEMBER,
         message=(
             b'{"task_name":"echo","payload":{"n":3},"unique":false,"unique_for":0,'
-            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000}'
+            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000' + MOVED_ID
         ),
     )
 
@@ -318,7 +326,7 @@ def test_a_member_of_a_task_not_registered_here_moves_with_go_zero_values() -> N
     move = build_move(GO_MEMBER, {})
     assert move.message == (
         b'{"task_name":"echo","payload":{"key":"A-17"},"unique":false,"unique_for":0,'
-        b'"unique_key":"","unique_lock_value":"","reservation_timeout":0}'
+        b'"unique_key":"","unique_lock_value":"","reservation_timeout":0' + MOVED_ID
     )
     assert move.lock_key is None
 
@@ -356,7 +364,12 @@ async def test_dispatch_delayed_on_redis_writes_go_s_member(redis_url: str) -> N
             "ZRANGE", "taskrunner:interop:delayed_tasks", 0, -1, "WITHSCORES"
         )
     member, score = bytes(raw[0]), float(raw[1])
-    assert member == OUR_UNIQUE_MEMBER.replace(DELAYED_ID.encode(), delayed_id.encode())
+    written = json.loads(member)
+    dispatched_at = written.pop("dispatched_at")  # ours: when schedule_for was called
+    assert abs(dispatched_at - time.time()) < 60
+    assert json.dumps(written, separators=(",", ":")).encode() == OUR_UNIQUE_MEMBER.replace(
+        DELAYED_ID.encode(), delayed_id.encode()
+    )
     assert score == pytest.approx(1796108038.335579, abs=1e-3), "the score keeps the fraction"
 
 

@@ -41,7 +41,7 @@ async def test_failing_task_is_retried_then_handed_to_the_handler(
     runner = make_runner(backend, reclaim_delay=20, failed_task_handler=handler, on_error=on_error)
     attempts: list[float] = []
 
-    @runner.task(max_retry=3, reservation_timeout=5)
+    @runner.task(max_retry=3, reservation_timeout=5, retry=None)  # retried by reclaim
     async def flaky(payload: None) -> None:
         attempts.append(trio.current_time())
         raise RuntimeError("boom")

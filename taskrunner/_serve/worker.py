@@ -1,4 +1,4 @@
-"""The workers: one trio task per message, each deciding its message's outcome.
+"""The workers: one trio task per message, each running one attempt of its task.
 
 :func:`run` is the workers nursery of ``serve``: it starts the fetchers inside
 it (:mod:`taskrunner._serve.fetcher`), each of which starts
@@ -7,20 +7,34 @@ it (:mod:`taskrunner._serve.fetcher`), each of which starts
 the fetchers are cancelled at once and the running tasks get the grace to
 finish; the nursery drains before the services around it stop.
 
-Running one message: decode, run the action, decide its outcome. Outcomes,
-exactly as docs/behaviour:
+Running one message is four steps, one method each:
 
-- success: ack (batched), release the unique lock after the ack;
-- the action raised and attempts remain: report it (``on_error``, log) and
-  leave the message pending, so it comes back after ``reclaim_delay`` with a
-  higher delivery count;
-- unknown task on a stream that other consumer groups also read: the entry is
-  theirs; ack it for this group only (see :mod:`taskrunner._serve.sharing`);
-- unknown task, undecodable entry, or attempts exhausted: the failure path.
-  ``failed_task_handler(delivery, error)`` returning means handled (ack);
-  raising leaves the message pending for a later try. Without a handler the
-  message goes to the dead-letter stream, then is acked;
-- cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
+1. **bound the deliveries** (:meth:`Worker._over_limit`): a redelivered entry
+   past its delivery limit goes to the failure path undecoded (below);
+2. **prepare** (:meth:`Worker._prepare`): decode the message, find its task,
+   check its attempt number (``attempts`` carried by a re-queued retry plus
+   the delivery count) against the task's attempts, decode the payload;
+3. **run** (:meth:`Worker._run`): the attempt, in a cancel scope of its own
+   whose deadline is the task's ``timeout`` when it has one (registered in
+   :class:`~taskrunner._inflight.InFlight` by message id; a run without a
+   timeout has none, which keeps the hot path cheap): the middlewares, if any,
+   around the action, given a :class:`~taskrunner.TaskContext` if it takes
+   one; a plain ``def`` action in a worker thread. With no middleware and no
+   context the action is awaited directly, so the hot path builds nothing
+   it does not use;
+4. **the outcome** (:mod:`taskrunner._serve.outcome`): ack, retry (through
+   the delayed set, or left pending for reclaim) or the failure path.
+
+Unknown task on a stream that other consumer groups also read: the entry is
+theirs; it is acked for this group only (see :mod:`taskrunner._serve.sharing`).
+Cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
+
+Timeouts. Past its deadline an ``async`` action is cancelled and the attempt
+fails with :class:`~taskrunner.errors.TaskTimeout`. A thread cannot be
+cancelled: the attempt fails at the deadline all the same (its outcome is
+decided then, retry included), the thread's result is discarded when it
+returns, and the run keeps its pool slot (and its ``InFlight`` entry, no
+longer refreshed) until then, so threads never pile up beyond the pool.
 
 Poison entries. Any exception while decoding or validating an entry (a
 ``RecursionError`` from JSON nested 100,000 deep, a typed payload that does
@@ -28,7 +42,11 @@ not structure) sends it down the failure path with a short reason. An entry
 that kills the whole process cannot be caught, so a redelivered entry's
 delivery count is checked against its limit (:mod:`taskrunner._poison`)
 before it is decoded: past it, the entry goes to the failure path without
-being decoded or run again. First deliveries skip that check.
+being decoded or run again. First deliveries skip that check. The check
+uses the delivery count alone (the ``attempts`` of a re-queued retry are
+inside the bytes it does not decode): a process-killing entry is never
+re-queued (re-queueing needs a caught failure), so it stays one entry whose
+delivery count bounds it.
 
 The duration of every run, failed or not, goes to the timing recorder.
 """
@@ -36,48 +54,39 @@ The duration of every run, failed or not, goes to the timing recorder.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
+import attrs
 import trio
 
 from taskrunner._codec import decode_payload
 from taskrunner._config import ConfigHolder
-from taskrunner._hooks import call_hook, call_hook_safely
+from taskrunner._context import EMPTY_STATE, TaskContext
 from taskrunner._inflight import InFlight
+from taskrunner._middleware import CallNext, Middleware, run_chain
 from taskrunner._poison import delivery_limit
 from taskrunner._serve import fetcher
-from taskrunner._serve.acker import Acker
 from taskrunner._serve.fetcher import FetcherContext
+from taskrunner._serve.outcome import Outcomes, brief
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
 from taskrunner._timings import TimingRecorder
-from taskrunner._wire import TaskMessage, decode_message, unique_lock
-from taskrunner.backends import Backend, QueueEntry
+from taskrunner._wire import TaskMessage, decode_message
+from taskrunner.backends import QueueEntry
 from taskrunner.errors import (
     BackendError,
     InvalidTaskPayload,
-    TaskExecutionError,
     TaskMaxRetryExceeded,
     TaskNotFound,
     TaskRunnerError,
+    TaskTimeout,
 )
 
 log = logging.getLogger(__name__)
-
-REASON_CHARS = 1000
-"""Longest error text logged or written to a dead letter (a bad entry's own text
-can be megabytes long)."""
-
-
-def brief(text: str, limit: int = REASON_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, with lone surrogates escaped, so it can
-    be logged and stored anywhere."""
-    if len(text) > limit:
-        text = f"{text[:limit]}... ({len(text)} characters)"
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 def _undecodable(exc: Exception) -> InvalidTaskPayload:
@@ -86,21 +95,6 @@ def _undecodable(exc: Exception) -> InvalidTaskPayload:
     error = InvalidTaskPayload(f"{type(exc).__name__} while decoding: {brief(str(exc), 200)}")
     error.__cause__ = exc
     return error
-
-
-class WorkerCounters:
-    def __init__(self) -> None:
-        self.completed = 0
-        self.failed = 0
-        self.retried = 0
-        self.dead_lettered = 0
-        self.handled = 0
-
-
-def _lock_of(message: TaskMessage) -> tuple[str, str] | None:
-    if message.unique and message.unique_lock_value:
-        return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
-    return None
 
 
 def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> Delivery:
@@ -113,15 +107,50 @@ def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> 
     )
 
 
+def _dispatched_at(entry_id: str, message: TaskMessage) -> float:
+    if message.dispatched_at is not None:
+        return message.dispatched_at
+    return int(entry_id.partition("-")[0]) / 1000
+
+
+@attrs.frozen
+class _Refused:
+    """An entry that cannot run: the failure path's delivery and error."""
+
+    delivery: Delivery
+    error: TaskRunnerError
+    unknown_task: bool = False
+    """It names a task not registered here (perhaps another group's, on a shared stream)."""
+
+
+class _Thread:
+    """A plain ``def`` action's thread: whether it returned, and an event set then
+    (its run keeps its pool slot until it has)."""
+
+    def __init__(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self.returned = False
+        self.done = trio.Event()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        finally:
+            self.returned = True
+            try:
+                self._token.run_sync_soon(self.done.set)
+            except trio.RunFinishedError:  # the runner is gone: nobody waits any more
+                pass
+
+
 class Worker:
     """Executes messages for one runner; :meth:`execute` is started once per message.
 
     Args:
-        config: The runner's configuration (hooks, handler, group).
-        backend: Where failed messages are dead-lettered.
+        config: The runner's configuration (hooks, handler, group, default timeout).
         tasks: The registered tasks by name, read as it is.
         pool: Whose slot each run frees when it ends.
-        acker: Where finished messages are acked.
+        outcomes: Where each run's outcome is carried out.
         sharing: The other groups on the stream (an unknown task may be theirs).
         inflight: Running messages, for the refresher.
         timings: Where every run's duration is recorded.
@@ -130,24 +159,29 @@ class Worker:
     def __init__(
         self,
         config: ConfigHolder,
-        backend: Backend,
         tasks: Mapping[str, Task],
         pool: WorkerPool,
-        acker: Acker,
+        outcomes: Outcomes,
         sharing: StreamSharing,
         inflight: InFlight,
         timings: TimingRecorder,
     ) -> None:
         self._config = config
-        self._backend = backend
         self._tasks = tasks
         self._pool = pool
-        self._acker = acker
+        self.outcomes = outcomes
         self._inflight = inflight
         self._timings = timings
-        self.counters = WorkerCounters()
         self._sharing = sharing
         self.observers: list[Callable[[str, float, bool], object]] = []
+        # Set by serve for its duration:
+        self.middlewares: tuple[Middleware, ...] = ()
+        self.state: Mapping[str, Any] = EMPTY_STATE
+        self.thread_limiter = trio.CapacityLimiter(math.inf)
+
+    @property
+    def counters(self) -> Any:
+        return self.outcomes.counters
 
     async def execute(self, entry: QueueEntry, consumer: str) -> None:
         """Run one message; frees its pool slot when done, whatever happens.
@@ -169,70 +203,193 @@ class Worker:
     async def _execute(self, entry: QueueEntry, consumer: str) -> None:
         if entry.delivery_count > 1 and await self._over_limit(entry, consumer):
             return
+        prepared = self._prepare(entry, consumer)
+        if isinstance(prepared, _Refused):
+            await self._refuse(prepared)
+        else:
+            await self._run(entry, consumer, *prepared)
+
+    # Step 2: prepare -------------------------------------------------------------
+    # (Synchronous, as the run is: every coroutine layer on the hot path costs.)
+    def _prepare(
+        self, entry: QueueEntry, consumer: str
+    ) -> tuple[Task, TaskMessage, Any] | _Refused:
+        """The task, message and payload of ``entry``; or why it cannot run."""
         try:
             message = decode_message(entry.payload)
         except Exception as exc:
-            await self._fail(_delivery(entry, consumer, None), _undecodable(exc))
-            return
+            return _Refused(_delivery(entry, consumer, None), _undecodable(exc))
         task = self._tasks.get(message.task_name)
         if task is None:
-            if await self._belongs_to_another_group(entry, message):
-                return
-            await self._fail(_delivery(entry, consumer, message), TaskNotFound(message.task_name))
-            return
-        if entry.delivery_count > task.attempts:
+            unknown = TaskNotFound(message.task_name)
+            return _Refused(_delivery(entry, consumer, message), unknown, unknown_task=True)
+        if message.attempts + entry.delivery_count > task.attempts:
             # The last allowed attempt never finished (its worker died): give up.
             error = TaskMaxRetryExceeded(task.name, entry.id, task.attempts)
-            await self._fail(_delivery(entry, consumer, message), error)
-            return
+            return _Refused(_delivery(entry, consumer, message), error)
         try:
             payload = decode_payload(message.payload, task.payload_type, task.name, task.extra_keys)
         except Exception as exc:
-            await self._fail(_delivery(entry, consumer, message), _undecodable(exc))
-            return
+            return _Refused(_delivery(entry, consumer, message), _undecodable(exc))
+        return task, message, payload
 
-        self._inflight.add(entry.id, consumer, task.reservation, trio.current_time())
-        started = trio.current_time()
-        succeeded = False
-        try:
-            await task.action(payload)
-            succeeded = True
-        except Exception as exc:
-            await self._attempt_failed(task, _delivery(entry, consumer, message), exc)
+    async def _refuse(self, refused: _Refused) -> None:
+        """The failure path of an entry that cannot run (or another group's ack)."""
+        delivery = refused.delivery
+        if refused.unknown_task and await self._belongs_to_another_group(delivery):
             return
+        await self.outcomes.fail(delivery, refused.error)
+
+    # Step 3: run -------------------------------------------------------------------
+    async def _run(
+        self, entry: QueueEntry, consumer: str, task: Task, message: TaskMessage, payload: Any
+    ) -> None:
+        timeout = task.timeout if task.timeout is not None else self._config.current.default_timeout
+        started = trio.current_time()
+        thread = _Thread() if task.shape.sync else None
+        # Nothing to build for a plain async action without middleware: awaited as it is.
+        plain = thread is None and task.shape.context is None and not self.middlewares
+        # A run gets a cancel scope when it has a deadline: entering one costs about a
+        # third of the in-memory throughput of no-op tasks, too much for runs that do
+        # not need one.
+        scope = None if timeout is None else trio.CancelScope(deadline=started + timeout)
+        deadline = math.inf if scope is None else scope.deadline
+        self._inflight.add(
+            entry.id, consumer, task.reservation, started, deadline=deadline, scope=scope
+        )
+        error: Exception | None = None
+        try:
+            if scope is None:
+                if plain:
+                    await task.action(payload)
+                else:
+                    await self._call(entry, task, message, payload, deadline, thread)
+            else:
+                with scope:
+                    if plain:
+                        await task.action(payload)
+                    else:
+                        await self._call(entry, task, message, payload, deadline, thread)
+                if scope.cancelled_caught:
+                    # Only the deadline cancels a run's scope: another part of the
+                    # runner cancelling a run would say so here.
+                    assert timeout is not None
+                    error = TaskTimeout(task.name, entry.id, timeout)
+        except Exception as exc:
+            error = exc
         finally:
-            self._inflight.remove(entry.id)
+            if thread is None:
+                self._inflight.remove(entry.id)
             elapsed = trio.current_time() - started
             self._timings.record(task.name, elapsed)
             if self.observers:
-                self._notify(task.name, elapsed, succeeded)
-        self.counters.completed += 1
-        self._acker.ack(entry.id, _lock_of(message))
+                self._notify(task.name, elapsed, error is None)
+        if error is None and thread is None:
+            self.outcomes.done(entry.id, message)  # step 4, the hot path's outcome
+            return
+        await self._outcome(entry, consumer, task, message, error, thread)
 
-    async def _belongs_to_another_group(self, entry: QueueEntry, message: TaskMessage) -> bool:
+    # Step 4: the outcome -------------------------------------------------------------
+    async def _outcome(
+        self,
+        entry: QueueEntry,
+        consumer: str,
+        task: Task,
+        message: TaskMessage,
+        error: Exception | None,
+        thread: _Thread | None,
+    ) -> None:
+        """Ack, retry or the failure path; then wait for a thread past its timeout."""
+        try:
+            if error is None:
+                self.outcomes.done(entry.id, message)
+            else:
+                await self.outcomes.attempt_failed(
+                    task,
+                    _delivery(entry, consumer, message),
+                    error,
+                    dispatched_at=_dispatched_at(entry.id, message),
+                )
+            if thread is not None and not thread.returned:
+                log.warning(
+                    "task %s (message %s) ran past its timeout in a thread that is still "
+                    "running: its pool slot frees when it returns",
+                    task.name,
+                    entry.id,
+                )
+                await thread.done.wait()
+        finally:
+            if thread is not None:
+                self._inflight.remove(entry.id)
+
+    async def _call(
+        self,
+        entry: QueueEntry,
+        task: Task,
+        message: TaskMessage,
+        payload: Any,
+        deadline: float,
+        thread: _Thread | None,
+    ) -> Any:
+        """The attempt with its context, middlewares or thread: the action's result."""
+        shape = task.shape
+        ctx = None
+        if shape.context is not None or self.middlewares:
+            ctx = TaskContext(
+                message_id=entry.id,
+                task_id=message.id or entry.id,
+                task_name=task.name,
+                attempt=message.attempts + entry.delivery_count,
+                max_attempts=task.attempts,
+                deadline=None if deadline == math.inf else deadline,
+                dispatched_at=_dispatched_at(entry.id, message),
+                state=self.state,
+                trace=message.trace or EMPTY_STATE,
+            )
+        if shape.context is None:
+            action: CallNext = partial(task.action, payload)
+        elif shape.context == 1:
+            action = partial(task.action, payload, ctx)
+        else:
+            action = partial(task.action, payload, **{str(shape.context): ctx})
+        if thread is not None:
+            action = partial(
+                trio.to_thread.run_sync,
+                partial(thread.call, action),
+                limiter=self.thread_limiter,
+                abandon_on_cancel=True,
+            )
+        if not self.middlewares:
+            return await action()
+        assert ctx is not None
+        return await run_chain(self.middlewares, ctx, action)
+
+    async def _belongs_to_another_group(self, delivery: Delivery) -> bool:
         """Whether an unknown task is another group's (the stream is shared): if
         so it is acked for this group only, never dead-lettered.
 
         The other groups are looked up once (the failure path, not the hot
         path) and then remembered; an error leaves the entry pending.
         """
+        task_name = delivery.task_name or ""
         try:
             others = self._sharing.seen or await self._sharing.others()
         except BackendError as exc:
             log.warning(
                 "message %s names unknown task %s and the stream's groups could not be "
                 "read (%s); leaving it pending",
-                entry.id,
-                message.task_name,
+                delivery.id,
+                task_name,
                 exc,
             )
             return True
         if not others:
             return False
-        self._sharing.skip_unknown(message.task_name, entry.id)
-        self._acker.ack(entry.id, None)
+        self._sharing.skip_unknown(task_name, delivery.id)
+        self.outcomes.ack(delivery.id)
         return True
 
+    # Step 1: bound the deliveries ----------------------------------------------------
     async def _over_limit(self, entry: QueueEntry, consumer: str) -> bool:
         """Send a redelivered entry past its delivery limit down the failure path,
         undecoded (it may be what killed the workers before); True if it was."""
@@ -254,7 +411,7 @@ class Worker:
             entry.delivery_count,
             bound.limit,
         )
-        await self._fail(_delivery(entry, consumer, None), error)
+        await self.outcomes.fail(_delivery(entry, consumer, None), error)
         return True
 
     def _notify(self, task_name: str, elapsed: float, succeeded: bool) -> None:
@@ -264,70 +421,6 @@ class Worker:
             except Exception:
                 log.exception("timing observer %r raised; removing it", observer)
                 self.observers.remove(observer)
-
-    async def _attempt_failed(self, task: Task, delivery: Delivery, exc: Exception) -> None:
-        self.counters.failed += 1
-        error = TaskExecutionError(task.name, delivery.id, delivery.delivery_count, exc)
-        error.__cause__ = exc
-        final = delivery.delivery_count >= task.attempts
-        log.warning(
-            "task %s (message %s) failed on attempt %d of %d: %s: %s%s",
-            task.name,
-            delivery.id,
-            delivery.delivery_count,
-            task.attempts,
-            type(exc).__name__,
-            exc,
-            "" if final else "; it will be retried after reclaim_delay",
-            exc_info=exc,
-        )
-        await call_hook_safely("on_error", self._config.current.on_error, error, delivery)
-        if final:
-            exhausted = TaskMaxRetryExceeded(task.name, delivery.id, task.attempts, exc)
-            exhausted.__cause__ = exc
-            await self._fail(delivery, exhausted, reported=True)
-        else:
-            self.counters.retried += 1
-
-    async def _fail(
-        self, delivery: Delivery, error: TaskRunnerError, *, reported: bool = False
-    ) -> None:
-        """The failure path: handler or dead-letter, then ack; or leave pending."""
-        reason = brief(f"{type(error).__name__}: {error}")
-        if not reported:
-            log.error(
-                "message %s (task %s) cannot be processed: %s",
-                delivery.id,
-                brief(delivery.task_name or "?", 200),
-                reason,
-            )
-            await call_hook_safely("on_error", self._config.current.on_error, error, delivery)
-        handler = self._config.current.failed_task_handler
-        if handler is not None:
-            try:
-                await call_hook(handler, delivery, error)
-            except Exception:
-                log.exception(
-                    "failed_task_handler raised for message %s; leaving it pending "
-                    "(it is tried again after reclaim_delay)",
-                    delivery.id,
-                )
-                return
-            self.counters.handled += 1
-        else:
-            try:
-                dead_id = await self._backend.dead_letter(
-                    self._config.current.consumer_group, delivery.id, delivery.raw, reason
-                )
-            except BackendError as exc:
-                log.error(
-                    "could not dead-letter message %s (%s); leaving it pending", delivery.id, exc
-                )
-                return
-            self.counters.dead_lettered += 1
-            log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
-        lock = _lock_of(delivery.message) if delivery.message is not None else None
-        self._acker.ack(delivery.id, lock)
 
 
 async def run(

@@ -117,6 +117,22 @@ Optional fields in use (a Go worker ignores all of them):
 
 - delayed member ``unique_key``: the precomputed message ``unique_key``. A Go
   leader ignores it and recomputes the key from the payload.
+- message and delayed member ``attempts`` (int >= 0): attempts used by earlier
+  entries of the task (a retry re-queued through the delayed set). Attempt
+  number = ``attempts`` + delivery count, bounded by ``max_retry``. A Go worker
+  bounds only its own deliveries of the entry.
+- message ``id`` (str): the task's id when it is not the entry's stream id (a
+  moved delayed member's ``id``; a retry keeps its task's).
+- message and delayed member ``dispatched_at`` (float, the backend's clock):
+  the first dispatch's time, when it is not the stream id's (delayed, retried).
+- message and delayed member ``trace`` (an object of strings): the W3C trace
+  context of the dispatch (``taskrunner.otel``).
+- delayed member ``unique_lock_value`` (str): a unique retry's lock token. The
+  move takes the lock if it is free or still held with it (so the retry keeps
+  its lock); a Go leader cannot take it and leaves the member until the lock
+  expires (``unique_for``), then dispatches it afresh (without ``attempts``).
+
+A plain dispatch writes none of them: its bytes are the same as before.
 - metrics ``<task>_sum_us`` and ``taskrunner:<group>:delayed_tasks_schedule_sum_us``:
   see above.
 """
@@ -131,11 +147,13 @@ from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
 from taskrunner._wire.delayed import new_delayed as new_delayed
+from taskrunner._wire.delayed import retry_delayed as retry_delayed
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
 from taskrunner._wire.locks import message_unique_key as message_unique_key
 from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
+from taskrunner._wire.message import MessageExtras as MessageExtras
 from taskrunner._wire.message import TaskMessage as TaskMessage
 from taskrunner._wire.message import TaskSettings as TaskSettings
 from taskrunner._wire.message import decode_message as decode_message
@@ -165,6 +183,7 @@ __all__ = [
     "CatalogDocument",
     "CatalogTask",
     "DelayedTask",
+    "MessageExtras",
     "TaskMessage",
     "TaskSettings",
     "TimingFields",
@@ -184,6 +203,7 @@ __all__ = [
     "read_timing",
     "reservation_ns",
     "reset_fields",
+    "retry_delayed",
     "schedule_fields",
     "schedule_timing",
     "schedule_timing_name",

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
+from taskrunner._wire.message import TaskMessage, extras_of
 from taskrunner.errors import InvalidTaskPayload
 
 
@@ -28,10 +29,23 @@ class DelayedTask:
     payload: Any = None
     unique_key: str | None = None
     """Ours, for unique tasks: the message ``unique_key``, computed at dispatch."""
+    unique_lock_value: str = ""
+    """Ours, for a retry of a unique task: the token of the lock it keeps."""
+    # Ours, copied into the message when the member is moved (see TaskMessage):
+    attempts: int = 0
+    dispatched_at: float | None = None
+    trace: dict[str, str] | None = None
 
 
 def new_delayed(
-    task_name: str, payload: Any, run_at: float, *, id: str, unique_key: str | None = None
+    task_name: str,
+    payload: Any,
+    run_at: float,
+    *,
+    id: str,
+    unique_key: str | None = None,
+    dispatched_at: float | None = None,
+    trace: dict[str, str] | None = None,
 ) -> DelayedTask:
     """The delayed member that runs ``task_name`` at ``run_at`` (the backend's seconds).
 
@@ -39,16 +53,48 @@ def new_delayed(
         task_name: The task to run.
         payload: The payload in its wire (JSON-ready) form.
         run_at: The run-at time; also the member's score, which keeps the fraction.
-        id: A fresh uuid4 string (a fixed one in tests).
+        id: A fresh uuid4 string (a fixed one in tests); the task's id.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
+        dispatched_at: When it was dispatched (the backend's clock).
+        trace: The trace context of the dispatch, if traced.
     """
     return DelayedTask(
-        id=id, task=task_name, time=math.floor(run_at), payload=payload, unique_key=unique_key
+        id=id,
+        task=task_name,
+        time=math.floor(run_at),
+        payload=payload,
+        unique_key=unique_key,
+        dispatched_at=dispatched_at,
+        trace=trace,
+    )
+
+
+def retry_delayed(
+    message: TaskMessage, run_at: float, *, id: str, attempts: int, dispatched_at: float
+) -> DelayedTask:
+    """The member that re-queues ``message`` for another attempt at ``run_at``.
+
+    It keeps what the next attempt needs of the message: its task, payload,
+    trace, unique key and lock token (a unique task keeps its lock across
+    the retry), with the task's ``id``, the ``attempts`` used so far and the
+    original ``dispatched_at``.
+    """
+    return DelayedTask(
+        id=id,
+        task=message.task_name,
+        time=math.floor(run_at),
+        payload=message.payload,
+        unique_key=message.unique_key if message.unique else None,
+        unique_lock_value=message.unique_lock_value if message.unique else "",
+        attempts=attempts,
+        dispatched_at=dispatched_at,
+        trace=message.trace,
     )
 
 
 def encode_delayed(delayed: DelayedTask) -> bytes:
-    """The member's JSON: Go's four fields, then ``unique_key`` when set.
+    """The member's JSON: Go's four fields, then ours when set (``unique_key``,
+    ``unique_lock_value``, ``attempts``, ``dispatched_at``, ``trace``).
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -61,6 +107,14 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
     }
     if delayed.unique_key is not None:
         doc["unique_key"] = delayed.unique_key
+    if delayed.unique_lock_value:
+        doc["unique_lock_value"] = delayed.unique_lock_value
+    if delayed.attempts:
+        doc["attempts"] = delayed.attempts
+    if delayed.dispatched_at is not None:
+        doc["dispatched_at"] = delayed.dispatched_at
+    if delayed.trace:
+        doc["trace"] = delayed.trace
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -82,10 +136,15 @@ def decode_delayed(raw: bytes) -> DelayedTask:
     moment = doc.get("time", 0)
     if isinstance(moment, bool) or not isinstance(moment, int | float) or not math.isfinite(moment):
         raise InvalidTaskPayload(f"field 'time' should be unix seconds, got {moment!r}")
+    extras = extras_of(doc)  # the same optional fields as a message's
     return DelayedTask(
         id=field(doc, "id", str, ""),
         task=task,
         time=math.floor(moment),
         payload=doc.get("payload"),
         unique_key=field(doc, "unique_key", str, None),
+        unique_lock_value=field(doc, "unique_lock_value", str, ""),
+        attempts=extras.attempts,
+        dispatched_at=extras.dispatched_at,
+        trace=extras.trace,
     )

@@ -16,6 +16,25 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
 @attrs.frozen(kw_only=True)
+class MessageExtras:
+    """Our optional fields of a message (absent from a plain one; see the package
+    docstring). Kept apart so a plain message costs nothing for them."""
+
+    attempts: int = 0
+    """Attempts used by earlier entries of this task (it is a re-queued retry)."""
+    id: str = ""
+    """The task's id when it is not this entry's stream id (moved from the delayed set)."""
+    dispatched_at: float | None = None
+    """When the task was first dispatched (the backend's clock), when that is not
+    the stream id's time (a delayed dispatch, a retry)."""
+    trace: dict[str, str] | None = None
+    """The trace context the dispatch carried (W3C ``traceparent``, ``tracestate``)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.attempts or self.id or self.dispatched_at is not None or self.trace)
+
+
+@attrs.frozen(kw_only=True)
 class TaskMessage:
     """The JSON document in a stream entry's ``payload`` field (Go's ``TaskMessage``).
 
@@ -32,6 +51,28 @@ class TaskMessage:
     """The unique lock key's suffix, ``<task>:<key>`` (see the module docstring)."""
     unique_lock_value: str = ""
     reservation_timeout: int = 0
+    extras: MessageExtras | None = None
+    """Our optional fields; ``None`` for a plain message (Go's, or a plain dispatch)."""
+
+    @property
+    def attempts(self) -> int:
+        """Attempts used by earlier entries of this task (0 unless it is a retry)."""
+        return self.extras.attempts if self.extras is not None else 0
+
+    @property
+    def id(self) -> str:
+        """The task's id when it is not the entry's stream id, else ``""``."""
+        return self.extras.id if self.extras is not None else ""
+
+    @property
+    def dispatched_at(self) -> float | None:
+        """The first dispatch's time when it is not the stream id's, else ``None``."""
+        return self.extras.dispatched_at if self.extras is not None else None
+
+    @property
+    def trace(self) -> dict[str, str] | None:
+        """The dispatch's trace context, if it was traced."""
+        return self.extras.trace if self.extras is not None else None
 
     @property
     def reservation_timeout_seconds(self) -> float:
@@ -70,7 +111,15 @@ def unique_for_seconds(seconds: float) -> int:
 
 
 def new_message(
-    task: TaskSettings, payload: Any, *, unique_key: str = "", token: str = ""
+    task: TaskSettings,
+    payload: Any,
+    *,
+    unique_key: str = "",
+    token: str = "",
+    attempts: int = 0,
+    id: str = "",
+    dispatched_at: float | None = None,
+    trace: dict[str, str] | None = None,
 ) -> TaskMessage:
     """The message that runs ``task`` once.
 
@@ -80,12 +129,20 @@ def new_message(
         payload: The payload in its wire (JSON-ready) form.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
         token: For a unique task, the lock's token (random at dispatch).
+        attempts: Attempts used by earlier entries of the task (a retry).
+        id: The task's id, when it is not the entry's stream id.
+        dispatched_at: The first dispatch's time, when it is not the stream id's.
+        trace: The dispatch's trace context, when traced.
     """
+    extras = None
+    if attempts or id or dispatched_at is not None or trace:
+        extras = MessageExtras(attempts=attempts, id=id, dispatched_at=dispatched_at, trace=trace)
     if not task.unique:
         return TaskMessage(
             task_name=task.name,
             payload=payload,
             reservation_timeout=reservation_ns(task.reservation),
+            extras=extras,
         )
     return TaskMessage(
         task_name=task.name,
@@ -95,6 +152,7 @@ def new_message(
         unique_key=unique_key,
         unique_lock_value=token,
         reservation_timeout=reservation_ns(task.reservation),
+        extras=extras,
     )
 
 
@@ -104,7 +162,7 @@ def encode_message(message: TaskMessage) -> bytes:
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable, or too large.
     """
-    doc = {
+    doc: dict[str, Any] = {
         "task_name": message.task_name,
         "payload": message.payload,
         "unique": message.unique,
@@ -113,6 +171,16 @@ def encode_message(message: TaskMessage) -> bytes:
         "unique_lock_value": message.unique_lock_value,
         "reservation_timeout": message.reservation_timeout,
     }
+    extras = message.extras
+    if extras is not None:
+        if extras.attempts:
+            doc["attempts"] = extras.attempts
+        if extras.id:
+            doc["id"] = extras.id
+        if extras.dispatched_at is not None:
+            doc["dispatched_at"] = extras.dispatched_at
+        if extras.trace:
+            doc["trace"] = extras.trace
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -188,6 +256,9 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         raise InvalidTaskPayload(
             f"field 'task_name' should be a non-empty string, got {task_name!r}"
         )
+    extras = None
+    if "attempts" in doc or "id" in doc or "dispatched_at" in doc or "trace" in doc:
+        extras = extras_of(doc) or None
     return TaskMessage(
         task_name=task_name,
         payload=doc.get("payload"),
@@ -196,4 +267,35 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         unique_key=field(doc, "unique_key", str, ""),
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
         reservation_timeout=field(doc, "reservation_timeout", int, 0),
+        extras=extras,
+    )
+
+
+def extras_of(doc: dict[str, Any]) -> MessageExtras:
+    """Our optional fields of a message or delayed member, read with their defaults.
+
+    Raises:
+        InvalidTaskPayload: one has the wrong type (or ``attempts`` is negative).
+    """
+    attempts = field(doc, "attempts", int, 0)
+    if attempts < 0:
+        raise InvalidTaskPayload(f"field 'attempts' should be >= 0, got {attempts!r}")
+    dispatched_at = doc.get("dispatched_at")
+    if dispatched_at is not None and (
+        isinstance(dispatched_at, bool)
+        or not isinstance(dispatched_at, int | float)
+        or not math.isfinite(dispatched_at)
+    ):
+        raise InvalidTaskPayload(f"field 'dispatched_at' should be seconds, got {dispatched_at!r}")
+    trace = doc.get("trace")
+    if trace is not None and not (
+        isinstance(trace, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in trace.items())
+    ):
+        raise InvalidTaskPayload(f"field 'trace' should be an object of strings, got {trace!r}")
+    return MessageExtras(
+        attempts=attempts,
+        id=field(doc, "id", str, ""),
+        dispatched_at=None if dispatched_at is None else float(dispatched_at),
+        trace=trace or None,
     )

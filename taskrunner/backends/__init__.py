@@ -1,7 +1,7 @@
 """Backend interfaces and value types.
 
-- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`TaskCatalog`):
-  what a runner serves on.
+- :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Deferral` +
+  :class:`TaskCatalog`): what a runner serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
@@ -13,6 +13,7 @@ from taskrunner._wire import CatalogTask as CatalogTask
 from taskrunner._wire import TimingFields as TimingFields
 from taskrunner._wire import TimingIncrement as TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog as TaskCatalog
+from taskrunner.backends._deferral import Deferral as Deferral
 from taskrunner.backends._inspection import Heartbeat as Heartbeat
 from taskrunner.backends._inspection import KeyCounts as KeyCounts
 from taskrunner.backends._inspection import KeyInfo as KeyInfo

@@ -139,8 +139,9 @@ class MemoryState:
         for move in moves:  # no checkpoint inside: atomic, like the Lua script
             if move.member not in members:
                 continue
-            if move.lock_key is not None and not self._set_nx(
-                move.lock_key, move.lock_token, move.lock_ttl
+            if move.lock_key is not None and not (
+                self._set_nx(move.lock_key, move.lock_token, move.lock_ttl)
+                or self._expire_if(move.lock_key, move.lock_token, move.lock_ttl)
             ):
                 continue
             del members[move.member]

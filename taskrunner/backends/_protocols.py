@@ -40,6 +40,7 @@ import attrs
 from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog
+from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
 
 
@@ -112,7 +113,9 @@ class DelayedMove:
     """The ``payload`` field of the entry to add."""
     lock_key: str | None = None
     """For a unique task: the lock to take first; the move is skipped (the member
-    stays) while the lock is held."""
+    stays) while another token holds the lock. A lock already held with
+    :attr:`lock_token` (a retry keeping its lock) counts as taken, and gets
+    :attr:`lock_ttl` again."""
     lock_token: str = ""
     lock_ttl: float = 0.0
 
@@ -302,8 +305,10 @@ class SharedState(Protocol):
 
     async def move_delayed(self, group: str, moves: Sequence[DelayedMove]) -> int:
         """Atomically, for each move: if the member is still in the set and its
-        lock (if any) can be taken, remove the member and add its message to
-        the group's stream. A process that dies mid-call moves all or none.
+        lock (if any) can be taken (it is free, or held with the move's own
+        token, whose lifetime then starts again), remove the member and add its
+        message to the group's stream. A process that dies mid-call moves all
+        or none.
 
         Returns:
             How many members were moved.
@@ -383,9 +388,10 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, TaskCatalog, Protocol):
-    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, and the
-    task catalog it publishes what it serves in."""
+class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Protocol):
+    """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
+    that re-queues a retry (:class:`Deferral`), and the task catalog it publishes
+    what it serves in."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 from types import TracebackType
 
 from taskrunner.backends._memory_catalog import MemoryCatalog
+from taskrunner.backends._memory_defer import MemoryDefer
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection):
+class MemoryBackend(MemoryInspection, MemoryDefer):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 

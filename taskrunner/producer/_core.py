@@ -194,7 +194,9 @@ class ProducerCore:
         member_id = str(uuid.uuid4())
         # The leader computes a unique task's key from the payload when it moves it.
         plain = attrs.evolve(task, unique=False, unique_for=0.0)
-        member = delayed_member(plain, wire_payload(payload), run_at, id=member_id)
+        member = delayed_member(
+            plain, wire_payload(payload), run_at, id=member_id, dispatched_at=time.time()
+        )
         return member_id, member
 
     def run_at_after(self, delay: float | timedelta) -> float:

@@ -73,6 +73,10 @@ from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing regis
     check_catalog,
     check_catalog_expiry,
 )
+from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
+    check_defer,
+    check_move_delayed_keeps_own_lock,
+)
 from taskrunner.testing._embedded import (
     ServerProcess,
     find_server_binary,
@@ -152,6 +156,7 @@ _MODULE_ORDER = (
     "_stream_checks",
     "_reclaim_checks",
     "_state_checks",
+    "_defer_checks",
     "_catalog_checks",
     "_inspection_checks",
 )

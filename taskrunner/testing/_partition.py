@@ -221,6 +221,12 @@ class PartitionedBackend(Backend, Inspection):
     async def read_tuning(self, group: str) -> int | None:
         return await self._through("read_tuning", partial(self.backend.read_tuning, group))
 
+    # Deferral ----------------------------------------------------------------------
+    async def defer(self, group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+        return await self._through(
+            "defer", partial(self.backend.defer, group, entry_id, member, run_at)
+        )
+
     # TaskCatalog -------------------------------------------------------------------
     async def publish_catalog(self, group: str, document: CatalogDocument, ttl: float) -> None:
         await self._through(

@@ -81,7 +81,7 @@ async def test_retry_then_handler_then_dead_letter_paths(backend: RedisBackend) 
     runner = make(backend, "h", failed_task_handler=lambda d, e: handled.append((d, e)))
     attempts: list[float] = []
 
-    @runner.task(max_retry=2, reservation_timeout=0.5)
+    @runner.task(max_retry=2, reservation_timeout=0.5, retry=None)  # retried by reclaim
     async def flaky(payload: None) -> None:
         attempts.append(trio.current_time())
         raise RuntimeError("boom")

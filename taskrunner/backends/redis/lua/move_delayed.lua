@@ -7,9 +7,11 @@
 --           member, message, lock (index into KEYS, 0 = no lock), token, ttl (ms)
 --
 -- For each move: skip it if the member is no longer in the ZSET (another pass
--- moved it); skip it if it has a lock that is held (the member stays and is
--- tried again on a later pass); otherwise take the lock, XADD the message as
--- the entry's `payload` field and ZREM the member.
+-- moved it); skip it if it has a lock that another token holds (the member
+-- stays and is tried again on a later pass); otherwise take the lock (a lock
+-- already held with the move's own token, a retry keeping its lock, gets its
+-- ttl again), XADD the message as the entry's `payload` field and ZREM the
+-- member.
 --
 -- A failing command stops a script without undoing what it already did, so
 -- the XADD comes first and is guarded: if it fails (a wrong type, OOM) the
@@ -22,7 +24,14 @@ for i = 1, #ARGV, 5 do
     local member = ARGV[i]
     if redis.call('ZSCORE', KEYS[1], member) then
         local lock = tonumber(ARGV[i + 2])
-        if lock == 0 or redis.call('SET', KEYS[lock], ARGV[i + 3], 'NX', 'PX', ARGV[i + 4]) then
+        local free = lock == 0
+        if not free then
+            free = redis.call('SET', KEYS[lock], ARGV[i + 3], 'NX', 'PX', ARGV[i + 4])
+            if not free and redis.call('GET', KEYS[lock]) == ARGV[i + 3] then
+                free = redis.call('PEXPIRE', KEYS[lock], ARGV[i + 4]) == 1
+            end
+        end
+        if free then
             local added = redis.pcall('XADD', KEYS[2], '*', 'payload', ARGV[i + 1])
             if type(added) == 'table' and added.err then
                 if lock ~= 0 then

@@ -1,0 +1,52 @@
+"""What an action and its middlewares know about the run: :class:`TaskContext`.
+
+A frozen snapshot built by the worker for each run, and only when someone
+will read it (an action that takes it, or a middleware), so actions that
+take none pay nothing for it. New fields get a default, so the worker, the
+tests and later features can add them without touching every constructor
+call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+EMPTY_STATE: Mapping[str, Any] = MappingProxyType({})
+"""``ctx.state`` without a lifespan."""
+
+
+@attrs.frozen(kw_only=True)
+class TaskContext:
+    """One run of a task, as its action and middlewares see it.
+
+    An action receives it as a second positional parameter, or as a parameter
+    annotated ``TaskContext`` (by keyword); see :meth:`TaskRunner.task
+    <taskrunner.TaskRunner.task>`.
+    """
+
+    message_id: str
+    """The stream id of the entry being run (a retry is a new entry, with a new id)."""
+    task_id: str
+    """The task's id: the same across its retries. The message id of a plain
+    dispatch, the delayed task's id of a delayed one (what ``dispatch`` and
+    ``dispatch_delayed`` returned)."""
+    task_name: str
+    attempt: int
+    """This attempt's number, 1-based, counted across retries and reclaims."""
+    max_attempts: int
+    """The task's attempts in all (``max_retry``, 0 meaning 1)."""
+    deadline: float | None
+    """When the run is cancelled for its timeout, on trio's clock
+    (``trio.current_time()``); ``None`` without a timeout."""
+    dispatched_at: float
+    """When the task was first dispatched, in the backend's clock (unix seconds
+    on Redis, trio's clock in memory): kept across delays and retries."""
+    state: Mapping[str, Any] = EMPTY_STATE
+    """What the runner's lifespan yielded (read-only); empty without one."""
+    trace: Mapping[str, str] = EMPTY_STATE
+    """The trace context the message carries (W3C ``traceparent``...), empty
+    when it carries none; read by ``taskrunner.otel``."""

@@ -1,0 +1,27 @@
+""":class:`~taskrunner.backends.Deferral` in memory: ack and re-queue in one step."""
+
+from __future__ import annotations
+
+import trio
+
+from taskrunner.backends._memory_state import MemoryState, check_text
+from taskrunner.backends._memory_stream import MemoryStream
+
+
+class MemoryDefer(MemoryStream, MemoryState):
+    """A :class:`~taskrunner.backends.Deferral` over the in-memory stream and state."""
+
+    async def defer(self, group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+        await trio.lowlevel.checkpoint()
+        check_text("defer", "entry_id", entry_id)
+        # No checkpoint from here on: the ack and the add are one step, like the script.
+        stream = self._stream(group)
+        pending = stream.groups.get(group)
+        if pending is None or pending.pending.pop(entry_id, None) is None:
+            return False
+        if self.delete_on_ack:
+            seq = stream.seq_of.pop(entry_id, None)
+            if seq is not None:
+                del stream.entries[seq]
+        self._delayed.setdefault(group, {})[member] = run_at
+        return True
