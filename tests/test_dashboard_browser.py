@@ -186,6 +186,7 @@ def test_schedules_and_task_pages_say_what_is_missing(fleet: LiveFleet, page: An
     page.wait_for_url(re.compile(rf"/groups/{GROUP}/tasks/1-0$"))
     assert page.inner_text("h1") == "Task 1-0"
     assert page.locator(".unavailable").count() == 1
+    screenshot(page, "task")
     page.goto(f"{fleet.base}/groups/{GROUP}/schedules")
     assert page.locator(".unavailable, #schedules").count() >= 1
     screenshot(page, "schedules")

@@ -61,6 +61,14 @@ DOCS_DIR = EXAMPLES.parent / "docs"
 RUN_TIMEOUT = 30
 
 EXPECTED: dict[str, list[str]] = {
+    "dashboard_mount.py": [
+        "home: the shop",
+        "groups: ['shop']",
+        "instance web-1: leader True, serves send_receipt",
+        "task send_receipt: 3 runs",
+        "group page: HTTP 200, links under the mount: True",
+        "a POST to an action while read-only: 403",
+    ],
     "quickstart.py": [
         "hello, Ada",
         "hello, Alan",
