@@ -226,14 +226,30 @@ async def read_schedules(backend: Backend, group: str) -> list[ScheduleRow]:
 # Pauses (issue 18) --------------------------------------------------------------
 
 
+def _flow(backend: Backend, name: str) -> Callable[..., Any]:
+    """``admin.<name>(backend, group, ...)``, or the backend's FlowControl method of that
+    name (what ``admin`` calls) when this taskrunner's admin has none."""
+    found = getattr(admin, name, None)
+    if found is not None:
+        fn: Callable[..., Any] = found
+        return lambda group, **kw: fn(backend, group, **kw)
+    method = getattr(backend, name, None)
+    if method is None:
+        raise Unavailable(
+            f"pause and resume is not available: taskrunner.admin has no {name}() and "
+            f"{type(backend).__name__} has no {name}()"
+        )
+    bound: Callable[..., Any] = method
+    return bound
+
+
 async def paused_queues(backend: Backend, group: str) -> tuple[frozenset[str], frozenset[str]]:
     """The paused queues and tasks of ``group``.
 
     Raises:
         Unavailable: no pauses here.
     """
-    paused = _admin("paused", "pause and resume")
-    found = await paused(backend, group)
+    found = await _flow(backend, "paused")(group)
     return frozenset(found.queues), frozenset(found.tasks)
 
 
@@ -243,8 +259,7 @@ async def pause_queue(backend: Backend, group: str, queue: str) -> bool:
     Raises:
         Unavailable: no pauses here.
     """
-    pause = _admin("pause", "pause and resume")
-    done: bool = await pause(backend, group, queue=queue)
+    done: bool = await _flow(backend, "pause")(group, queue=queue)
     return done
 
 
@@ -254,8 +269,7 @@ async def resume_queue(backend: Backend, group: str, queue: str) -> bool:
     Raises:
         Unavailable: no pauses here.
     """
-    resume = _admin("resume", "pause and resume")
-    done: bool = await resume(backend, group, queue=queue)
+    done: bool = await _flow(backend, "resume")(group, queue=queue)
     return done
 
 
