@@ -77,6 +77,16 @@ class Dispatcher:
         self._scheduler = scheduler
         self.tracer: Tracer | None = None
         """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
+        self._encoders: dict[str, tuple[Task, Callable[[Any], bytes]]] = {}
+
+    def _plain(self, task: Task, payload: Any) -> bytes:
+        """The message of a plain (not unique, not traced) dispatch of ``task``: one
+        encoder per task, so only the payload is encoded per call (the bytes of
+        :func:`~taskrunner._enqueue.enqueue`)."""
+        cached = self._encoders.get(task.name)
+        if cached is None or cached[0] is not task:  # first use, or registered anew
+            cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))
+        return cached[1](encode_payload(payload, task.payload_type, task.name, task.extra_keys))
 
     def _enqueue(self, task: Task, payload: Any, trace: dict[str, str] | None = None) -> Enqueue:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
@@ -105,8 +115,11 @@ class Dispatcher:
 
     async def _dispatch(self, name: str, payload: Any, trace: dict[str, str] | None) -> str:
         task = self._get_task(name)
-        entry = self._enqueue(task, payload, trace)
         group = self._config.current.consumer_group
+        if not task.unique and trace is None:
+            (message_id,) = await self._backend.add(group, [self._plain(task, payload)])
+            return message_id
+        entry = self._enqueue(task, payload, trace)
         lock = entry.lock
         if lock is None:
             (message_id,) = await self._backend.add(group, [entry.data])
@@ -156,7 +169,10 @@ class Dispatcher:
     async def _add_many(
         self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None
     ) -> list[str]:
-        data = [self._enqueue(task, payload, trace).data for payload in payloads]
+        if trace is None:
+            data = [self._plain(task, payload) for payload in payloads]
+        else:
+            data = [self._enqueue(task, payload, trace).data for payload in payloads]
         return await self._backend.add(self._config.current.consumer_group, data) if data else []
 
     async def dispatch_delayed(
