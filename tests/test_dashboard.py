@@ -78,6 +78,7 @@ async def test_the_fleet_lists_the_groups_and_the_live_instances(
         page = (await http.get("/")).text
     assert [g["name"] for g in fleet["groups"]] == ["g"]
     assert fleet["groups"][0]["leader"] == runner.instance_id
+    assert fleet["groups"][0]["leader_host"] == "h1"
     assert [(i["host"], i["instance_id"]) for i in fleet["instances"]] == [
         ("h1", runner.instance_id)
     ]

@@ -88,6 +88,9 @@ class GroupRow:
     lag: int
     consumers: int
     leader: str | None
+    """The lease holder's instance id."""
+    leader_host: str | None
+    """Its host, from its heartbeat."""
 
 
 @attrs.frozen(kw_only=True)
@@ -114,6 +117,8 @@ async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -
         BackendError: the store could not be read.
     """
     ping = await inspection.ping()
+    beats = await inspection.list_heartbeats()
+    host_of_instance = {b.instance_id: b.host for b in beats}
     rows = []
     for name in await inspection.list_groups():
         info = await backend.group_info(name)
@@ -126,9 +131,9 @@ async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -
                 lag=info.lag,
                 consumers=len(info.consumers),
                 leader=None if lease is None else lease.owner,
+                leader_host=None if lease is None else host_of_instance.get(lease.owner),
             )
         )
-    beats = await inspection.list_heartbeats()
     return FleetPage(
         server=server,
         ping_ms=ping * 1000,
