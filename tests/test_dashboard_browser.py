@@ -195,7 +195,8 @@ def test_schedules_and_task_pages_say_what_is_missing(fleet: LiveFleet, page: An
 def test_actions_need_the_token_and_the_session_ends_at_log_out(
     acting_fleet: LiveFleet, page: Any
 ) -> None:
-    page.goto(acting_fleet.base + "/")
+    opened = page.goto(acting_fleet.base + "/")
+    assert opened.status == 200, page.content()
     page.click("text=Log in to act")
     page.fill("input[name=token]", TOKEN + "-wrong")
     page.click("button:text-is('Log in')")
