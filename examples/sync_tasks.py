@@ -50,7 +50,7 @@ async def main() -> None:
         with lock:
             running += 1
             most = max(most, running)
-        time.sleep(0.05)  # blocking work, off the event loop
+        time.sleep(0.1)  # blocking work, off the event loop
         with lock:
             running -= 1
             made.append(payload["image"])
@@ -67,10 +67,13 @@ async def main() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
         await runner.dispatch_many("thumbnail", [{"image": f"img{i}.png"} for i in range(6)])
-        await runner.dispatch("convert", "scan.tiff")
         with trio.fail_after(10):
+            while len(made) < 6:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            # After the thumbnails, so its thread does not take one of their two.
+            await runner.dispatch("convert", "scan.tiff")
             await gave_up.wait()
-            while len(made) < 6 or runner.statistics().running:  # noqa: ASYNC110
+            while runner.statistics().running:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         runner.shutdown()
     print(f"thumbnails made: {len(made)}, at most {most} threads at once")
