@@ -277,6 +277,14 @@ async def test_the_token_opens_a_session_and_a_wrong_one_does_not(
         assert session_cookie
         assert "httponly" in session_cookie[0].lower()
         assert "samesite=strict" in session_cookie[0].lower()
+        # Logged in, with the field, from another site: still refused.
+        evil = await http.post(
+            "/groups/g/queues/tasks/pause",
+            data={"csrf": csrf},
+            headers={"origin": "http://evil.example"},
+        )
+        assert evil.status_code == 403
+        assert "another site" in evil.text
         # Logged in, an action passes the checks (on main, the feature itself is
         # not there yet: 501 naming it, never a 403).
         done = await http.post("/groups/g/queues/tasks/pause", data={"csrf": csrf})
