@@ -11,6 +11,8 @@ from importlib.metadata import version as _version
 
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
 from taskrunner._context import TaskContext as TaskContext
+from taskrunner._limits import RateLimit as RateLimit
+from taskrunner._periodic import Schedule as Schedule
 from taskrunner._retry import Backoff as Backoff
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -50,6 +51,53 @@ def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
         )
     if not is_utf8_text(value):  # every key and consumer name is built from it
         raise ValueError(f"{attribute.name} must be valid UTF-8 text, got {value!r}")
+
+
+def queue_name_problem(value: object) -> str | None:
+    """Why ``value`` cannot name a queue, or ``None`` when it can: a non-empty string
+    without spaces or ``:`` (it becomes the tail of a stream key, and the flow-control
+    keys after the group's name use ``:``), with a UTF-8 form."""
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty string"
+    if any(c.isspace() for c in value) or ":" in value:
+        return "must have no spaces and no ':'"
+    if not is_utf8_text(value):
+        return "must be valid UTF-8 text"
+    return None
+
+
+def _as_queues(value: object) -> object:
+    # A mapping (weighted) is copied into a dict, a list or other sequence of
+    # names (strict order) into a tuple; anything else goes to the validator.
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    return value
+
+
+def _queues(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, tuple | dict):
+        raise TypeError(
+            "queues must be a tuple of queue names (strict priority) or a mapping of "
+            f"queue names to weights, got {value!r}"
+        )
+    if not value:
+        raise ValueError(f"queues must name at least one queue, got {value!r}")
+    for name in value:
+        problem = queue_name_problem(name)
+        if problem is not None:
+            raise ValueError(f"queues: a queue name {problem}, got {name!r}")
+    if isinstance(value, tuple) and len(set(value)) != len(value):
+        raise ValueError(f"queues must not name a queue twice, got {value!r}")
+    if isinstance(value, dict):
+        for name, weight in value.items():
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise ValueError(
+                    f"queues: the weight of queue {name!r} must be an integer >= 1, got {weight!r}"
+                )
 
 
 def _callable_or_none(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -182,6 +230,20 @@ class TaskRunnerConfig:
     """Most worker threads running plain ``def`` actions at once; ``None`` (the
     default): as many as the pool has slots (each thread holds its run's slot)."""
 
+    queues: tuple[str, ...] | dict[str, int] | None = attrs.field(
+        default=None, converter=_as_queues, validator=_queues
+    )
+    """The queues this runner reads, each its own stream (``<prefix>:<queue>``).
+
+    ``None`` (the default): the backend's one queue (``tasks``), as before.
+    A tuple of names is *strict priority*: a queue is read only when every
+    queue before it is empty, ``("critical", "default", "low")``. A mapping of
+    names to integer weights is *weighted*: while every queue has work, each
+    gets a share of the reads in proportion to its weight, and none starves,
+    ``{"critical": 6, "default": 3, "low": 1}``. Tasks (and dispatches) name
+    their queue; one that names none goes to the backend's queue, so list it
+    here too if this runner should read it."""
+
     def __attrs_post_init__(self) -> None:
         if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
             raise ValueError(
@@ -197,6 +259,23 @@ class TaskRunnerConfig:
             raise ValueError(
                 f"max_workers must be >= min_workers ({self.min_workers}), got {self.max_workers!r}"
             )
+
+    @property
+    def queue_names(self) -> tuple[str, ...] | None:
+        """The configured queues in priority order (by weight, heaviest first, when
+        weighted), or ``None`` for the backend's one queue."""
+        queues = self.queues
+        if isinstance(queues, dict):
+            return tuple(sorted(queues, key=lambda q: -queues[q]))
+        return queues
+
+    @property
+    def queue_weights(self) -> tuple[int, ...] | None:
+        """The weights of :attr:`queue_names`, in their order; ``None`` unless weighted."""
+        if not isinstance(self.queues, dict):
+            return None
+        names = self.queue_names or ()
+        return tuple(self.queues[q] for q in names)
 
     @property
     def effective_reclaim_interval(self) -> float:

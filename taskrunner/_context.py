@@ -50,3 +50,10 @@ class TaskContext:
     trace: Mapping[str, str] = EMPTY_STATE
     """The trace context the message carries (W3C ``traceparent``...), empty
     when it carries none; read by ``taskrunner.otel``."""
+    schedule: str | None = None
+    """The periodic schedule whose tick this run serves (``runner.add_schedule``,
+    ``@runner.periodic``); ``None`` for a run that was dispatched."""
+    tick: float | None = None
+    """The tick this run serves: the instant it was due, unix seconds in the
+    backend's clock (trio's clock in memory); ``None`` unless ``schedule`` is set.
+    A retry of the run serves the same tick."""

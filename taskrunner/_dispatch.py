@@ -30,7 +30,7 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._codec import encode_payload
-from taskrunner._config import ConfigHolder
+from taskrunner._config import ConfigHolder, queue_name_problem
 from taskrunner._enqueue import (
     Enqueue,
     LockRequest,
@@ -52,6 +52,21 @@ LOCK_RELEASE_TIMEOUT = 2.0
 Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 """``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
 one for the batch), yielding the trace context to carry, if any."""
+
+
+def _queue_of(task: Task, queue: str | None) -> str | None:
+    """The queue a dispatch goes to: the one given, else the task's (``None``: the
+    backend's).
+
+    Raises:
+        ValueError: ``queue`` cannot name a queue.
+    """
+    if queue is None:
+        return task.queue
+    problem = queue_name_problem(queue)
+    if problem is not None:
+        raise ValueError(f"queue {problem}, got {queue!r}")
+    return queue
 
 
 class Dispatcher:
@@ -90,6 +105,7 @@ class Dispatcher:
 
     def _enqueue(self, task: Task, payload: Any, trace: dict[str, str] | None = None) -> Enqueue:
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
+        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         if not task.unique:
             return enqueue(task, wire_payload, trace=trace)
         return enqueue(
@@ -106,28 +122,35 @@ class Dispatcher:
         except KeyError:
             raise TaskNotFound(name) from None
 
-    async def dispatch(self, name: str, payload: Any = None) -> str:
+    async def dispatch(self, name: str, payload: Any = None, *, queue: str | None = None) -> str:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
         if self.tracer is not None:
             with self.tracer(name) as trace:
-                return await self._dispatch(name, payload, trace)
-        return await self._dispatch(name, payload, None)
+                return await self._dispatch(name, payload, trace, queue)
+        return await self._dispatch(name, payload, None, queue)
 
-    async def _dispatch(self, name: str, payload: Any, trace: dict[str, str] | None) -> str:
+    async def _dispatch(
+        self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
+    ) -> str:
         task = self._get_task(name)
+        queue = _queue_of(task, queue)
         group = self._config.current.consumer_group
         if not task.unique and trace is None:
-            (message_id,) = await self._backend.add(group, [self._plain(task, payload)])
+            if task.rate_limit_key is not None:
+                task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
+            (message_id,) = await self._backend.add(
+                group, [self._plain(task, payload)], queue=queue
+            )
             return message_id
         entry = self._enqueue(task, payload, trace)
         lock = entry.lock
         if lock is None:
-            (message_id,) = await self._backend.add(group, [entry.data])
+            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
             return message_id
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
-            (message_id,) = await self._backend.add(group, [entry.data])
+            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 await self._give_back(lock)
@@ -156,50 +179,75 @@ class Dispatcher:
                     lock.ttl,
                 )
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+    async def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[str]:
         """See :meth:`TaskRunner.dispatch_many <taskrunner.TaskRunner.dispatch_many>`."""
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
+        queue = _queue_of(task, queue)
         if self.tracer is not None:
             with self.tracer(name) as trace:
-                return await self._add_many(task, payloads, trace)
-        return await self._add_many(task, payloads, None)
+                return await self._add_many(task, payloads, trace, queue)
+        return await self._add_many(task, payloads, None, queue)
 
     async def _add_many(
-        self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None
+        self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None, queue: str | None
     ) -> list[str]:
         if trace is None:
+            if task.rate_limit_key is not None:
+                payloads = list(payloads)
+                for payload in payloads:
+                    task.rate_key_for(payload)
             data = [self._plain(task, payload) for payload in payloads]
         else:
             data = [self._enqueue(task, payload, trace).data for payload in payloads]
-        return await self._backend.add(self._config.current.consumer_group, data) if data else []
+        if not data:
+            return []
+        return await self._backend.add(self._config.current.consumer_group, data, queue=queue)
 
     async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> str:
         """See :meth:`TaskRunner.dispatch_delayed <taskrunner.TaskRunner.dispatch_delayed>`."""
         seconds = delay_seconds(delay)
-        return await self._add_delayed(name, payload, self._backend.now() + seconds)
+        return await self._add_delayed(name, payload, self._backend.now() + seconds, queue)
 
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+    async def schedule_for(
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+    ) -> str:
         """See :meth:`TaskRunner.schedule_for <taskrunner.TaskRunner.schedule_for>`."""
         unix = unix_seconds(when)
         # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
-        return await self._add_delayed(name, payload, unix - time.time() + self._backend.now())
+        run_at = unix - time.time() + self._backend.now()
+        return await self._add_delayed(name, payload, run_at, queue)
 
-    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> str:
+    async def _add_delayed(self, name: str, payload: Any, run_at: float, queue: str | None) -> str:
         if self.tracer is not None:
             with self.tracer(name) as trace:
-                return await self._add_delayed_traced(name, payload, run_at, trace)
-        return await self._add_delayed_traced(name, payload, run_at, None)
+                return await self._add_delayed_traced(name, payload, run_at, trace, queue)
+        return await self._add_delayed_traced(name, payload, run_at, None, queue)
 
     async def _add_delayed_traced(
-        self, name: str, payload: Any, run_at: float, trace: dict[str, str] | None
+        self,
+        name: str,
+        payload: Any,
+        run_at: float,
+        trace: dict[str, str] | None,
+        queue: str | None,
     ) -> str:
         task = self._get_task(name)
+        queue = _queue_of(task, queue)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
+        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         delayed_id = str(uuid.uuid4())
+        group = self._config.current.consumer_group
         member = delayed_member(
             task,
             wire_payload,
@@ -207,6 +255,8 @@ class Dispatcher:
             id=delayed_id,
             # Computed now, on the payload as given: the scheduler only has its JSON.
             unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            # The default queue's member has no field: it is what it always was.
+            queue=None if queue == self._backend.stream_keys(group).queue else queue,
             dispatched_at=self._backend.now(),
             trace=trace,
         )

@@ -93,6 +93,7 @@ def delayed_member(
     *,
     id: str,
     unique_key: str | None = None,
+    queue: str | None = None,
     dispatched_at: float | None = None,
     trace: dict[str, str] | None = None,
 ) -> bytes:
@@ -111,6 +112,8 @@ def delayed_member(
             known now; without it the scheduler computes it from the payload.
         dispatched_at: The dispatch's time (the backend's clock), carried into
             the message when it is moved (``ctx.dispatched_at``).
+        queue: The queue whose stream it moves to; ``None``: the default queue
+            (no field).
         trace: The dispatch's trace context, when traced.
 
     Raises:
@@ -124,6 +127,7 @@ def delayed_member(
             run_at,
             id=id,
             unique_key=unique_key,
+            queue=queue,
             dispatched_at=dispatched_at,
             trace=trace,
         )

@@ -16,14 +16,17 @@ import sniffio
 import trio
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner.backends import Backend, Inspection, MessageQueue, SharedState, TaskCatalog
+from taskrunner.backends import Backend, Inspection
 from taskrunner.errors import WrongAsyncLibrary
 
 BACKEND_METHODS = sorted(
-    name
-    for protocol in (MessageQueue, SharedState, TaskCatalog, Backend)
-    for name, value in vars(protocol).items()
-    if callable(value) and not name.startswith("_")
+    {
+        name
+        for protocol in Backend.__mro__
+        if getattr(protocol, "_is_protocol", False) and protocol.__module__.startswith("taskrunner")
+        for name, value in vars(protocol).items()
+        if callable(value) and not name.startswith("_")
+    }
 )
 """What an object needs to serve as a backend. Looked up with ``getattr`` rather than
 ``isinstance(x, Backend)``, which on Python >= 3.12 does not see attributes a wrapper

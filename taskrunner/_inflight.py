@@ -9,6 +9,12 @@ be cancelled must not keep its message from being reclaimed. The entry of a
 run with a timeout also holds that run's cancel scope, so another part of the
 runner can cancel it by message id (:meth:`InFlight.scope_of`); a run without
 a timeout has no scope (entering one per run is too dear for the hot path).
+
+Entries are keyed by queue and stream id (an id is unique only within its
+stream). A run that holds a concurrency slot is refreshed twice per
+reservation timeout instead of once: its slot is leased for one reservation
+timeout and renewed with each refresh, so a renewal always lands with half a
+lease to spare, and a crashed runner's slot frees within one.
 """
 
 from __future__ import annotations
@@ -19,27 +25,33 @@ from collections import defaultdict
 import attrs
 import trio
 
+from taskrunner.backends import SlotHold
+
+RefreshKey = tuple[str, str | None]
+"""(consumer, queue): the ids of one refresh call."""
+
 
 @attrs.define
 class _Entry:
     consumer: str
-    reservation_timeout: float
+    period: float
     refresh_at: float
+    hold: SlotHold | None
     deadline: float
     scope: trio.CancelScope | None
 
 
 class InFlight:
-    """The running messages of one runner, keyed by stream id."""
+    """The running messages of one runner, keyed by queue and stream id."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[tuple[str | None, str], _Entry] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._entries
+        return any(key[1] == entry_id for key in self._entries)
 
     def add(
         self,
@@ -50,34 +62,44 @@ class InFlight:
         *,
         deadline: float = math.inf,
         scope: trio.CancelScope | None = None,
+        queue: str | None = None,
+        hold: SlotHold | None = None,
     ) -> None:
-        """Track a run started at ``now``; past ``deadline`` it is no longer refreshed."""
-        self._entries[entry_id] = _Entry(
-            consumer, reservation_timeout, now + reservation_timeout, deadline, scope
+        """Track a run of ``queue`` started at ``now``; past ``deadline`` it is no
+        longer refreshed. A run that holds a slot (``hold``) is refreshed twice as
+        often."""
+        period = reservation_timeout / 2 if hold is not None else reservation_timeout
+        self._entries[queue, entry_id] = _Entry(
+            consumer, period, now + period, hold, deadline, scope
         )
 
-    def remove(self, entry_id: str) -> None:
-        self._entries.pop(entry_id, None)
+    def remove(self, entry_id: str, *, queue: str | None = None) -> None:
+        self._entries.pop((queue, entry_id), None)
 
-    def scope_of(self, entry_id: str) -> trio.CancelScope | None:
-        """The cancel scope of the run of ``entry_id``, while it runs."""
-        entry = self._entries.get(entry_id)
+    def scope_of(self, entry_id: str, *, queue: str | None = None) -> trio.CancelScope | None:
+        """The cancel scope of the run of ``entry_id`` (of ``queue``), while it runs."""
+        entry = self._entries.get((queue, entry_id))
         return entry.scope if entry is not None else None
 
-    def due(self, now: float, slack: float) -> dict[str, list[str]]:
-        """Ids due for a refresh by ``now + slack``, grouped by consumer (read-only);
-        runs past their deadline are left out."""
-        out: dict[str, list[str]] = defaultdict(list)
+    def due(self, now: float, slack: float) -> dict[RefreshKey, list[str]]:
+        """Ids due for a refresh by ``now + slack``, grouped by consumer and queue
+        (read-only); runs past their deadline are left out."""
+        out: dict[RefreshKey, list[str]] = defaultdict(list)
         horizon = now + slack
-        for entry_id, entry in self._entries.items():
+        for (queue, entry_id), entry in self._entries.items():
             if entry.refresh_at <= horizon and entry.deadline > now:
-                out[entry.consumer].append(entry_id)
+                out[entry.consumer, queue].append(entry_id)
         return dict(out)
 
-    def refreshed(self, ids: list[str], at: float) -> None:
-        """The backend refreshed ``ids`` at ``at``: next refresh one reservation
-        timeout later. Ids no longer running are ignored."""
+    def holds(self, ids: list[str], *, queue: str | None = None) -> list[SlotHold]:
+        """The concurrency slots held by the runs of ``ids`` (of ``queue``)."""
+        found = (self._entries.get((queue, entry_id)) for entry_id in ids)
+        return [entry.hold for entry in found if entry is not None and entry.hold is not None]
+
+    def refreshed(self, ids: list[str], at: float, *, queue: str | None = None) -> None:
+        """The backend refreshed ``ids`` at ``at``: next refresh one period later.
+        Ids no longer running are ignored."""
         for entry_id in ids:
-            entry = self._entries.get(entry_id)
+            entry = self._entries.get((queue, entry_id))
             if entry is not None:
-                entry.refresh_at = at + entry.reservation_timeout
+                entry.refresh_at = at + entry.period

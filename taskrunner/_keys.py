@@ -4,6 +4,11 @@ Pure functions, no I/O. The in-memory backend uses the same names for its
 shared state, so both backends can be inspected the same way. Unique-lock keys
 (``taskrunner:unique:`` + the message's ``unique_key``) and the metrics fields
 follow the Go library's documents, so they are built in :mod:`taskrunner._wire`.
+
+A consumer group may read several queues, each its own stream
+(:func:`stream_keys` of each queue name). The flow-control keys (pauses,
+concurrency slots, rate limits, parked tasks) are the group's, under
+``taskrunner:<group>:``, and ours alone: the Go library has none of them.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def claim_delay_ring(prefix: str, queue: str) -> str:
 
 @attrs.frozen
 class StreamKeys:
-    """The three keys of one queue: what a backend resolves a group to."""
+    """The three keys of one queue: what a backend resolves a group (and a queue) to."""
 
     stream: str
     """The main message stream, ``<prefix>:<queue>``."""
@@ -41,9 +46,20 @@ class StreamKeys:
     """Its dead-letter stream, ``<prefix>:<queue>:dead``."""
     claim_delay_ring: str
     """Its claim-delay ring, ``ring:<prefix>:metrics:<queue>``."""
+    queue: str = ""
+    """The queue's name (the ``<queue>`` of the three keys)."""
 
 
-_GROUP_KEY_NAMES = ("delayed_tasks", "metrics", "worker_tuning_capacity", "catalog")
+_GROUP_KEY_NAMES = (
+    "delayed_tasks",
+    "metrics",
+    "worker_tuning_capacity",
+    "catalog",
+    "paused",
+    "schedules",
+    "schedule_specs",
+)
+_GROUP_KEY_FAMILIES = ("concurrency:", "rate:", "rate_pace:", "parked:")
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 
 
@@ -60,7 +76,9 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity`` or ``catalog``).
+            ``worker_tuning_capacity``, ``catalog``, ``paused``, ``schedules`` or
+            ``schedule_specs``, or one starting with ``concurrency:``, ``rate:``,
+            ``rate_pace:`` or ``parked:``).
     """
     if prefix is None:
         if group in _SHARED_KEY_NAMES:
@@ -68,7 +86,7 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
                 f"consumer group {group!r} would put its stream among the "
                 f"{PREFIX}:{group}:* keys; choose another group or pass a prefix"
             )
-        if queue in _GROUP_KEY_NAMES:
+        if queue in _GROUP_KEY_NAMES or queue.startswith(_GROUP_KEY_FAMILIES):
             raise ValueError(
                 f"queue {queue!r} would collide with the key {PREFIX}:{group}:{queue}; "
                 "choose another queue name"
@@ -78,6 +96,7 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         stream=stream(prefix, queue),
         dead_letter=dead_letter(prefix, queue),
         claim_delay_ring=claim_delay_ring(prefix, queue),
+        queue=queue,
     )
 
 
@@ -100,6 +119,62 @@ def catalog(group: str) -> str:
     """The task catalog, the tasks the group's serving runners serve:
     ``taskrunner:<group>:catalog`` (a hash, one document per host)."""
     return f"{PREFIX}:{group}:catalog"
+
+
+def schedules(group: str) -> str:
+    """The periodic schedules' states (hash): ``taskrunner:<group>:schedules``."""
+    return f"{PREFIX}:{group}:schedules"
+
+
+def schedule_specs(group: str) -> str:
+    """The periodic schedules' published specs (hash): ``taskrunner:<group>:schedule_specs``."""
+    return f"{PREFIX}:{group}:schedule_specs"
+
+
+def paused(group: str) -> str:
+    """The group's paused queues and tasks, a set: ``taskrunner:<group>:paused``."""
+    return f"{PREFIX}:{group}:paused"
+
+
+def concurrency(group: str, task: str) -> str:
+    """A task's leased concurrency slots, a sorted set of holders scored by lease
+    expiry: ``taskrunner:<group>:concurrency:<task>``."""
+    return f"{PREFIX}:{group}:concurrency:{task}"
+
+
+def rate(group: str, task: str, key: str = "") -> str:
+    """A task's rate-limit log, a sorted set of starts scored by start time:
+    ``taskrunner:<group>:rate:<task>``, or ``...:rate:<task>:<key>`` per key."""
+    return f"{PREFIX}:{group}:rate:{task}:{key}" if key else f"{PREFIX}:{group}:rate:{task}"
+
+
+def rate_pace(group: str, task: str, key: str = "") -> str:
+    """When the next run refused by a rate limit is told to come back, a string:
+    ``taskrunner:<group>:rate_pace:<task>`` (or ``...:<task>:<key>``)."""
+    if key:
+        return f"{PREFIX}:{group}:rate_pace:{task}:{key}"
+    return f"{PREFIX}:{group}:rate_pace:{task}"
+
+
+def parked(group: str, task: str) -> str:
+    """The delayed members parked while ``task`` is paused, a set:
+    ``taskrunner:<group>:parked:<task>``."""
+    return f"{PREFIX}:{group}:parked:{task}"
+
+
+FLOW_FAMILIES = ("concurrency", "rate", "rate_pace", "parked")
+"""The per-task key families of a group: ``taskrunner:<group>:<family>:*``."""
+
+
+def flow_pattern(group: str, family: str) -> str:
+    """``SCAN MATCH`` pattern of one family of a group's flow-control keys (the
+    group's name escaped, so a ``*`` or ``[`` in it matches only itself)."""
+    return f"{glob_escape(f'{PREFIX}:{group}:{family}:')}*"
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the glob characters of ``SCAN MATCH`` escaped."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def leader(group: str) -> str:

@@ -21,8 +21,9 @@ import attrs
 from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
+from taskrunner._limits import RateLimit
 from taskrunner._retry import Backoff
-from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)
 
@@ -89,6 +90,10 @@ class Registry:
         timeout: float | None,
         retry: Backoff | None,
         permanent: tuple[type[BaseException], ...],
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
     ) -> Callable[[A], A]:
         """The decorator that registers an action with these options (see
         :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`)."""
@@ -107,11 +112,21 @@ class Registry:
                     timeout=timeout,
                     retry=retry,
                     permanent=permanent,
+                    queue=queue,
+                    max_concurrency=max_concurrency,
+                    rate_limit=rate_limit,
+                    rate_limit_key=rate_limit_key,
                 )
             )
             return action
 
         return decorate
+
+    def remove(self, name: str) -> None:
+        """Forget the task ``name`` (a registration undone: ``@runner.periodic``
+        whose schedule was refused)."""
+        self.tasks.pop(name, None)
+        self._defaulted.discard(name)
 
     def follow(self, config: TaskRunnerConfig) -> None:
         """Make the registered tasks fit ``config``'s ``reclaim_delay``: defaulted

@@ -17,12 +17,17 @@ node of the tree is one module of :mod:`taskrunner._serve`, named after it::
         │   │                    cancel scope per term
         │   ├── scheduler        leader: due delayed tasks -> stream; every
         │   │                    instance: those dispatched here, when another leads
+        │   ├── periodic         with schedules only; leader: fires each due tick,
+        │   │                    fenced; every instance: publishes its specs at start
         │   ├── cleanup          leader only: consumers idle for 10 minutes
         │   ├── bulk_writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
         │   ├── sharing          other groups on the stream (checked at start too)
         │   ├── acker            batched acks (and unique-lock releases)
-        │   └── refresher        keeps long runs from being reclaimed
+        │   ├── refresher        keeps long runs from being reclaimed (and their
+        │   │                    concurrency slots held)
+        │   └── gate             what is paused, read every second; admits each
+        │                        run of a limited or paused task (worker.py asks it)
         └── worker               the workers nursery: one task per message,
             │                    bounded by the pool (pool.py)
             └── fetcher          one per num_fetchers: reserve slots -> claim/read
@@ -61,7 +66,9 @@ from taskrunner._dispatch import Dispatcher
 from taskrunner._guards import check_runner_arguments, require_trio
 from taskrunner._inflight import InFlight
 from taskrunner._lifespan import Lifespan, check_lifespan, open_lifespan
+from taskrunner._limits import RateLimit
 from taskrunner._middleware import Middleware, check_middleware
+from taskrunner._periodic import DEFAULT_IN_FLIGHT_TTL, Schedule
 from taskrunner._registry import Registry
 from taskrunner._retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._serve import (
@@ -77,15 +84,18 @@ from taskrunner._serve import (
 )
 from taskrunner._serve.acker import Acker
 from taskrunner._serve.fetcher import FetcherContext, FetcherCounters
+from taskrunner._serve.gate import Gate
 from taskrunner._serve.heartbeat import ReplicationCounter
 from taskrunner._serve.leadership import Leadership
 from taskrunner._serve.outcome import Outcomes
+from taskrunner._serve.periodic import Periodic
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._serve.worker import Worker
 from taskrunner._stats import Stats
-from taskrunner._task import Action, Task, UniqueKey
+from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
+from taskrunner._ticks import CatchUp
 from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend
 from taskrunner.errors import AlreadyServing, DuplicateHost
@@ -127,6 +137,11 @@ class RunnerStatistics:
     """Messages acknowledged."""
     ack_backlog: int
     """Finished messages waiting for their ack."""
+    deferred: int = 0
+    """Runs sent back through the delayed set to wait for a concurrency slot or a
+    rate limit (not attempts)."""
+    parked: int = 0
+    """Runs of a paused task parked until it is resumed."""
 
 
 class TaskRunner:
@@ -160,6 +175,7 @@ class TaskRunner:
         self._sharing = StreamSharing(backend, self._config)
         self._fetch_counters = FetcherCounters()
         self._scheduler = Scheduler(backend, self._config, tasks, self._timings)
+        self._gate = Gate(backend, self._config, self._scheduler, self.instance_id)
         self._worker = Worker(
             self._config,
             tasks,
@@ -168,12 +184,14 @@ class TaskRunner:
             self._sharing,
             self._inflight,
             self._timings,
+            self._gate,
         )
         self._leadership = Leadership()
         self._replicas = ReplicationCounter(backend)
         self._lifespan: Lifespan | None = None
         self._middlewares: list[Middleware] = []
         self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler)
+        self._periodic = Periodic(backend, self._config, tasks, self.instance_id)
         self._serving = False
         self._stop = trio.Event()
         self._workers_scope: trio.CancelScope | None = None  # the workers nursery, serving
@@ -227,6 +245,10 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
         timeout: float | None = None,
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
@@ -242,6 +264,10 @@ class TaskRunner:
         unique_key: UniqueKey | None = None,
         unique_for: float = 0.0,
         extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
         timeout: float | None = None,
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
@@ -265,6 +291,10 @@ class TaskRunner:
             @runner.task(max_retry=5, retry=Backoff(initial=2.0), permanent=ValueError)
             def thumbnail(payload: dict) -> None: ...
 
+            @runner.task(name="charge", queue="critical", max_concurrency=5,
+                         rate_limit=RateLimit(100, per=1.0))
+            async def charge(payload: dict) -> None: ...
+
         Raises:
             ValueError: as :meth:`register`, or an option is invalid (as for
                 :class:`Task`).
@@ -279,10 +309,161 @@ class TaskRunner:
             unique_key=unique_key,
             unique_for=unique_for,
             extra_keys=extra_keys,
+            queue=queue,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key,
             timeout=timeout,
             retry=retry,
             permanent=permanent if isinstance(permanent, tuple) else (permanent,),
         )
+
+    # Periodic schedules -----------------------------------------------------
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Declared periodic schedules by name (a copy)."""
+        return dict(self._periodic.schedules)
+
+    def add_schedule(
+        self,
+        name: str,
+        *,
+        task: str,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        timezone: str = "UTC",
+        payload: Any = None,
+        catch_up: CatchUp = "latest",
+        overlap: bool = True,
+        in_flight_ttl: float | timedelta = DEFAULT_IN_FLIGHT_TTL,
+    ) -> Schedule:
+        """Run task ``task`` with ``payload`` on every tick of a schedule.
+
+        Declare every schedule on every instance, before :meth:`serve`: the
+        leader fires the ones it declares, each tick exactly once (see the
+        "Periodic tasks" page of the docs). The run knows its tick: ``ctx.tick``
+        (and ``ctx.schedule``) of its :class:`~taskrunner.TaskContext`.
+
+        Example::
+
+            runner.add_schedule("nightly-report", task="report", cron="0 3 * * *",
+                                timezone="Europe/Berlin", payload={"kind": "daily"})
+            runner.add_schedule("heartbeat", task="ping", every=30.0)
+
+        Args:
+            name: The schedule's name, unique in the group.
+            task: A registered task (not a unique one: use ``overlap=False``).
+            cron: A cron expression (5 fields, or 6 with seconds first), read in
+                ``timezone``. Give this or ``every``.
+            every: Seconds (or a timedelta, at least 1 s) between ticks, which
+                fall on its multiples since the epoch.
+            timezone: The IANA zone of ``cron`` (default UTC).
+            payload: The payload of every run.
+            catch_up: Missed ticks (the fleet was down): ``"latest"`` runs once,
+                for the most recent; ``"none"`` runs none; ``"all"`` runs each,
+                the newest 100 at most.
+            overlap: ``False`` skips a tick while the previous run is still
+                queued or running.
+            in_flight_ttl: With ``overlap=False``, how long a run counts as in
+                flight at most (when its outcome is never recorded).
+
+        Returns:
+            The schedule as declared.
+
+        Raises:
+            ValueError: an option is invalid, the name is taken, or the task is unique.
+            TaskNotFound: no task ``task`` is registered.
+            InvalidTaskPayload: ``payload`` does not encode for the task.
+            AlreadyServing: the runner is serving.
+        """
+        if self._serving:
+            raise AlreadyServing(f"{self!r} is serving; add schedules before serve()")
+        schedule = Schedule(
+            name=name,
+            task=task,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            payload=payload,
+            catch_up=catch_up,
+            overlap=overlap,
+            in_flight_ttl=in_flight_ttl,
+        )
+        return self._periodic.add(schedule)
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        name: str | None = None,
+        timezone: str = "UTC",
+        payload: Any = None,
+        catch_up: CatchUp = "latest",
+        overlap: bool = True,
+        in_flight_ttl: float | timedelta = DEFAULT_IN_FLIGHT_TTL,
+        max_retry: int = 1,
+        reservation_timeout: float | None = None,
+        extra_keys: ExtraKeys = "forbid",
+        timeout: float | None = None,
+        retry: Backoff | None = DEFAULT_BACKOFF,
+        permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+    ) -> Callable[[A], A]:
+        """Decorator: register the function as a task and run it on a schedule, both
+        named ``name`` (default: the function's name).
+
+        Example::
+
+            @runner.periodic(cron="*/5 * * * *", name="cleanup")
+            async def cleanup(payload: None) -> None: ...
+
+        The schedule options are :meth:`add_schedule`'s; ``max_retry``,
+        ``reservation_timeout``, ``extra_keys``, ``timeout``, ``retry``,
+        ``permanent``, ``queue`` (the queue its ticks fire into),
+        ``max_concurrency`` and ``rate_limit`` are the task's (:meth:`task`).
+        A retry of a run serves the same tick (``ctx.tick``); an
+        ``overlap=False`` schedule's run is in flight until its last attempt ends.
+
+        Raises:
+            ValueError, TaskNotFound, InvalidTaskPayload, AlreadyServing: as
+                :meth:`add_schedule` and :meth:`register`; nothing is registered then.
+        """
+
+        def decorate(action: A) -> A:
+            task_name = name or action.__name__
+            self.task(
+                task_name,
+                max_retry=max_retry,
+                reservation_timeout=reservation_timeout,
+                extra_keys=extra_keys,
+                timeout=timeout,
+                retry=retry,
+                permanent=permanent,
+                queue=queue,
+                max_concurrency=max_concurrency,
+                rate_limit=rate_limit,
+            )(action)
+            try:
+                self.add_schedule(
+                    task_name,
+                    task=task_name,
+                    cron=cron,
+                    every=every,
+                    timezone=timezone,
+                    payload=payload,
+                    catch_up=catch_up,
+                    overlap=overlap,
+                    in_flight_ttl=in_flight_ttl,
+                )
+            except BaseException:
+                self._registry.remove(task_name)
+                raise
+            return action
+
+        return decorate
 
     def lifespan(self, fn: L) -> L:
         """Register the runner's lifespan (a decorator): resources opened once per
@@ -336,15 +517,21 @@ class TaskRunner:
         return fn
 
     # Dispatch ---------------------------------------------------------------
-    async def dispatch(self, name: str, payload: Any = None) -> str:
+    async def dispatch(self, name: str, payload: Any = None, *, queue: str | None = None) -> str:
         """Queue one run of task ``name``.
+
+        Args:
+            queue: The queue to add it to, instead of the task's own (its
+                ``queue``, else the backend's).
 
         Returns:
             The message id.
 
         Raises:
             TaskNotFound: no task ``name`` is registered.
-            InvalidTaskPayload: ``payload`` cannot be encoded; nothing was queued.
+            InvalidTaskPayload: ``payload`` cannot be encoded (or its unique or
+                rate-limit key cannot be computed); nothing was queued.
+            ValueError: ``queue`` is not a valid queue name.
             TaskAlreadyDispatched: ``name`` is unique and its lock is held.
             BackendError: the backend could not be reached.
             WrongAsyncLibrary: awaited outside trio (under asyncio, say).
@@ -356,9 +543,11 @@ class TaskRunner:
         by the worker, if the message was queued after all).
         """
         require_trio("TaskRunner.dispatch")
-        return await self._dispatcher.dispatch(name, payload)
+        return await self._dispatcher.dispatch(name, payload, queue=queue)
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[str]:
+    async def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[str]:
         """Queue one run of task ``name`` per payload, in one backend call.
 
         Every payload is encoded before anything is queued, so an invalid one
@@ -370,13 +559,18 @@ class TaskRunner:
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: the task is unique (dispatch those one by one, so each
-                duplicate can be refused on its own).
+                duplicate can be refused on its own), or ``queue`` is invalid.
         """
         require_trio("TaskRunner.dispatch_many")
-        return await self._dispatcher.dispatch_many(name, payloads)
+        return await self._dispatcher.dispatch_many(name, payloads, queue=queue)
 
     async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> str:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
 
@@ -389,12 +583,14 @@ class TaskRunner:
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``delay`` is negative or not finite.
+            ValueError: ``delay`` is negative or not finite, or ``queue`` is invalid.
         """
         require_trio("TaskRunner.dispatch_delayed")
-        return await self._dispatcher.dispatch_delayed(name, payload, delay)
+        return await self._dispatcher.dispatch_delayed(name, payload, delay, queue=queue)
 
-    async def schedule_for(self, name: str, payload: Any, when: datetime | float) -> str:
+    async def schedule_for(
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+    ) -> str:
         """Queue one run of task ``name`` at ``when``.
 
         Args:
@@ -403,10 +599,11 @@ class TaskRunner:
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: ``when`` is a naive datetime or not finite.
+            ValueError: ``when`` is a naive datetime or not finite, or ``queue`` is
+                invalid.
         """
         require_trio("TaskRunner.schedule_for")
-        return await self._dispatcher.schedule_for(name, payload, when)
+        return await self._dispatcher.schedule_for(name, payload, when, queue=queue)
 
     # Fleet ------------------------------------------------------------------
     @property
@@ -444,13 +641,24 @@ class TaskRunner:
         """
         require_trio("TaskRunner.get_timing_statistics")
         replication = await self.get_number_of_replications()
+        paused = self._gate.paused.queues
         return await aggregator.timing_statistics(
             self.backend,
             self.config.consumer_group,
             self._registry.tasks,
             self._pool.capacity,
             replication,
+            queues=[q for q in self.queues if q not in paused],
         )
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues this runner reads, in priority order: ``config.queues``, or the
+        backend's one queue."""
+        names = self.config.queue_names
+        if names is not None:
+            return names
+        return (self.backend.stream_keys(self.config.consumer_group).queue,)
 
     @property
     def capacity(self) -> int:
@@ -558,6 +766,7 @@ class TaskRunner:
             raise AlreadyServing(f"{self!r} is already serving")
         self._serving = True
         cfg = self.config
+        self._warn_unread_queues()
         log.info(
             "serving group %s as host %s (instance %s): %d fetcher(s), %d worker(s), tasks: %s",
             cfg.consumer_group,
@@ -593,6 +802,20 @@ class TaskRunner:
             self._grace_override = None
             log.info("stopped serving group %s", cfg.consumer_group)
 
+    def _warn_unread_queues(self) -> None:
+        default = self.backend.stream_keys(self.config.consumer_group).queue
+        served = set(self.queues)
+        for task in self._registry.tasks.values():
+            queue = task.queue or default
+            if queue not in served:
+                log.warning(
+                    "task %s goes to queue %s, which this runner does not read (it reads %s); "
+                    "other runners of the group must",
+                    task.name,
+                    queue,
+                    ", ".join(self.queues),
+                )
+
     async def _run_shielded(self, ready: trio.Event) -> None:
         # Shielded: outside cancellation reaches serve() only through the stop
         # event, so the drain below always runs to its (bounded) end.
@@ -618,6 +841,9 @@ class TaskRunner:
                 )
                 await services.start(self._leadership.run_as_leader, self._scheduler.run)
                 await services.start(self._scheduler.run_local, lambda: self.is_leader)
+                if self._periodic.schedules:
+                    await services.start(self._periodic.announce)
+                    await services.start(self._leadership.run_as_leader, self._periodic.run)
                 await services.start(
                     self._leadership.run_as_leader, partial(cleanup.run, backend, group)
                 )
@@ -628,12 +854,16 @@ class TaskRunner:
                 await services.start(
                     refresher.run, backend, group, self._inflight, self._refresh_tick
                 )
+                await services.start(self._gate.run)
                 fetching = FetcherContext(
                     config=cfg,
                     backend=backend,
                     pool=self._pool,
                     execute=self._worker.execute,
                     counters=self._fetch_counters,
+                    gate=self._gate,
+                    queues=self.queues,
+                    weights=cfg.queue_weights,
                 )
                 async with trio.open_nursery() as core:
                     self._workers_scope = await core.start(
@@ -672,4 +902,6 @@ class TaskRunner:
             handled=w.handled,
             acked=self._acker.acked,
             ack_backlog=self._acker.backlog,
+            deferred=self._gate.counters.deferred,
+            parked=self._gate.counters.parked,
         )

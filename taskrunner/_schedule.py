@@ -11,7 +11,10 @@ would have no UTF-8 form) is moved as it is, without a lock, and logged:
 the worker that reads it sends it down the failure path, so nothing
 disappears silently and no bad member holds up its batch. A member naming a
 task not registered here becomes a message with Go's zero values, for
-whichever worker knows the task. :func:`sleep_time` is how long the
+whichever worker knows the task. A member that re-queues a run (flow
+control's waits) names its queue, carries the attempts used so far into the
+message, and, for a unique task, the token of the lock the run still holds:
+that lock is kept, not taken again. :func:`sleep_time` is how long the
 scheduler waits before its next pass.
 
 Pure but for the fresh lock token and the error logged for a member that
@@ -70,8 +73,9 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
 
     Only the member's task, payload and our optional fields are used (the
     precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
-    ``dispatched_at`` and ``trace``, copied into the message); its ``time``
-    is Go's and the run-at time is the score.
+    ``dispatched_at``, ``trace``, ``schedule`` and ``tick``, copied into the
+    message; the ``queue`` whose stream it goes to); its ``time`` is Go's and
+    the run-at time is the score.
 
     Args:
         raw: The member as stored.
@@ -93,18 +97,21 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         "id": delayed.id,
         "dispatched_at": delayed.dispatched_at,
         "trace": delayed.trace,
+        "schedule": delayed.schedule,
+        "tick": delayed.tick,
     }  # new_message's keywords
     task = tasks.get(delayed.task)
+    queue = delayed.queue  # a re-queued run goes back to its own queue's stream
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
         # a Go fleet) runs it with its own settings, or dead-letters it.
         message = _wire.TaskMessage(
             task_name=delayed.task, payload=delayed.payload, extras=_wire.MessageExtras(**extras)
         )
-        return DelayedMove(member=raw, message=_encode(message, raw))
+        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
     if not task.unique:
         message = _wire.new_message(task, delayed.payload, **extras)
-        return DelayedMove(member=raw, message=_encode(message, raw))
+        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
     unique_key = delayed.unique_key
     if unique_key is None:  # written by the Go library: compute it
         try:
@@ -129,6 +136,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         lock_key=_wire.unique_lock(task.name, unique_key),
         lock_token=token,
         lock_ttl=task.unique_for,
+        queue=queue,
     )
 
 

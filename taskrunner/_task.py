@@ -15,7 +15,8 @@ import attrs
 
 from taskrunner._action import ActionShape, action_shape
 from taskrunner._codec import ExtraKeys, payload_type_of
-from taskrunner._config import is_utf8_text
+from taskrunner._config import is_utf8_text, queue_name_problem
+from taskrunner._limits import RateLimit
 from taskrunner._retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._wire import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
@@ -23,6 +24,7 @@ from taskrunner.errors import InvalidTaskPayload
 Action = Callable[..., Any]
 """``async def action(payload[, ctx])`` or a plain ``def`` (run in a thread)."""
 UniqueKey = Callable[[Any], "str | None"]
+RateLimitKey = Callable[[Any], "str | None"]
 
 
 def _task_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -44,6 +46,25 @@ def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: flo
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"Task.{attribute.name} must be a number of seconds > 0, got {value!r}")
+
+
+def _queue(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    problem = None if value is None else queue_name_problem(value)
+    if problem is not None:
+        raise ValueError(f"Task.{attribute.name} {problem}, got {value!r}")
+
+
+def _max_concurrency(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"Task.{attribute.name} must be an integer >= 1 or None, got {value!r}")
+
+
+def _rate_limit(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, RateLimit):
+        raise ValueError(
+            f"Task.{attribute.name} must be a RateLimit (e.g. RateLimit(10, per=1.0)) or None, "
+            f"got {value!r}"
+        )
 
 
 def _extra_keys(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -139,6 +160,25 @@ class Task:
     the worker (the failure path); ``"ignore"`` drops them, e.g. while producers
     that send a new field roll out before the workers that know it."""
 
+    queue: str | None = attrs.field(default=None, validator=_queue)
+    """The queue its messages go to (``dispatch(..., queue=)`` overrides it);
+    ``None``: the backend's queue (``tasks``)."""
+
+    max_concurrency: int | None = attrs.field(default=None, validator=_max_concurrency)
+    """At most this many runs at once across the whole fleet (the consumer group);
+    ``None``: no limit. A run that finds every slot taken waits in the delayed
+    set, not in a worker, and the wait is not an attempt. A crashed runner's
+    slot frees after the task's reservation timeout."""
+
+    rate_limit: RateLimit | None = attrs.field(default=None, validator=_rate_limit)
+    """At most ``rate_limit.limit`` starts in any window of ``rate_limit.per``
+    seconds across the fleet; a run over the limit waits in the delayed set
+    (not an attempt)."""
+
+    rate_limit_key: RateLimitKey | None = None
+    """``rate_limit_key(payload) -> str | None``: a limit per key (``""`` or
+    ``None``: the task's own limit), e.g. ``lambda p: p["domain"]``."""
+
     payload_type: type[Any] | None = attrs.field(init=False)
     """The attrs class or dataclass the action's payload is structured into, if any."""
 
@@ -165,6 +205,45 @@ class Task:
             )
         if self.unique_key is not None and not callable(self.unique_key):
             raise ValueError(f"Task.unique_key must be callable or None, got {self.unique_key!r}")
+        if self.rate_limit_key is not None and not callable(self.rate_limit_key):
+            raise ValueError(
+                f"Task.rate_limit_key must be callable or None, got {self.rate_limit_key!r}"
+            )
+        if self.rate_limit_key is not None and self.rate_limit is None:
+            raise ValueError(
+                f"Task.rate_limit_key needs a rate_limit, got None for task {self.name!r}"
+            )
+
+    @property
+    def limited(self) -> bool:
+        """Whether a run must be admitted before it starts (a concurrency or rate limit)."""
+        return self.max_concurrency is not None or self.rate_limit is not None
+
+    def rate_key_for(self, payload: Any) -> str:
+        """What ``rate_limit_key`` returns for ``payload``: ``""`` for ``None``, or
+        without a function (the task's own limit).
+
+        Raises:
+            InvalidTaskPayload: the function raised, or returned neither a string
+                nor ``None``, or a string with no UTF-8 form.
+        """
+        if self.rate_limit_key is None:
+            return ""
+        try:
+            key = self.rate_limit_key(payload)
+        except Exception as exc:
+            raise InvalidTaskPayload(
+                f"rate_limit_key raised {type(exc).__name__}: {exc}", task_name=self.name
+            ) from exc
+        if key is not None and not isinstance(key, str):
+            raise InvalidTaskPayload(
+                f"rate_limit_key must return a str or None, got {key!r}", task_name=self.name
+            )
+        if key and not is_utf8_text(key):  # it becomes part of the limit's key
+            raise InvalidTaskPayload(
+                f"rate_limit_key must return valid UTF-8 text, got {key!r}", task_name=self.name
+            )
+        return key or ""
 
     @property
     def reservation(self) -> float:
@@ -228,6 +307,8 @@ class Delivery:
     """The entry's ``payload`` field as read; ``None`` if the entry had none."""
     message: TaskMessage | None
     """The decoded message, or ``None`` if it could not be, or was not, decoded."""
+    queue: str | None = None
+    """The queue it was read from."""
 
     @property
     def task_name(self) -> str | None:

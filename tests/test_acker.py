@@ -26,14 +26,14 @@ class RefusingBackend(MemoryBackend):
         self.transient = transient
         self.calls: list[list[str]] = []
 
-    async def ack(self, group: str, ids: Sequence[str]) -> int:
+    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
         self.calls.append(list(ids))
         if self.transient:
             self.transient -= 1
             raise RedisConnectionError("connection lost")
         if self.refused & set(ids):
             raise error_from_reply("WRONGTYPE Operation against a key holding the wrong kind")
-        return await super().ack(group, ids)
+        return await super().ack(group, ids, queue=queue)
 
 
 async def test_an_ack_refused_for_good_drops_only_the_refused_message(

@@ -113,6 +113,25 @@ def test_what_a_runner_publishes() -> None:
     )
 
 
+def test_each_task_is_published_with_its_queues_stream() -> None:
+    runner = make_runner(MemoryBackend(), queues=("critical", "low"))
+
+    @runner.task(name="charge", queue="critical")
+    async def charge(payload: object) -> None:
+        pass
+
+    @runner.task(name="plain")
+    async def plain(payload: object) -> None:
+        pass
+
+    streams = {"critical": "taskrunner:g:critical", "low": "taskrunner:g:low"}
+    doc = catalog_document("web-1", "i", runner.tasks, "taskrunner:g:tasks", 1.0, streams)
+    assert {task.name: task.stream for task in doc.tasks} == {
+        "charge": "taskrunner:g:critical",
+        "plain": "taskrunner:g:tasks",
+    }
+
+
 async def test_serving_runners_publish_what_they_serve(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -78,11 +78,11 @@ def wait_for(predicate: Callable[[], Any], what: str, limit: float = 20.0) -> An
 class Worker:
     """One ``taskrunner worker`` process with its log in a file."""
 
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *args: str, app: str = APP) -> None:
         self.log_path = log
         self._log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "taskrunner", "worker", APP, *args],
+            [sys.executable, "-m", "taskrunner", "worker", app, *args],
             env=env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
@@ -338,6 +338,8 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "tuning keys": ("0-1", 0),
         "metrics hashes": ("0-1", 1),
         "task catalogs": ("0-1", 1),
+        "schedule states": ("0-1", 0),  # the app declares no schedule
+        "schedule specs": ("0-1", 0),
         "replication": ("I", 1),
         "unique locks": ("U", 0),  # released when `once` finished
         "metric rings": ("0-1", 1),

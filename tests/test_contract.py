@@ -15,11 +15,18 @@ from taskrunner._wire import CatalogDocument, decode_catalog, encode_catalog
 from taskrunner.backends import (
     DeadLetter,
     DelayedMove,
+    FireResult,
     Heartbeat,
     KeyCounts,
     KeyInfo,
     Lease,
+    LimitedBy,
+    Paused,
     QueueEntry,
+    RunOutcome,
+    ScheduleState,
+    SlotHold,
+    TickFire,
     TimingIncrement,
 )
 from taskrunner.backends._memory_catalog import _Catalog
@@ -712,6 +719,190 @@ def _refused_move_moves(b: MemoryBackend) -> None:
     _wrap(b, "move_delayed", make)
 
 
+# Several queues, deferral, flow control ------------------------------------------
+
+
+def _queues_share_a_stream(b: MemoryBackend) -> None:
+    """Every queue resolved to the backend's own: one stream for all."""
+    orig = b.stream_keys
+
+    def stream_keys(group: str, queue: str | None = None) -> Any:
+        return attrs.evolve(orig(group), queue=queue or b.queue)
+
+    b.stream_keys = stream_keys  # type: ignore[method-assign]
+
+
+def _read_many_ignores_quotas(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read_many(group: str, consumer: str, queues: Any, quotas: Any, *a: Any) -> Any:
+            return await orig(group, consumer, queues, [0] * len(quotas), *a)
+
+        return read_many
+
+    _wrap(b, "read_many", make)
+
+
+def _read_many_waits_on_the_first(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read_many(
+            group: str, consumer: str, queues: Any, quotas: Any, total: int, block: float
+        ) -> Any:
+            got = await orig(group, consumer, queues, quotas, total, 0)
+            if got or not block:
+                return got
+            return await orig(group, consumer, queues[:1], quotas[:1], total, block)
+
+        return read_many
+
+    _wrap(b, "read_many", make)
+
+
+def _move_ignores_queue(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            return int(await orig(group, [attrs.evolve(m, queue=None) for m in moves]))
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
+def _defer_unchecked(b: MemoryBackend) -> None:
+    """Adds the member whether or not the entry was pending."""
+
+    def make(orig: Any) -> Any:
+        async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> Any:
+            done = await orig(group, entry_id, member, run_at, **kw)
+            b._delayed.setdefault(group, {})[member] = run_at
+            return done
+
+        return defer
+
+    _wrap(b, "defer", make)
+
+
+# Schedules: each mutant drops one of the fenced fire's promises.
+
+
+def _fire_without_lease(b: MemoryBackend) -> None:
+    """The lock-free scheduler's fire: whoever calls it fires."""
+    b._holds_lease = lambda group, owner: True  # type: ignore[method-assign]
+
+
+def _fire_ignores_watermark(b: MemoryBackend) -> None:
+    """Fires every tick it is given, as a scheduler that trusts its own memory would."""
+
+    def make(orig: Any) -> Any:
+        async def fire_ticks(group: str, owner: str, fires: Sequence[TickFire]) -> Any:
+            results: list[FireResult] = []
+            for fire in fires:
+                states = b._schedule_states.setdefault(group, {})
+                state = states.get(fire.schedule, ScheduleState())
+                states[fire.schedule] = attrs.evolve(state, tick=None)
+                results += await orig(group, owner, [fire])
+            return results
+
+        return fire_ticks
+
+    _wrap(b, "fire_ticks", make)
+
+
+def _watermark_rounded(b: MemoryBackend) -> None:
+    """Stores ticks at a script's default precision (cjson's 14 digits)."""
+
+    def make(orig: Any) -> Any:
+        async def start_schedules(group: str, owner: str, names: Any, baseline: float) -> Any:
+            return await orig(group, owner, names, float(f"{baseline:.14g}"))
+
+        return start_schedules
+
+    _wrap(b, "start_schedules", make)
+
+
+def _start_overwrites_watermark(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def start_schedules(group: str, owner: str, names: Any, baseline: float) -> Any:
+            for name in names:
+                state = b._schedule_states.setdefault(group, {}).get(name)
+                if state is not None:
+                    b._schedule_states[group][name] = attrs.evolve(state, tick=None)
+            return await orig(group, owner, names, baseline)
+
+        return start_schedules
+
+    _wrap(b, "start_schedules", make)
+
+
+def _outcome_keeps_mark(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def record_run_outcomes(group: str, outcomes: Sequence[RunOutcome]) -> None:
+            states = b._schedule_states.setdefault(group, {})
+            marks = {o.schedule: states.get(o.schedule, ScheduleState()) for o in outcomes}
+            await orig(group, outcomes)
+            for name, old in marks.items():
+                states[name] = attrs.evolve(
+                    states[name], running=old.running, running_until=old.running_until
+                )
+
+        return record_run_outcomes
+
+    _wrap(b, "record_run_outcomes", make)
+
+
+def _older_outcome_replaces(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def record_run_outcomes(group: str, outcomes: Sequence[RunOutcome]) -> None:
+            states = b._schedule_states.setdefault(group, {})
+            for o in outcomes:
+                state = states.get(o.schedule, ScheduleState())
+                states[o.schedule] = attrs.evolve(state, outcome_tick=None)
+            await orig(group, outcomes)
+
+        return record_run_outcomes
+
+    _wrap(b, "record_run_outcomes", make)
+
+
+def _mark_never_lapses(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def fire_ticks(group: str, owner: str, fires: Sequence[TickFire]) -> Any:
+            return await orig(group, owner, [attrs.evolve(f, in_flight_ttl=3600.0) for f in fires])
+
+        return fire_ticks
+
+    _wrap(b, "fire_ticks", make)
+
+
+def _specs_replaced_whole(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_schedule_specs(group: str, specs: Any) -> None:
+            b._schedule_specs.pop(group, None)
+            await orig(group, specs)
+
+        return publish_schedule_specs
+
+    _wrap(b, "publish_schedule_specs", make)
+
+
+def _flush_keeps_schedules(b: MemoryBackend) -> None:
+    """A flush from before the schedules: their states and specs stay behind."""
+
+    def make(orig: Any) -> Any:
+        async def flush_group(group: str, *, heartbeats: bool) -> list[str]:
+            states = b._schedule_states.get(group)
+            specs = b._schedule_specs.get(group)
+            deleted: list[str] = await orig(group, heartbeats=heartbeats)
+            if states:
+                b._schedule_states[group] = states
+            if specs:
+                b._schedule_specs[group] = specs
+            return [n for n in deleted if not n.endswith((":schedules", ":schedule_specs"))]
+
+        return flush_group
+
+    _wrap(b, "flush_group", make)
+
+
 def _defer_adds_anyway(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
         async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
@@ -723,6 +914,92 @@ def _defer_adds_anyway(b: MemoryBackend) -> None:
         return defer
 
     _wrap(b, "defer", make)
+
+
+def _slots_unlimited(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def admit(group: str, task: str, holder: str, **kw: Any) -> Any:
+            if kw.get("max_concurrency") is not None:
+                kw["max_concurrency"] = 10**6
+            return await orig(group, task, holder, **kw)
+
+        return admit
+
+    _wrap(b, "admit", make)
+
+
+def _renew_puts_back(b: MemoryBackend) -> None:
+    async def renew_slots(group: str, holds: Sequence[SlotHold]) -> list[SlotHold]:
+        await trio.lowlevel.checkpoint()
+        for hold in holds:
+            b._zset(_keys.concurrency(group, hold.task))[hold.holder] = trio.current_time() + 1
+        return []
+
+    b.renew_slots = renew_slots  # type: ignore[method-assign]
+
+
+def _rate_unpaced(b: MemoryBackend) -> None:
+    """Every refused run told to come back when the oldest start leaves: a stampede."""
+
+    def make(orig: Any) -> Any:
+        async def admit(group: str, task: str, holder: str, **kw: Any) -> Any:
+            got = await orig(group, task, holder, **kw)
+            for key in [k for k in b._strings if ":rate_pace:" in k]:
+                del b._strings[key]
+            return got
+
+        return admit
+
+    _wrap(b, "admit", make)
+
+
+def _rate_refusal_takes_a_slot(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def admit(group: str, task: str, holder: str, **kw: Any) -> Any:
+            got = await orig(group, task, holder, **kw)
+            if got.limited_by is LimitedBy.RATE and kw.get("max_concurrency"):
+                b._zset(_keys.concurrency(group, task))[holder] = trio.current_time() + 60
+            return got
+
+        return admit
+
+    _wrap(b, "admit", make)
+
+
+def _pauses_for_every_group(b: MemoryBackend) -> None:
+    async def paused(group: str) -> Paused:
+        await trio.lowlevel.checkpoint()
+        members = {m.decode() for k, v in b._sets.items() if k.endswith(":paused") for m in v}
+        return Paused(
+            queues=frozenset(m[6:] for m in members if m.startswith("queue:")),
+            tasks=frozenset(m[5:] for m in members if m.startswith("task:")),
+        )
+
+    b.paused = paused  # type: ignore[method-assign]
+
+
+def _park_ignores_pause(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def park(group: str, entry_id: str, member: bytes, run_at: float, task: str,
+                       **kw: Any) -> Any:  # fmt: skip
+            b._sets.setdefault(_keys.paused(group), set()).add(f"task:{task}".encode())
+            return await orig(group, entry_id, member, run_at, task, **kw)
+
+        return park
+
+    _wrap(b, "park", make)
+
+
+def _resume_leaves_parked(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def resume(group: str, *, queue: str | None = None, task: str | None = None) -> Any:
+            if task is not None:
+                b._sets.pop(_keys.parked(group, task), None)
+            return await orig(group, queue=queue, task=task)
+
+        return resume
+
+    _wrap(b, "resume", make)
 
 
 def _defer_without_ack(b: MemoryBackend) -> None:
@@ -810,6 +1087,33 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
         _dead_letter_accepts_surrogates,
     ),
     "refused_move_moves": ("check_unencodable_text_is_refused", _refused_move_moves),
+    "queues_share_a_stream": ("check_queues_are_separate_streams", _queues_share_a_stream),
+    "read_many_ignores_quotas": (
+        "check_read_many_by_quota_then_in_order",
+        _read_many_ignores_quotas,
+    ),
+    "read_many_waits_on_the_first": (
+        "check_read_many_waits_for_any_queue",
+        _read_many_waits_on_the_first,
+    ),
+    "move_ignores_queue": ("check_queue_reclaim_and_moves_stay_apart", _move_ignores_queue),
+    "defer_unchecked": ("check_defer_on_a_queue", _defer_unchecked),
+    "slots_unlimited": ("check_concurrency_slots", _slots_unlimited),
+    "renew_puts_back": ("check_concurrency_slots", _renew_puts_back),
+    "rate_unpaced": ("check_rate_limit", _rate_unpaced),
+    "rate_refusal_takes_a_slot": ("check_rate_limit", _rate_refusal_takes_a_slot),
+    "pauses_for_every_group": ("check_pause_and_resume", _pauses_for_every_group),
+    "park_ignores_pause": ("check_park_and_resume", _park_ignores_pause),
+    "resume_leaves_parked": ("check_park_and_resume", _resume_leaves_parked),
+    "fire_without_lease": ("check_fires_are_fenced_by_the_lease", _fire_without_lease),
+    "fire_ignores_watermark": ("check_fires_only_newer_ticks", _fire_ignores_watermark),
+    "watermark_rounded": ("check_fires_only_newer_ticks", _watermark_rounded),
+    "start_overwrites_watermark": ("check_fires_only_newer_ticks", _start_overwrites_watermark),
+    "outcome_keeps_mark": ("check_in_flight_marks_and_outcomes", _outcome_keeps_mark),
+    "older_outcome_replaces": ("check_in_flight_marks_and_outcomes", _older_outcome_replaces),
+    "mark_never_lapses": ("check_in_flight_marks_and_outcomes", _mark_never_lapses),
+    "specs_replaced_whole": ("check_schedule_specs", _specs_replaced_whole),
+    "flush_keeps_schedules": ("check_flush", _flush_keeps_schedules),
     "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
     "defer_without_ack": ("check_defer", _defer_without_ack),
     "move_refuses_own_lock": ("check_move_delayed_keeps_own_lock", _move_refuses_own_lock),

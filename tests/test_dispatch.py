@@ -53,7 +53,9 @@ async def test_a_unique_lock_is_given_back_when_the_add_fails(
     backend = MemoryBackend()
 
     class FailingAdd(Partition):
-        async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
+        async def add(
+            self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+        ) -> list[str]:
             raise BackendError("add failed", maybe_applied=False)  # e.g. an error reply
 
     runner = make_runner(FailingAdd(backend))
@@ -82,8 +84,10 @@ async def test_a_unique_lock_is_kept_when_the_add_may_have_happened(
     class SlowReply(MemoryBackend):
         lose_reply = False
 
-        async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
-            ids = await super().add(group, payloads)  # applied...
+        async def add(
+            self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+        ) -> list[str]:
+            ids = await super().add(group, payloads, queue=queue)  # applied...
             await trio.sleep(1)  # ...and the reply is on its way
             if self.lose_reply:
                 raise BackendError("connection lost while waiting for the reply")

@@ -69,6 +69,19 @@ EXPECTED: dict[str, list[str]] = {
         "group page: HTTP 200, links under the mount: True",
         "a POST to an action while read-only: 403",
     ],
+    "periodic_tasks.py": [
+        "cleanup for the 03-30 01:00 UTC tick",
+        "daily report for the 03-30 01:00 UTC tick (nightly-report)",
+        "ping for the 03-30 01:10 UTC tick",
+        "cleanup for the 03-30 01:15 UTC tick",
+        "ping for the 03-30 01:30 UTC tick",
+        "cleanup: cron */15 * * * * (UTC), last fired 03-30 01:30 UTC "
+        "(succeeded at 03-30 01:30 UTC), next 03-30 01:45 UTC",
+        "heartbeat: every 600s, last fired 03-30 01:30 UTC (succeeded at 03-30 01:30 UTC), "
+        "next 03-30 01:40 UTC",
+        "nightly-report: cron 30 2 * * * (Europe/Berlin), last fired 03-30 01:00 UTC "
+        "(succeeded at 03-30 01:00 UTC), next 03-31 00:30 UTC",
+    ],
     "quickstart.py": [
         "hello, Ada",
         "hello, Alan",
@@ -190,6 +203,14 @@ EXPECTED: dict[str, list[str]] = {
         "  process send_email (CONSUMER) attempt 1: error, child of the dispatch: True, "
         "recorded ConnectionError",
         "  process send_email (CONSUMER) attempt 2: success, child of the dispatch: True",
+    ],
+    "flow_control.py": [
+        "while low is paused: 0 report(s) ran, 1 waiting in low",
+        "charge: 6 runs, at most 2 at once",
+        "email to a.example: 15 sent, at most 5 in any second",
+        "email to b.example: 15 sent, at most 5 in any second",
+        "report ran after the resume: True",
+        "waits (not attempts): True; failed: 0",
     ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',

@@ -61,10 +61,10 @@ async def test_a_busy_queue_is_read_in_batches_not_one_message_per_freed_slot(
         reads = 0
 
         async def read(
-            self, group: str, consumer: str, count: int, block: float
+            self, group: str, consumer: str, count: int, block: float, *, queue: str | None = None
         ) -> list[QueueEntry]:
             CountingReads.reads += 1
-            return await super().read(group, consumer, count, block)
+            return await super().read(group, consumer, count, block, queue=queue)
 
     backend = CountingReads()
     runner = make_runner(backend, num_workers=32, batch_size=32)

@@ -66,6 +66,11 @@ WRONG_TYPES: dict[str, tuple[Any, str]] = {
     ),
     "leader_lease_ttl": (b"5", "leader_lease_ttl must be a number of seconds, got b'5'"),
     "shutdown_grace": ({}, "shutdown_grace must be a number of seconds, got {}"),
+    "queues": (
+        "critical",
+        "queues must be a tuple of queue names (strict priority) or a mapping of queue "
+        "names to weights, got 'critical'",
+    ),
     "default_timeout": ("30", "default_timeout must be a number of seconds, got '30'"),
     "sync_threads": (2.5, "sync_threads must be an integer, got 2.5"),
 }

@@ -12,7 +12,7 @@ import trio.testing
 
 from taskrunner._guards import BACKEND_METHODS
 from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
-from taskrunner.backends import Backend, DelayedMove
+from taskrunner.backends import Backend, DelayedMove, RunOutcome, SlotHold, TickFire
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
 from taskrunner.testing import ContractCheck, PartitionedBackend, contract_parametrize
@@ -50,10 +50,26 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "release_lock": ("k", "t"),
     "publish_tuning": ("g", 4, 20.0),
     "read_tuning": ("g",),
+    "read_many": ("g", "c", ["q"], [0], 1, 0.0),
     "defer": ("g", "1-1", b"m", 1.0),
+    "admit": ("g", "t", "h"),
+    "renew_slots": ("g", [SlotHold(task="t", holder="h", lease=1.0)]),
+    "release_slots": ("g", [SlotHold(task="t", holder="h", lease=1.0)]),
+    "paused": ("g",),
+    "pause": ("g",),
+    "resume": ("g",),
+    "park": ("g", "1-1", b"m", 1.0, "t"),
     "publish_catalog": ("g", CatalogDocument(host="h", instance="me", expires=30.0), 30.0),
     "remove_catalog": ("g", "h"),
     "read_catalog": ("g",),
+    "publish_schedule_specs": ("g", {"s": b"{}"}),
+    "start_schedules": ("g", "me", ["s"], 1.0),
+    "fire_ticks": ("g", "me", [TickFire(schedule="s", tick=1.0, message=b"{}")]),
+    "record_run_outcomes": (
+        "g",
+        [RunOutcome(schedule="s", tick=1.0, message_id="1-1", outcome="succeeded", at=1.0)],
+    ),
+    "read_schedules": ("g",),
     "aclose": (),
 }
 """One valid call of every awaitable Backend method."""
@@ -107,9 +123,9 @@ async def test_a_link_cut_during_a_call_loses_the_reply() -> None:
     link = PartitionedBackend(backend)
 
     class CutOnAdd(MemoryBackend):
-        async def add(self, group: str, payloads: Any) -> list[str]:
+        async def add(self, group: str, payloads: Any, *, queue: str | None = None) -> list[str]:
             link.cut = True  # after the store applied it, before the reply
-            return await super().add(group, payloads)
+            return await super().add(group, payloads, queue=queue)
 
     link.backend = CutOnAdd()
     with pytest.raises(BackendError, match="partitioned: no reply to add") as info:

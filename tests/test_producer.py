@@ -196,6 +196,15 @@ def test_the_stream_follows_prefix_and_queue(client: redis.Redis) -> None:
     assert [m["payload"] for _, m in entries(client, "taskrunner:tasks")] == [2]
 
 
+def test_a_delayed_task_goes_back_to_the_producers_queue(client: redis.Redis) -> None:
+    emails = Producer(client, consumer_group="shop", queue="emails")
+    later = emails.dispatch_delayed("send", 1, delay=60)
+    default = Producer(client, consumer_group="shop").dispatch_delayed("send", 2, delay=60)
+    members = {decode_delayed(m).id: decode_delayed(m) for m in client.zrange(DELAYED, 0, -1)}
+    assert members[later.id].queue == "emails"
+    assert members[default.id].queue is None, "the default queue writes no field"
+
+
 def test_a_client_that_decodes_responses(redis_url: str) -> None:
     with redis.Redis.from_url(redis_url, decode_responses=True) as client:
         producer = Producer(client, consumer_group="shop")

@@ -226,12 +226,12 @@ class FlakyBackend(MemoryBackend):
     failure: Exception | None = None
     hang = False
 
-    async def get_metrics(self, group: str) -> QueueMetrics:
+    async def get_metrics(self, group: str, *, queue: str | None = None) -> QueueMetrics:
         if self.hang:
             await trio.sleep_forever()
         if self.failure is not None:
             raise self.failure
-        return await super().get_metrics(group)
+        return await super().get_metrics(group, queue=queue)
 
 
 async def test_updater_survives_backend_errors(

@@ -11,7 +11,17 @@ import pytest
 
 import taskrunner
 
-PURE = ["_backoff", "_lease", "_poison", "_schedule", "_slots", "_stats", "_tuning"]
+PURE = [
+    "_backoff",
+    "_lease",
+    "_limits",
+    "_poison",
+    "_priorities",
+    "_schedule",
+    "_slots",
+    "_stats",
+    "_tuning",
+]
 """The modules of pure decisions (see docs/concepts.md, "Where things live")."""
 FORBIDDEN = (
     "trio",

@@ -52,11 +52,13 @@ async def test_a_failed_refresh_is_retried_on_the_next_tick(
     class FlakyRefresh(PartitionedBackend):
         failures = 0
 
-        async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+        async def refresh(
+            self, group: str, consumer: str, ids: Sequence[str], *, queue: str | None = None
+        ) -> list[str]:
             if trio.current_time() >= 24 and FlakyRefresh.failures == 0:
                 FlakyRefresh.failures += 1
                 raise BackendError("transient")
-            return await backend.refresh(group, consumer, ids)
+            return await backend.refresh(group, consumer, ids, queue=queue)
 
     first = make_runner(FlakyRefresh(backend), reclaim_delay=30)
     second = make_runner(backend, reclaim_delay=30)
@@ -88,11 +90,11 @@ def test_inflight_due_refreshes_early_never_late() -> None:
     table = InFlight()
     table.add("1-1", "c1", reservation_timeout=10, now=0)
     table.add("1-2", "c2", reservation_timeout=4, now=0)
-    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}  # due at 4, within the slack
-    assert table.due(now=2, slack=2) == {"c2": ["1-2"]}, "due() only reads"
+    assert table.due(now=2, slack=2) == {("c2", None): ["1-2"]}  # due at 4, within the slack
+    assert table.due(now=2, slack=2) == {("c2", None): ["1-2"]}, "due() only reads"
     table.refreshed(["1-2"], at=2)
     assert table.due(now=3, slack=2) == {}  # next at 2 + 4
-    assert table.due(now=8, slack=2) == {"c1": ["1-1"], "c2": ["1-2"]}
+    assert table.due(now=8, slack=2) == {("c1", None): ["1-1"], ("c2", None): ["1-2"]}
     table.remove("1-1")
     table.refreshed(["1-1"], at=8)  # no longer running: ignored
     assert "1-1" not in table

@@ -14,6 +14,7 @@ import trio
 from rich.console import Console
 
 from taskrunner import Stats, TaskRunner, TaskRunnerConfig
+from taskrunner._schedule_view import ScheduleRow
 from taskrunner._wire import task_names_in
 from taskrunner.backends import ConsumerInfo, GroupInfo, QueueMetrics
 from taskrunner.backends.redis import RedisBackend
@@ -164,6 +165,33 @@ def test_constructed_frame() -> None:
     assert re.search(r"predicted_wait_time\s+150\.0 ms", text)
     assert re.search(r"a\s+3\.000 ms\s+\(10 runs\)", text)
     assert "delayed_tasks_schedule" not in text.replace("avg_schedule_timing", "")
+    assert "periodic schedules" not in text, "no schedules, no table"
+
+
+def test_a_frame_shows_the_periodic_schedules() -> None:
+    row = ScheduleRow(
+        name="cleanup",
+        task="cleanup",
+        spec="cron */5 * * * * (UTC)",
+        catch_up="latest",
+        overlap=False,
+        next_fire=1748851500.0,
+        last_fired=1748851200.0,
+        last_fired_at=1748851200.01,
+        last_outcome="succeeded",
+        last_outcome_tick=1748851200.0,
+        in_flight=None,
+        declared_by="h",
+    )
+    text = render_text(
+        top_view(constructed_snapshot(schedules=(row,)), History(), width=10), width=160
+    )
+    assert "periodic schedules" in text
+    assert re.search(
+        r"cleanup\s+cleanup\s+cron \*/5 \* \* \* \* \(UTC\)\s+2025-06-02 08:05:00\s+"
+        r"2025-06-02 08:00:00\s+succeeded \(2025-06-02 08:00:00\)",
+        text,
+    ), text
 
 
 def test_throughput_is_measured_over_a_window() -> None:

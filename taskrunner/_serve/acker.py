@@ -1,12 +1,18 @@
 """Batched acknowledgements.
 
 Workers hand finished message ids to :meth:`Acker.ack`, a synchronous append.
-One background task sends whatever has accumulated in one backend call; while
-that call is in flight, new ids pile up for the next one, so the batch size
-grows with load by itself and idle latency stays at one round trip. Unique
+One background task sends whatever has accumulated in one backend call (one
+per queue, when messages of several queues finished); while that call is in
+flight, new ids pile up for the next one, so the batch size grows with load
+by itself and idle latency stays at one round trip. Unique
 locks of finished messages are released only after their ack succeeded: a
 crash in between leaves the lock to expire (``unique_for``) rather than
-letting a duplicate in while the message could still run again.
+letting a duplicate in while the message could still run again. Likewise
+the outcomes of runs of periodic schedules (messages carrying ``schedule``)
+are recorded after their ack, in one backend call per flush; a retryable
+failure keeps them for the next try, any other drops them (the schedule's
+in-flight mark then lapses by its ``in_flight_ttl``). Other messages add
+nothing to a flush.
 
 A failed ack is retried with backoff when the failure may pass (a lost
 connection: ``BackendError.retryable``). One that retrying cannot fix (the
@@ -30,12 +36,15 @@ import trio
 
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import ConfigHolder
-from taskrunner.backends import Backend
+from taskrunner.backends import Backend, RunOutcome
 from taskrunner.errors import BackendError
 
 log = logging.getLogger(__name__)
 
 FINAL_FLUSH_TIMEOUT = 10.0
+
+Entry = tuple[str | None, str]
+"""(queue, stream id): an entry to ack."""
 
 
 class Acker:
@@ -49,9 +58,10 @@ class Acker:
     def __init__(self, backend: Backend, config: ConfigHolder) -> None:
         self._backend = backend
         self._config = config
-        self._ids: list[str] = []
-        # (entry id, (key, token)): each lock is released after its entry's ack
-        self._locks: list[tuple[str, tuple[str, str]]] = []
+        self._ids: list[Entry] = []
+        # (entry, (key, token)): each lock is released after its entry's ack
+        self._locks: list[tuple[Entry, tuple[str, str]]] = []
+        self._outcomes: list[RunOutcome] = []  # recorded after their entry's ack
         self._wake = trio.Event()
         self.acked = 0
         self.dropped = 0
@@ -60,11 +70,22 @@ class Acker:
     def _group(self) -> str:
         return self._config.current.consumer_group
 
-    def ack(self, entry_id: str, lock: tuple[str, str] | None = None) -> None:
-        """Queue ``entry_id`` for acknowledgement (and ``lock`` for release after it)."""
-        self._ids.append(entry_id)
+    def ack(
+        self,
+        entry_id: str,
+        lock: tuple[str, str] | None = None,
+        outcome: RunOutcome | None = None,
+        *,
+        queue: str | None = None,
+    ) -> None:
+        """Queue ``entry_id`` (of ``queue``) for acknowledgement (and ``lock`` for
+        release after it, and a periodic run's ``outcome`` to record after it)."""
+        entry = (queue, entry_id)
+        self._ids.append(entry)
         if lock is not None:
-            self._locks.append((entry_id, lock))
+            self._locks.append((entry, lock))
+        if outcome is not None:
+            self._outcomes.append(outcome)
         self._wake.set()
 
     @property
@@ -97,7 +118,7 @@ class Acker:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + FINAL_FLUSH_TIMEOUT
                 try:
-                    while self._ids or self._locks:
+                    while self._ids or self._locks or self._outcomes:
                         await self._flush()
                 except BackendError as exc:
                     log.error("final ack flush failed (%s)", exc)
@@ -109,24 +130,29 @@ class Acker:
                 )
 
     async def _flush(self) -> None:
-        ids, self._ids = self._ids, []
+        entries, self._ids = self._ids, []
         locks, self._locks = self._locks, []
-        refused: Collection[str] = ()
-        if ids:
+        outcomes, self._outcomes = self._outcomes, []
+        refused: set[Entry] = set()
+        queues = list(dict.fromkeys(queue for queue, _ in entries))  # first seen first
+        for at, queue in enumerate(queues):
+            ids = [entry for entry in entries if entry[0] == queue]
             try:
-                await self._backend.ack(self._group, ids)
+                await self._backend.ack(self._group, [i for _, i in ids], queue=queue)
             except BackendError as exc:
-                if exc.retryable:
-                    self._put_back(ids, locks)  # acks are idempotent: next try
+                if exc.retryable:  # acks are idempotent: this queue and the rest, next try
+                    self._put_back([e for e in entries if e[0] in queues[at:]], locks, refused)
+                    self._outcomes[:0] = outcomes
                     raise
-                refused = await self._ack_one_by_one(ids, locks, exc)
+                await self._ack_one_by_one(ids, entries, locks, queues[at:], exc, refused)
             except BaseException:
-                self._put_back(ids, locks)
+                self._put_back([e for e in entries if e[0] in queues[at:]], locks, refused)
+                self._outcomes[:0] = outcomes
                 raise
             else:
                 self.acked += len(ids)
-        for done, (entry_id, (key, token)) in enumerate(locks):
-            if entry_id in refused:
+        for done, (entry, (key, token)) in enumerate(locks):
+            if entry in refused:
                 continue  # not acked, so it may run again: its lock expires by itself
             try:
                 await self._backend.release_lock(key, token)
@@ -135,54 +161,84 @@ class Acker:
             except BaseException:
                 # Cancelled (shutdown): the final flush releases the rest.
                 self._locks[:0] = locks[done:]
+                self._outcomes[:0] = outcomes
                 raise
+        refused_ids = {entry_id for _, entry_id in refused}
+        outcomes = [run for run in outcomes if run.message_id not in refused_ids]
+        if outcomes:
+            await self._record(outcomes)
+
+    async def _record(self, outcomes: list[RunOutcome]) -> None:
+        """Record periodic runs' outcomes (their entries are acked)."""
+        try:
+            await self._backend.record_run_outcomes(self._group, outcomes)
+        except BackendError as exc:
+            if exc.retryable:
+                self._outcomes[:0] = outcomes
+                raise
+            log.warning(
+                "could not record the outcome of %d periodic run(s) (%s); their "
+                "in-flight marks lapse by themselves",
+                len(outcomes),
+                exc,
+            )
+        except BaseException:
+            self._outcomes[:0] = outcomes
+            raise
 
     async def _ack_one_by_one(
-        self, ids: list[str], locks: list[tuple[str, tuple[str, str]]], error: BackendError
-    ) -> set[str]:
-        """Ack ``ids`` one at a time after their batch was refused for good (``error``).
-
-        Returns:
-            The ids refused again, dropped.
+        self,
+        ids: list[Entry],
+        entries: list[Entry],
+        locks: list[tuple[Entry, tuple[str, str]]],
+        queues_left: list[str | None],
+        error: BackendError,
+        refused: set[Entry],
+    ) -> None:
+        """Ack ``ids`` (of one queue) one at a time after their batch was refused for
+        good (``error``); the entries refused again are dropped and added to
+        ``refused``.
 
         Raises:
-            BackendError: a retryable failure; the ids not acked yet, and the
-                locks of every id not refused, are back in the queue.
+            BackendError: a retryable failure; the entries not acked yet (this
+                queue's and those of ``queues_left`` after it), and the locks of
+                every entry not refused, are back in the queue.
         """
         if len(ids) == 1:
             self._drop(ids[0], error)
-            return {ids[0]}
-        refused: set[str] = set()
-        for index, entry_id in enumerate(ids):
+            refused.add(ids[0])
+            return
+        for index, entry in enumerate(ids):
             try:
-                await self._backend.ack(self._group, [entry_id])
+                await self._backend.ack(self._group, [entry[1]], queue=entry[0])
             except BackendError as exc:
                 if not exc.retryable:
-                    refused.add(entry_id)
-                    self._drop(entry_id, exc)
+                    refused.add(entry)
+                    self._drop(entry, exc)
                     continue
-                self._put_back(ids[index:], locks, refused)
+                later = [e for e in entries if e[0] in queues_left[1:]]
+                self._put_back(ids[index:] + later, locks, refused)
                 raise
             except BaseException:
-                self._put_back(ids[index:], locks, refused)
+                later = [e for e in entries if e[0] in queues_left[1:]]
+                self._put_back(ids[index:] + later, locks, refused)
                 raise
             self.acked += 1
-        return refused
 
     def _put_back(
         self,
-        ids: list[str],
-        locks: list[tuple[str, tuple[str, str]]],
-        refused: set[str] | None = None,
+        entries: list[Entry],
+        locks: list[tuple[Entry, tuple[str, str]]],
+        refused: Collection[Entry] = (),
     ) -> None:
-        self._ids[:0] = ids
-        self._locks[:0] = [lock for lock in locks if lock[0] not in refused] if refused else locks
+        self._ids[:0] = entries
+        self._locks[:0] = [lock for lock in locks if lock[0] not in refused]
 
-    def _drop(self, entry_id: str, error: BackendError) -> None:
+    def _drop(self, entry: Entry, error: BackendError) -> None:
         self.dropped += 1
         log.error(
             "ack of message %s refused (%s); dropping it, since retrying cannot fix that: "
             "it will be delivered again after reclaim_delay",
-            entry_id,
+            entry[1],
             error,
         )

@@ -31,7 +31,7 @@ next leader's first decision overwrites it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -98,22 +98,36 @@ class AggregatorHost(Protocol):
 
 
 async def timing_statistics(
-    backend: Backend, group: str, task_names: Iterable[str], workers: int, replication: int
+    backend: Backend,
+    group: str,
+    task_names: Iterable[str],
+    workers: int,
+    replication: int,
+    *,
+    queues: Sequence[str | None] = (None,),
 ) -> Stats:
-    """Read the metrics hash and the stream length and compute :class:`Stats`.
+    """Read the metrics hash and the streams' lengths and compute :class:`Stats`.
+
+    The queue length is the sum of the lengths of ``queues``: a runner passes
+    the queues it reads that are not paused, so work waiting on a pause is
+    left out, and so is work waiting on a limit or a paused task, which waits
+    in the delayed set, not in a stream. Such waits never grow the pool.
 
     Args:
-        backend: Where the hash and the stream live.
+        backend: Where the hash and the streams live.
         group: The consumer group (names the hash).
         task_names: The registered task names; only these enter the averages.
         workers: The current pool capacity (``num_workers`` before start).
         replication: Live instances (values below 1 count as 1).
+        queues: The queues whose waiting entries count (``None``: the backend's).
 
     Raises:
-        BackendError: either read failed.
+        BackendError: a read failed.
     """
     metrics = await backend.read_metrics(group)
-    queue_len = await backend.length(group)
+    queue_len = 0
+    for queue in queues:
+        queue_len += await backend.length(group, queue=queue)
     return compute_stats(
         metrics=metrics,
         group=group,

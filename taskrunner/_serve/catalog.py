@@ -37,15 +37,21 @@ REMOVE_TIMEOUT = 2.0
 
 
 def catalog_document(
-    host: str, instance_id: str, tasks: Mapping[str, Task], stream: str, now: float
+    host: str,
+    instance_id: str,
+    tasks: Mapping[str, Task],
+    stream: str,
+    now: float,
+    queue_streams: Mapping[str, str] | None = None,
 ) -> CatalogDocument:
     """What this instance publishes at ``now`` (the backend's clock): every registered
-    task, served from ``stream``, counting until ``now + CATALOG_TTL`` (pure)."""
+    task, served from its queue's stream (``queue_streams``, by queue name) or else
+    from ``stream``, counting until ``now + CATALOG_TTL`` (pure)."""
     return CatalogDocument(
         host=host,
         instance=instance_id,
         expires=now + CATALOG_TTL,
-        tasks=_wire.catalog_tasks(tasks.values(), stream),
+        tasks=_wire.catalog_tasks(tasks.values(), stream, queue_streams),
     )
 
 
@@ -53,7 +59,9 @@ async def _publish(
     backend: Backend, group: str, host: str, instance_id: str, tasks: Mapping[str, Task]
 ) -> None:
     stream = backend.stream_keys(group).stream
-    document = catalog_document(host, instance_id, tasks, stream, backend.now())
+    queues = {task.queue for task in tasks.values() if task.queue is not None}
+    streams = {queue: backend.stream_keys(group, queue).stream for queue in queues}
+    document = catalog_document(host, instance_id, tasks, stream, backend.now(), streams)
     try:
         await backend.publish_catalog(group, document, CATALOG_TTL)
     except BackendError as exc:

@@ -5,7 +5,15 @@ each read it reserves free pool slots (how many is :mod:`taskrunner._slots`'s
 decision: at most ``batch_size``, and at most its fair share of the pool), so
 it never holds a message the pool cannot start at once (back-pressure). Every
 ``reclaim_interval`` it first claims messages left idle by dead consumers for
-longer than ``reclaim_delay``. Backend errors are logged and retried with
+longer than ``reclaim_delay``, queue by queue in priority order.
+
+A runner of one queue reads it as it always did (one ``XREADGROUP``). A
+runner of several reads them all at once, by the plan of
+:mod:`taskrunner._priorities` (strict order, or weighted shares with a round
+robin of its own per fetcher), with
+:meth:`~taskrunner.backends.MessageQueue.read_many`. Paused queues (as the
+gate last read them) are neither read nor reclaimed; with every queue paused
+the fetcher gives its slots back and waits for a change. Backend errors are logged and retried with
 backoff; they never end the loop. The fetchers run inside the workers nursery
 (:func:`taskrunner._serve.worker.run`), which starts one task per message
 they hand it.
@@ -21,6 +29,8 @@ import trio
 
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import TaskRunnerConfig
+from taskrunner._priorities import WeightedShares, read_plan
+from taskrunner._serve.gate import Gate
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._slots import slot_request
 from taskrunner.backends import Backend, QueueEntry
@@ -55,6 +65,12 @@ class FetcherContext:
     execute: Execute
     """Started once per message read, in the workers nursery."""
     counters: FetcherCounters
+    gate: Gate
+    """What is paused (paused queues are not read)."""
+    queues: tuple[str, ...]
+    """The queues read, in priority order (heaviest first when weighted)."""
+    weights: tuple[int, ...] | None = None
+    """Their weights when weighted; ``None``: strict order."""
 
 
 async def run(
@@ -74,6 +90,8 @@ async def run(
     """
     config, backend, pool = context.config, context.backend, context.pool
     execute, counters = context.execute, context.counters
+    gate, queues = context.gate, context.queues
+    shares = WeightedShares(queues, context.weights) if context.weights else None
     consumer = config.consumer_name(fetcher_id)
     group = config.consumer_group
     next_claim = trio.current_time()
@@ -89,17 +107,36 @@ async def run(
             busy=busy,
         )
         slots = await pool.reserve(ask.most, at_least=ask.at_least, linger=BATCH_LINGER)
+        paused = gate.paused.queues
+        active = [q for q in queues if q not in paused] if paused else queues
+        if not active:
+            pool.release(slots)
+            with trio.move_on_after(config.block_duration):
+                await gate.wait_changed()
+            continue
         entries: list[QueueEntry] = []
         try:
             if trio.current_time() >= next_claim:
-                entries = await backend.claim_stale(group, consumer, config.reclaim_delay, slots)
+                for queue in active:
+                    entries += await backend.claim_stale(
+                        group, consumer, config.reclaim_delay, slots - len(entries), queue=queue
+                    )
+                    if len(entries) >= slots:
+                        break
                 if entries:
                     counters.reclaimed += len(entries)
                     log.info("%s reclaimed %d stale message(s)", consumer, len(entries))
                 if len(entries) < slots:
                     next_claim = trio.current_time() + config.effective_reclaim_interval
-            if not entries:
-                entries = await backend.read(group, consumer, slots, config.block_duration)
+            if not entries and len(queues) == 1:  # as it always was: one XREADGROUP
+                entries = await backend.read(
+                    group, consumer, slots, config.block_duration, queue=active[0]
+                )
+            elif not entries:
+                plan = read_plan(queues, slots, paused, shares)
+                entries = await backend.read_many(
+                    group, consumer, plan.queues, plan.quotas, slots, config.block_duration
+                )
             failures = 0
         except BackendError as exc:
             pool.release(slots)

@@ -4,7 +4,8 @@ Theory of operation (the worker that runs the message is
 :mod:`taskrunner._serve.worker`). Each finished run ends in exactly one of:
 
 - **done**: the action returned. The entry is acked (batched by the acker),
-  and a unique task's lock released after the ack.
+  and a unique task's lock released after the ack (and a periodic run's
+  outcome, ``succeeded``, recorded after it: :func:`periodic_outcome`).
 - **retry**: the attempt failed and :func:`taskrunner._retry.next_step` gives
   another one. With a delay (the task's ``Backoff``, or a ``Retry`` raised by
   the action) the message is re-queued through the delayed set: a member
@@ -18,7 +19,9 @@ Theory of operation (the worker that runs the message is
   or an undecodable entry. ``failed_task_handler(delivery, error)`` returning
   means handled (ack); raising leaves the message pending for a later try.
   Without a handler the message goes to the dead-letter stream, then is
-  acked.
+  acked (and a periodic run's outcome, ``failed``, recorded after the ack).
+  An entry failed undecoded (past its delivery limit) records no outcome: an
+  ``overlap=False`` schedule's in-flight mark then lapses by its TTL.
 
 Every failed attempt is reported to ``on_error`` (a ``Retry`` the action
 raised is a request, not a failure: it is only logged) and counted.
@@ -37,7 +40,7 @@ from taskrunner._retry import Defer, GiveUp, next_step
 from taskrunner._serve.acker import Acker
 from taskrunner._task import Delivery, Task
 from taskrunner._wire import TaskMessage, unique_lock
-from taskrunner.backends import Backend
+from taskrunner.backends import Backend, RunOutcome
 from taskrunner.errors import (
     BackendError,
     InvalidTaskPayload,
@@ -69,6 +72,46 @@ def lock_of(message: TaskMessage) -> tuple[str, str] | None:
     if message.unique and message.unique_lock_value:
         return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
     return None
+
+
+def dispatched_at(entry_id: str, message: TaskMessage) -> float:
+    """When the task was first dispatched: the message's ``dispatched_at``, else
+    its stream id's time."""
+    if message.dispatched_at is not None:
+        return message.dispatched_at
+    return int(entry_id.partition("-")[0]) / 1000
+
+
+def member_queue(backend: Backend, group: str, queue: str | None) -> str | None:
+    """The ``queue`` field of a delayed member that re-queues an entry read from
+    ``queue``: ``None`` (no field) for the backend's default queue, so a
+    one-queue runner's members are what they always were."""
+    if queue is None or queue == backend.stream_keys(group).queue:
+        return None
+    return queue
+
+
+def periodic_outcome(
+    message: TaskMessage | None, entry_id: str, outcome: str, now: float
+) -> RunOutcome | None:
+    """What to record for a run of a periodic schedule that reached its final
+    ``outcome`` (``None`` for any other message: nothing is recorded, nothing costs).
+
+    The run is named by its task id (the fired entry's stream id, kept by its
+    retries), which is what the schedule's in-flight mark holds.
+    """
+    if message is None or message.extras is None:
+        return None
+    extras = message.extras
+    if extras.schedule is None or extras.tick is None:
+        return None
+    return RunOutcome(
+        schedule=extras.schedule,
+        tick=extras.tick,
+        message_id=extras.id or entry_id,
+        outcome=outcome,
+        at=now,
+    )
 
 
 class WorkerCounters:
@@ -106,14 +149,18 @@ class Outcomes:
         self.rng = random.Random()
         """Where retry jitter is drawn from (seed it in a test)."""
 
-    def done(self, entry_id: str, message: TaskMessage) -> None:
-        """The action returned: ack, then release the message's lock."""
+    def done(self, entry_id: str, message: TaskMessage, queue: str | None = None) -> None:
+        """The action returned: ack (the entry of ``queue``), then release the
+        message's lock."""
         self.counters.completed += 1
-        self._acker.ack(entry_id, lock_of(message))
+        outcome = None
+        if message.extras is not None:  # a plain message pays one test
+            outcome = periodic_outcome(message, entry_id, "succeeded", self._backend.now())
+        self._acker.ack(entry_id, lock_of(message), outcome, queue=queue)
 
-    def ack(self, entry_id: str) -> None:
+    def ack(self, entry_id: str, queue: str | None = None) -> None:
         """Ack an entry that holds no lock (another group's, on a shared stream)."""
-        self._acker.ack(entry_id, None)
+        self._acker.ack(entry_id, None, queue=queue)
 
     async def attempt_failed(
         self, task: Task, delivery: Delivery, error: Exception, *, dispatched_at: float
@@ -178,6 +225,7 @@ class Outcomes:
         message = delivery.message
         assert message is not None  # a run always has its decoded message
         run_at = self._backend.now() + delay
+        group = self._config.current.consumer_group
         try:
             member = _wire.encode_delayed(
                 _wire.retry_delayed(
@@ -186,10 +234,11 @@ class Outcomes:
                     id=message.id or delivery.id,
                     attempts=delivery.attempt,
                     dispatched_at=dispatched_at,
+                    queue=member_queue(self._backend, group, delivery.queue),
                 )
             )
             deferred = await self._backend.defer(
-                self._config.current.consumer_group, delivery.id, member, run_at
+                group, delivery.id, member, run_at, queue=delivery.queue
             )
         except (BackendError, InvalidTaskPayload) as exc:
             log.warning(
@@ -240,7 +289,11 @@ class Outcomes:
         else:
             try:
                 dead_id = await self._backend.dead_letter(
-                    self._config.current.consumer_group, delivery.id, delivery.raw, reason
+                    self._config.current.consumer_group,
+                    delivery.id,
+                    delivery.raw,
+                    reason,
+                    queue=delivery.queue,
                 )
             except BackendError as exc:
                 log.error(
@@ -250,4 +303,5 @@ class Outcomes:
             self.counters.dead_lettered += 1
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
         lock = lock_of(delivery.message) if delivery.message is not None else None
-        self._acker.ack(delivery.id, lock)
+        outcome = periodic_outcome(delivery.message, delivery.id, "failed", self._backend.now())
+        self._acker.ack(delivery.id, lock, outcome, queue=delivery.queue)

@@ -1,13 +1,20 @@
-"""Keeps long-running messages from being reclaimed.
+"""Keeps long-running messages from being reclaimed, and their concurrency slots held.
 
 Every ``tick`` seconds (half the shortest reservation timeout), the ids that
 have run for about their reservation timeout since their last refresh are
-refreshed in one backend call per consumer (``XCLAIM ... JUSTID`` on Redis):
-their idle time resets, their delivery count does not move. An entry is
-refreshed up to one tick early rather than late, so the gap between two
-refreshes never exceeds its reservation timeout, which ``register`` keeps
+refreshed in one backend call per consumer and queue (``XCLAIM ... JUSTID``
+on Redis): their idle time resets, their delivery count does not move. An
+entry is refreshed up to one tick early rather than late, so the gap between
+two refreshes never exceeds its reservation timeout, which ``register`` keeps
 below ``reclaim_delay``. An entry is marked refreshed only once the backend
 confirmed it; after a failed call it is tried again on the next tick.
+
+A run holding a concurrency slot is due twice per reservation timeout (see
+:mod:`taskrunner._inflight`), and the slots of every due run are renewed in
+one more call (:meth:`~taskrunner.backends.FlowControl.renew_slots`) before
+the messages are; such a run is marked refreshed only when both succeeded.
+A slot found lost (its lease expired and another run took it) is logged: the
+run goes on, one over its task's limit until it ends.
 """
 
 from __future__ import annotations
@@ -32,16 +39,35 @@ async def run(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Refresh due in-flight messages until cancelled."""
+    """Refresh due in-flight messages (and renew their slots) until cancelled."""
     task_status.started()
     while True:
         interval = tick()
         await trio.sleep(interval)
-        for consumer, ids in inflight.due(trio.current_time(), interval).items():
+        due = inflight.due(trio.current_time(), interval)
+        holds = [h for (_, queue), ids in due.items() for h in inflight.holds(ids, queue=queue)]
+        slots_renewed = True
+        if holds:
+            try:
+                lost = await backend.renew_slots(group, holds)
+            except BackendError as exc:
+                slots_renewed = False
+                log.warning(
+                    "renewal of %d concurrency slot(s) failed (%s); retrying on the next tick",
+                    len(holds),
+                    exc,
+                )
+            else:
+                for hold in lost:
+                    log.warning(
+                        "a run of task %s lost its concurrency slot (its lease expired and "
+                        "was taken); it runs on, over the limit until it ends",
+                        hold.task,
+                    )
+        for (consumer, queue), ids in due.items():
             sent = trio.current_time()
             try:
-                await backend.refresh(group, consumer, ids)
-                inflight.refreshed(ids, sent)
+                await backend.refresh(group, consumer, ids, queue=queue)
             except BackendError as exc:
                 log.warning(
                     "refresh of %d running message(s) for %s failed (%s); they may be "
@@ -50,3 +76,7 @@ async def run(
                     consumer,
                     exc,
                 )
+                continue
+            if not slots_renewed:  # those holding a slot are due again next tick
+                ids = [i for i in ids if not inflight.holds([i], queue=queue)]
+            inflight.refreshed(ids, sent, queue=queue)

@@ -14,7 +14,11 @@ Running one message is four steps, one method each:
 2. **prepare** (:meth:`Worker._prepare`): decode the message, find its task,
    check its attempt number (``attempts`` carried by a re-queued retry plus
    the delivery count) against the task's attempts, decode the payload;
-3. **run** (:meth:`Worker._run`): the attempt, in a cancel scope of its own
+3. **run** (:meth:`Worker._run`): first, for a task with a concurrency or
+   rate limit or while something is paused (two flags: no await otherwise),
+   the gate (:mod:`taskrunner._serve.gate`) admits the run, or parks or
+   defers it (it runs later, and this delivery is not an attempt); then the
+   attempt, in a cancel scope of its own
    whose deadline is the task's ``timeout`` when it has one (registered in
    :class:`~taskrunner._inflight.InFlight` by message id; a run without a
    timeout has none, which keeps the hot path cheap): the middlewares, if any,
@@ -48,7 +52,9 @@ inside the bytes it does not decode): a process-killing entry is never
 re-queued (re-queueing needs a caught failure), so it stays one entry whose
 delivery count bounds it.
 
-The duration of every run, failed or not, goes to the timing recorder.
+The duration of every run, failed or not, goes to the timing recorder. A run
+that holds a concurrency slot gives it back when its ``InFlight`` entry goes
+(for a thread, once it returned).
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ from taskrunner._middleware import CallNext, Middleware, run_chain
 from taskrunner._poison import delivery_limit
 from taskrunner._serve import fetcher
 from taskrunner._serve.fetcher import FetcherContext
-from taskrunner._serve.outcome import Outcomes, brief
+from taskrunner._serve.gate import NO_HOLD, Gate, Hold
+from taskrunner._serve.outcome import Outcomes, brief, dispatched_at
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
@@ -104,13 +111,8 @@ def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> 
         delivery_count=entry.delivery_count,
         raw=entry.payload,
         message=message,
+        queue=entry.queue,
     )
-
-
-def _dispatched_at(entry_id: str, message: TaskMessage) -> float:
-    if message.dispatched_at is not None:
-        return message.dispatched_at
-    return int(entry_id.partition("-")[0]) / 1000
 
 
 @attrs.frozen
@@ -154,6 +156,7 @@ class Worker:
         sharing: The other groups on the stream (an unknown task may be theirs).
         inflight: Running messages, for the refresher.
         timings: Where every run's duration is recorded.
+        gate: Admits each run of a limited task, or while something is paused.
     """
 
     def __init__(
@@ -165,8 +168,10 @@ class Worker:
         sharing: StreamSharing,
         inflight: InFlight,
         timings: TimingRecorder,
+        gate: Gate,
     ) -> None:
         self._config = config
+        self._gate = gate
         self._tasks = tasks
         self._pool = pool
         self.outcomes = outcomes
@@ -244,6 +249,13 @@ class Worker:
     async def _run(
         self, entry: QueueEntry, consumer: str, task: Task, message: TaskMessage, payload: Any
     ) -> None:
+        hold = NO_HOLD
+        if task.limited or self._gate.pausing:
+            attempt = message.attempts + entry.delivery_count
+            admitted = await self._gate.admit(entry, attempt, message, task, payload)
+            if admitted is None:
+                return  # parked or deferred: it runs later
+            hold = admitted
         timeout = task.timeout if task.timeout is not None else self._config.current.default_timeout
         started = trio.current_time()
         thread = _Thread() if task.shape.sync else None
@@ -255,7 +267,14 @@ class Worker:
         scope = None if timeout is None else trio.CancelScope(deadline=started + timeout)
         deadline = math.inf if scope is None else scope.deadline
         self._inflight.add(
-            entry.id, consumer, task.reservation, started, deadline=deadline, scope=scope
+            entry.id,
+            consumer,
+            task.reservation,
+            started,
+            deadline=deadline,
+            scope=scope,
+            queue=entry.queue,
+            hold=hold.slot,
         )
         error: Exception | None = None
         try:
@@ -279,15 +298,17 @@ class Worker:
             error = exc
         finally:
             if thread is None:
-                self._inflight.remove(entry.id)
+                self._inflight.remove(entry.id, queue=entry.queue)
+                if hold is not NO_HOLD:  # the run's end: its slot given back
+                    await self._gate.release(hold)
             elapsed = trio.current_time() - started
             self._timings.record(task.name, elapsed)
             if self.observers:
                 self._notify(task.name, elapsed, error is None)
         if error is None and thread is None:
-            self.outcomes.done(entry.id, message)  # step 4, the hot path's outcome
+            self.outcomes.done(entry.id, message, entry.queue)  # step 4, the hot path's outcome
             return
-        await self._outcome(entry, consumer, task, message, error, thread)
+        await self._outcome(entry, consumer, task, message, error, thread, hold)
 
     # Step 4: the outcome -------------------------------------------------------------
     async def _outcome(
@@ -298,17 +319,18 @@ class Worker:
         message: TaskMessage,
         error: Exception | None,
         thread: _Thread | None,
+        hold: Hold,
     ) -> None:
         """Ack, retry or the failure path; then wait for a thread past its timeout."""
         try:
             if error is None:
-                self.outcomes.done(entry.id, message)
+                self.outcomes.done(entry.id, message, entry.queue)
             else:
                 await self.outcomes.attempt_failed(
                     task,
                     _delivery(entry, consumer, message),
                     error,
-                    dispatched_at=_dispatched_at(entry.id, message),
+                    dispatched_at=dispatched_at(entry.id, message),
                 )
             if thread is not None and not thread.returned:
                 log.warning(
@@ -319,8 +341,10 @@ class Worker:
                 )
                 await thread.done.wait()
         finally:
-            if thread is not None:
-                self._inflight.remove(entry.id)
+            if thread is not None:  # the thread's end: its slot given back
+                self._inflight.remove(entry.id, queue=entry.queue)
+                if hold is not NO_HOLD:
+                    await self._gate.release(hold)
 
     async def _call(
         self,
@@ -342,9 +366,11 @@ class Worker:
                 attempt=message.attempts + entry.delivery_count,
                 max_attempts=task.attempts,
                 deadline=None if deadline == math.inf else deadline,
-                dispatched_at=_dispatched_at(entry.id, message),
+                dispatched_at=dispatched_at(entry.id, message),
                 state=self.state,
                 trace=message.trace or EMPTY_STATE,
+                schedule=message.schedule,
+                tick=message.tick,
             )
         if shape.context is None:
             action: CallNext = partial(task.action, payload)
@@ -386,7 +412,7 @@ class Worker:
         if not others:
             return False
         self._sharing.skip_unknown(task_name, delivery.id)
-        self.outcomes.ack(delivery.id)
+        self.outcomes.ack(delivery.id, delivery.queue)
         return True
 
     # Step 1: bound the deliveries ----------------------------------------------------

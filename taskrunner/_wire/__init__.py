@@ -118,19 +118,37 @@ Optional fields in use (a Go worker ignores all of them):
 - delayed member ``unique_key``: the precomputed message ``unique_key``. A Go
   leader ignores it and recomputes the key from the payload.
 - message and delayed member ``attempts`` (int >= 0): attempts used by earlier
-  entries of the task (a retry re-queued through the delayed set). Attempt
-  number = ``attempts`` + delivery count, bounded by ``max_retry``. A Go worker
-  bounds only its own deliveries of the entry.
+  entries of the task (a retry re-queued through the delayed set; a run
+  re-queued to wait for a concurrency slot, a rate limit or a pause carries
+  the attempts used before the delivery that waited, which is not one).
+  Attempt number = ``attempts`` + delivery count, bounded by ``max_retry``. A
+  Go worker bounds only its own deliveries of the entry.
 - message ``id`` (str): the task's id when it is not the entry's stream id (a
   moved delayed member's ``id``; a retry keeps its task's).
 - message and delayed member ``dispatched_at`` (float, the backend's clock):
   the first dispatch's time, when it is not the stream id's (delayed, retried).
 - message and delayed member ``trace`` (an object of strings): the W3C trace
   context of the dispatch (``taskrunner.otel``).
+- delayed member ``unique_lock_value`` (str): a unique retry's (or waiting
+  run's) lock token. The move takes the lock if it is free or still held with
+  it (so the run keeps its lock); a Go leader cannot take it and leaves the
+  member until the lock expires (``unique_for``), then dispatches it afresh
+  (without ``attempts``).
+- delayed member ``queue`` (str): the queue whose stream the member moves to;
+  absent means the default queue. A Go leader moves the member to its own
+  stream, where a Go worker runs it (or a Python runner of that queue): flow
+  control with several queues needs a Python leader (see docs/go-interop.md).
 - delayed member ``unique_lock_value`` (str): a unique retry's lock token. The
   move takes the lock if it is free or still held with it (so the retry keeps
   its lock); a Go leader cannot take it and leaves the member until the lock
   expires (``unique_for``), then dispatches it afresh (without ``attempts``).
+- message and delayed member ``schedule`` (string) and ``tick`` (float, unix
+  seconds): the periodic schedule that fired the message and the tick it
+  serves (issue 15), both present or both absent; a retry keeps them. A Go
+  worker runs the message once, as any other; it does not record the run's
+  outcome, so an ``overlap=False``
+  schedule's in-flight mark then lasts until its ``in_flight_ttl`` and the
+  schedule's last outcome is not updated.
 
 A plain dispatch writes none of them: its bytes are the same as before.
 - metrics ``<task>_sum_us`` and ``taskrunner:<group>:delayed_tasks_schedule_sum_us``:

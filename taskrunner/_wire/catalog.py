@@ -53,12 +53,17 @@ class CatalogDocument:
     tasks: tuple[CatalogTask, ...] = ()
 
 
-def catalog_tasks(tasks: Iterable[Task], stream: str) -> tuple[CatalogTask, ...]:
-    """The catalog entries of registered ``tasks`` served from ``stream``, sorted by name."""
+def catalog_tasks(
+    tasks: Iterable[Task], stream: str, queue_streams: Mapping[str, str] | None = None
+) -> tuple[CatalogTask, ...]:
+    """The catalog entries of registered ``tasks``, sorted by name: each served from
+    its queue's stream (``queue_streams[task.queue]``), or from ``stream`` (the
+    backend's queue) for a task with no queue of its own."""
+    streams = queue_streams or {}
     return tuple(
         CatalogTask(
             name=task.name,
-            stream=stream,
+            stream=stream if task.queue is None else streams.get(task.queue, stream),
             reservation_timeout=task.reservation,
             unique=task.unique,
             unique_for=task.unique_for if task.unique else 0.0,

@@ -30,11 +30,17 @@ class DelayedTask:
     unique_key: str | None = None
     """Ours, for unique tasks: the message ``unique_key``, computed at dispatch."""
     unique_lock_value: str = ""
-    """Ours, for a retry of a unique task: the token of the lock it keeps."""
+    """Ours, for a re-queued run of a unique task (a retry, a wait for a limit):
+    the token of the lock it keeps."""
+    queue: str | None = None
+    """Ours: the queue whose stream the member moves to; ``None`` (absent) is the
+    default queue."""
     # Ours, copied into the message when the member is moved (see TaskMessage):
     attempts: int = 0
     dispatched_at: float | None = None
     trace: dict[str, str] | None = None
+    schedule: str | None = None
+    tick: float | None = None
 
 
 def new_delayed(
@@ -44,6 +50,7 @@ def new_delayed(
     *,
     id: str,
     unique_key: str | None = None,
+    queue: str | None = None,
     dispatched_at: float | None = None,
     trace: dict[str, str] | None = None,
 ) -> DelayedTask:
@@ -55,6 +62,7 @@ def new_delayed(
         run_at: The run-at time; also the member's score, which keeps the fraction.
         id: A fresh uuid4 string (a fixed one in tests); the task's id.
         unique_key: For a unique task, :func:`unique_key_for` of the payload.
+        queue: The queue it moves to; ``None``: the default queue (and no field).
         dispatched_at: When it was dispatched (the backend's clock).
         trace: The trace context of the dispatch, if traced.
     """
@@ -64,20 +72,30 @@ def new_delayed(
         time=math.floor(run_at),
         payload=payload,
         unique_key=unique_key,
+        queue=queue,
         dispatched_at=dispatched_at,
         trace=trace,
     )
 
 
 def retry_delayed(
-    message: TaskMessage, run_at: float, *, id: str, attempts: int, dispatched_at: float
+    message: TaskMessage,
+    run_at: float,
+    *,
+    id: str,
+    attempts: int,
+    dispatched_at: float,
+    queue: str | None = None,
 ) -> DelayedTask:
-    """The member that re-queues ``message`` for another attempt at ``run_at``.
+    """The member that re-queues ``message`` for another attempt at ``run_at``, or
+    for the same attempt once its wait is over (a concurrency slot, a rate limit,
+    a pause: then ``attempts`` excludes the delivery that waited).
 
     It keeps what the next attempt needs of the message: its task, payload,
     trace, unique key and lock token (a unique task keeps its lock across
-    the retry), with the task's ``id``, the ``attempts`` used so far and the
-    original ``dispatched_at``.
+    the retry), with the task's ``id``, the ``attempts`` used so far, the
+    original ``dispatched_at``, a periodic run's ``schedule`` and ``tick``, and
+    the ``queue`` it goes back to (``None``: the default queue, and no field).
     """
     return DelayedTask(
         id=id,
@@ -86,15 +104,19 @@ def retry_delayed(
         payload=message.payload,
         unique_key=message.unique_key if message.unique else None,
         unique_lock_value=message.unique_lock_value if message.unique else "",
+        queue=queue,
         attempts=attempts,
         dispatched_at=dispatched_at,
         trace=message.trace,
+        schedule=message.schedule,
+        tick=message.tick,
     )
 
 
 def encode_delayed(delayed: DelayedTask) -> bytes:
     """The member's JSON: Go's four fields, then ours when set (``unique_key``,
-    ``unique_lock_value``, ``attempts``, ``dispatched_at``, ``trace``).
+    ``unique_lock_value``, ``queue``, ``attempts``, ``dispatched_at``, ``trace``,
+    ``schedule`` and ``tick``).
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -109,12 +131,17 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
         doc["unique_key"] = delayed.unique_key
     if delayed.unique_lock_value:
         doc["unique_lock_value"] = delayed.unique_lock_value
+    if delayed.queue is not None:
+        doc["queue"] = delayed.queue
     if delayed.attempts:
         doc["attempts"] = delayed.attempts
     if delayed.dispatched_at is not None:
         doc["dispatched_at"] = delayed.dispatched_at
     if delayed.trace:
         doc["trace"] = delayed.trace
+    if delayed.schedule is not None:
+        doc["schedule"] = delayed.schedule
+        doc["tick"] = delayed.tick
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -144,7 +171,10 @@ def decode_delayed(raw: bytes) -> DelayedTask:
         payload=doc.get("payload"),
         unique_key=field(doc, "unique_key", str, None),
         unique_lock_value=field(doc, "unique_lock_value", str, ""),
+        queue=field(doc, "queue", str, None),
         attempts=extras.attempts,
         dispatched_at=extras.dispatched_at,
         trace=extras.trace,
+        schedule=extras.schedule,
+        tick=extras.tick,
     )

@@ -29,9 +29,19 @@ class MessageExtras:
     the stream id's time (a delayed dispatch, a retry)."""
     trace: dict[str, str] | None = None
     """The trace context the dispatch carried (W3C ``traceparent``, ``tracestate``)."""
+    schedule: str | None = None
+    """The periodic schedule that fired the message (``tick`` is then set too)."""
+    tick: float | None = None
+    """The tick the run serves, unix seconds in the backend's clock."""
 
     def __bool__(self) -> bool:
-        return bool(self.attempts or self.id or self.dispatched_at is not None or self.trace)
+        return bool(
+            self.attempts
+            or self.id
+            or self.dispatched_at is not None
+            or self.trace
+            or self.schedule is not None
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -73,6 +83,16 @@ class TaskMessage:
     def trace(self) -> dict[str, str] | None:
         """The dispatch's trace context, if it was traced."""
         return self.extras.trace if self.extras is not None else None
+
+    @property
+    def schedule(self) -> str | None:
+        """The periodic schedule that fired this message, if one did."""
+        return self.extras.schedule if self.extras is not None else None
+
+    @property
+    def tick(self) -> float | None:
+        """The tick the run serves (unix seconds), when a schedule fired it."""
+        return self.extras.tick if self.extras is not None else None
 
     @property
     def reservation_timeout_seconds(self) -> float:
@@ -120,6 +140,8 @@ def new_message(
     id: str = "",
     dispatched_at: float | None = None,
     trace: dict[str, str] | None = None,
+    schedule: str | None = None,
+    tick: float | None = None,
 ) -> TaskMessage:
     """The message that runs ``task`` once.
 
@@ -133,10 +155,19 @@ def new_message(
         id: The task's id, when it is not the entry's stream id.
         dispatched_at: The first dispatch's time, when it is not the stream id's.
         trace: The dispatch's trace context, when traced.
+        schedule: The periodic schedule firing it (with ``tick``, the tick it serves).
+        tick: The tick it serves (unix seconds), with ``schedule``.
     """
     extras = None
-    if attempts or id or dispatched_at is not None or trace:
-        extras = MessageExtras(attempts=attempts, id=id, dispatched_at=dispatched_at, trace=trace)
+    if attempts or id or dispatched_at is not None or trace or schedule is not None:
+        extras = MessageExtras(
+            attempts=attempts,
+            id=id,
+            dispatched_at=dispatched_at,
+            trace=trace,
+            schedule=schedule,
+            tick=tick,
+        )
     if not task.unique:
         return TaskMessage(
             task_name=task.name,
@@ -181,6 +212,9 @@ def encode_message(message: TaskMessage) -> bytes:
             doc["dispatched_at"] = extras.dispatched_at
         if extras.trace:
             doc["trace"] = extras.trace
+        if extras.schedule is not None:
+            doc["schedule"] = extras.schedule
+            doc["tick"] = extras.tick
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -257,7 +291,13 @@ def decode_message(raw: bytes | None) -> TaskMessage:
             f"field 'task_name' should be a non-empty string, got {task_name!r}"
         )
     extras = None
-    if "attempts" in doc or "id" in doc or "dispatched_at" in doc or "trace" in doc:
+    if (
+        "attempts" in doc
+        or "id" in doc
+        or "dispatched_at" in doc
+        or "trace" in doc
+        or "schedule" in doc
+    ):
         extras = extras_of(doc) or None
     return TaskMessage(
         task_name=task_name,
@@ -298,4 +338,15 @@ def extras_of(doc: dict[str, Any]) -> MessageExtras:
         id=field(doc, "id", str, ""),
         dispatched_at=None if dispatched_at is None else float(dispatched_at),
         trace=trace or None,
+        schedule=field(doc, "schedule", str, None),
+        tick=_tick(doc),
     )
+
+
+def _tick(doc: dict[str, Any]) -> float | None:
+    value = doc.get("tick")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidTaskPayload(f"field 'tick' should be unix seconds, got {value!r}")
+    return float(value)

@@ -1,19 +1,26 @@
 """Backend interfaces and value types.
 
 - :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Deferral` +
-  :class:`TaskCatalog`): what a runner serves on.
+  :class:`FlowControl` + :class:`TaskCatalog` + :class:`Schedules`): what a runner
+  serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
 """
 
 from taskrunner._keys import StreamKeys as StreamKeys
+from taskrunner._limits import Paused as Paused
 from taskrunner._wire import CatalogDocument as CatalogDocument
 from taskrunner._wire import CatalogTask as CatalogTask
 from taskrunner._wire import TimingFields as TimingFields
 from taskrunner._wire import TimingIncrement as TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog as TaskCatalog
 from taskrunner.backends._deferral import Deferral as Deferral
+from taskrunner.backends._flow import Admission as Admission
+from taskrunner.backends._flow import FlowControl as FlowControl
+from taskrunner.backends._flow import LimitedBy as LimitedBy
+from taskrunner.backends._flow import ParkOutcome as ParkOutcome
+from taskrunner.backends._flow import SlotHold as SlotHold
 from taskrunner.backends._inspection import Heartbeat as Heartbeat
 from taskrunner.backends._inspection import KeyCounts as KeyCounts
 from taskrunner.backends._inspection import KeyInfo as KeyInfo
@@ -29,3 +36,10 @@ from taskrunner.backends._protocols import MessageQueue as MessageQueue
 from taskrunner.backends._protocols import QueueEntry as QueueEntry
 from taskrunner.backends._protocols import QueueMetrics as QueueMetrics
 from taskrunner.backends._protocols import SharedState as SharedState
+from taskrunner.backends._schedules import FireResult as FireResult
+from taskrunner.backends._schedules import FireStatus as FireStatus
+from taskrunner.backends._schedules import RunOutcome as RunOutcome
+from taskrunner.backends._schedules import ScheduleRecords as ScheduleRecords
+from taskrunner.backends._schedules import Schedules as Schedules
+from taskrunner.backends._schedules import ScheduleState as ScheduleState
+from taskrunner.backends._schedules import TickFire as TickFire

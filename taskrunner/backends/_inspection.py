@@ -59,6 +59,10 @@ class KeyKind(enum.StrEnum):
     """The timing-metrics hash (``taskrunner:<group>:metrics``)."""
     CATALOG = "catalog"
     """The tasks the group's serving runners serve (``taskrunner:<group>:catalog``)."""
+    SCHEDULES = "schedules"
+    """The periodic schedules' states (``taskrunner:<group>:schedules``)."""
+    SCHEDULE_SPECS = "schedule_specs"
+    """The periodic schedules' published specs (``taskrunner:<group>:schedule_specs``)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -74,6 +78,8 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.TUNING: "published pool capacity",
     KeyKind.METRICS: "timing metrics",
     KeyKind.CATALOG: "task catalog (what serving runners serve)",
+    KeyKind.SCHEDULES: "periodic schedules' states",
+    KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -88,6 +94,8 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.TUNING: "string",
     KeyKind.METRICS: "hash",
     KeyKind.CATALOG: "hash",
+    KeyKind.SCHEDULES: "hash",
+    KeyKind.SCHEDULE_SPECS: "hash",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -136,6 +144,8 @@ class KeyCounts:
     tuning: int = 0
     metrics: int = 0
     catalog: int = 0
+    schedules: int = 0
+    schedule_specs: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -193,6 +203,8 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
         _keys.metrics(group): KeyKind.METRICS,
         _keys.catalog(group): KeyKind.CATALOG,
+        _keys.schedules(group): KeyKind.SCHEDULES,
+        _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
     }
 
 
@@ -218,7 +230,14 @@ NOT_GROUPS = ("unique:", "replication:", "leader:")
 """Heads of the names under ``taskrunner:`` that belong to no group (a unique lock's
 key may well end in ``:metrics``)."""
 
-_GROUP_TAILS = (":metrics", ":delayed_tasks", ":worker_tuning_capacity", ":catalog")
+_GROUP_TAILS = (
+    ":metrics",
+    ":delayed_tasks",
+    ":worker_tuning_capacity",
+    ":catalog",
+    ":schedules",
+    ":schedule_specs",
+)
 
 
 def group_named_by(name: str, queue: str) -> str | None:
@@ -226,8 +245,8 @@ def group_named_by(name: str, queue: str) -> str | None:
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
     stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity`` and ``:catalog``. The leader lease is named by a hash of the
-    group, so it names none.
+    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules`` and ``:schedule_specs``.
+    The leader lease is named by a hash of the group, so it names none.
     """
     head = f"{_keys.PREFIX}:"
     if not name.startswith(head):

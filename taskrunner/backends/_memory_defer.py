@@ -11,11 +11,13 @@ from taskrunner.backends._memory_stream import MemoryStream
 class MemoryDefer(MemoryStream, MemoryState):
     """A :class:`~taskrunner.backends.Deferral` over the in-memory stream and state."""
 
-    async def defer(self, group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+    async def defer(
+        self, group: str, entry_id: str, member: bytes, run_at: float, *, queue: str | None = None
+    ) -> bool:
         await trio.lowlevel.checkpoint()
         check_text("defer", "entry_id", entry_id)
         # No checkpoint from here on: the ack and the add are one step, like the script.
-        stream = self._stream(group)
+        stream = self._stream(group, queue)
         pending = stream.groups.get(group)
         if pending is None or pending.pending.pop(entry_id, None) is None:
             return False

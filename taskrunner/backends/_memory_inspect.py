@@ -30,11 +30,12 @@ from taskrunner.backends._inspection import (
     kind_of,
 )
 from taskrunner.backends._memory_catalog import MemoryCatalog
-from taskrunner.backends._memory_state import MemoryState
+from taskrunner.backends._memory_schedules import MemorySchedules
 from taskrunner.backends._memory_stream import MemoryStream
+from taskrunner.backends._schedules import STATE_FIELDS
 
 
-class MemoryInspection(MemoryStream, MemoryState, MemoryCatalog):
+class MemoryInspection(MemoryStream, MemorySchedules, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
     async def ping(self) -> float:
@@ -51,7 +52,17 @@ class MemoryInspection(MemoryStream, MemoryState, MemoryCatalog):
         names += [_keys.delayed_tasks(g) for g, members in self._delayed.items() if members]
         names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
         names += [_keys.catalog(g) for g in list(self._catalogs) if self.catalog_size(g)]
+        names += [_keys.schedules(g) for g in self._schedule_states if self._state_fields(g)]
+        names += [_keys.schedule_specs(g) for g, specs in self._schedule_specs.items() if specs]
         return names + self.keys()
+
+    def _state_fields(self, group: str) -> int:
+        """How many fields the states hash would have on Redis (one per value set)."""
+        return sum(
+            getattr(state, attribute) is not None
+            for state in self._schedule_states.get(group, {}).values()
+            for attribute in STATE_FIELDS
+        )
 
     async def list_groups(self) -> list[str]:
         await trio.lowlevel.checkpoint()
@@ -81,6 +92,10 @@ class MemoryInspection(MemoryStream, MemoryState, MemoryCatalog):
         catalog = self.catalog_size(group)
         if catalog is not None:
             found[_keys.catalog(group)] = catalog
+        if self._state_fields(group):
+            found[_keys.schedules(group)] = self._state_fields(group), None
+        if self._schedule_specs.get(group):
+            found[_keys.schedule_specs(group)] = len(self._schedule_specs[group]), None
         for name in (_keys.leader(group), _keys.worker_tuning_capacity(group)):
             value = self._get(name)
             if value is not None:
@@ -153,6 +168,10 @@ class MemoryInspection(MemoryStream, MemoryState, MemoryCatalog):
                 self._metrics.pop(group, None)
             elif name == _keys.catalog(group):
                 self._catalogs.pop(group, None)
+            elif name == _keys.schedules(group):
+                self._schedule_states.pop(group, None)
+            elif name == _keys.schedule_specs(group):
+                self._schedule_specs.pop(group, None)
             else:
                 self._strings.pop(name, None)
         return doomed

@@ -45,7 +45,7 @@ def check_text(method: str, argument: str, *values: str) -> None:
 class MemoryState:
     """A :class:`~taskrunner.backends.SharedState` held in process memory."""
 
-    def __init__(self, add_entry: Callable[[str, bytes], str]) -> None:
+    def __init__(self, add_entry: Callable[[str, bytes, str | None], str]) -> None:
         self._add_entry = add_entry
         self._strings: dict[str, tuple[str, float]] = {}  # key -> (value, expires_at)
         self._delayed: dict[str, dict[bytes, float]] = {}
@@ -145,7 +145,7 @@ class MemoryState:
             ):
                 continue
             del members[move.member]
-            self._add_entry(group, move.message)
+            self._add_entry(group, move.message, move.queue)
             moved += 1
         return moved
 

@@ -1,15 +1,17 @@
 """The in-memory streams: a faithful small model of Redis streams with groups.
 
-Theory of operation: each consumer group is resolved to a stream key exactly
-as on Redis (``taskrunner._keys.stream_keys``), and each stream key to one
-:class:`_Stream`, so one backend holds several groups' streams and groups
-configured with one prefix share one. In a stream, entries live in a dict
-keyed by a sequence number (insertion order is id order). Each group keeps a
+Theory of operation: each consumer group and queue is resolved to a stream
+key exactly as on Redis (``taskrunner._keys.stream_keys``), and each stream
+key to one :class:`_Stream`, so one backend holds several groups' (and
+queues') streams and groups configured with one prefix share them. In a
+stream, entries live in a dict keyed by a sequence number (insertion order is
+id order). Each group keeps a
 cursor (the last sequence delivered) and a pending list mapping id ->
 (consumer, last delivery time, delivery count). Reading new entries walks
 forward from the cursor, skipping deleted ones, so each entry is visited once
 per group. Blocked readers park on their stream's ParkingLot, which every
-``add`` to it wakes. Every time comes from ``trio.current_time()``, so
+``add`` to it wakes (and readers of several streams on the backend's own,
+which every ``add`` wakes). Every time comes from ``trio.current_time()``, so
 ``MockClock`` drives idle times, reclaim and blocking reads deterministically.
 Every method is a checkpoint, like a real network call, so simulated fleets
 interleave fairly.
@@ -97,42 +99,50 @@ class MemoryStream:
         self.prefix = prefix
         self.queue = queue
         self.delete_on_ack = delete_on_ack
-        self._stream_keys: dict[str, StreamKeys] = {}
+        self._stream_keys: dict[tuple[str, str | None], StreamKeys] = {}
         self._streams: dict[str, _Stream] = {}  # by stream key
+        self._added = trio.lowlevel.ParkingLot()  # every add, to any stream
 
-    def stream_keys(self, group: str) -> StreamKeys:
-        """The stream, dead-letter stream and ring of ``group`` (cached)."""
-        keys = self._stream_keys.get(group)
+    def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
+        """The stream, dead-letter stream and ring of ``group`` on ``queue`` (cached)."""
+        keys = self._stream_keys.get((group, queue))
         if keys is None:
-            keys = self._stream_keys[group] = _keys.stream_keys(self.prefix, group, self.queue)
+            name = self.queue if queue is None else queue
+            keys = self._stream_keys[group, queue] = _keys.stream_keys(self.prefix, group, name)
         return keys
 
-    def _stream(self, group: str) -> _Stream:
-        """The stream ``group`` reads (created empty on first use)."""
-        key = self.stream_keys(group).stream
+    def _stream(self, group: str, queue: str | None = None) -> _Stream:
+        """The stream ``group`` reads on ``queue`` (created empty on first use)."""
+        key = self.stream_keys(group, queue).stream
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _Stream()
         return stream
 
-    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
+    async def add(
+        self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+    ) -> list[str]:
         await trio.lowlevel.checkpoint()
-        stream = self._stream(group)
+        stream = self._stream(group, queue)
         ids = [stream.add(payload) for payload in payloads]
         if ids:
             stream.lot.unpark_all()
+            self._added.unpark_all()
         return ids
 
-    def add_raw(self, group: str, fields: dict[str, bytes]) -> str:
-        """Add an entry with arbitrary fields to ``group``'s stream (for tests of
-        malformed input): only ``payload`` is kept; an entry without it is read
-        with ``payload=None``."""
-        stream = self._stream(group)
+    def add_raw(self, group: str, fields: dict[str, bytes], *, queue: str | None = None) -> str:
+        """Add an entry with arbitrary fields to ``group``'s stream of ``queue`` (for
+        tests of malformed input): only ``payload`` is kept; an entry without it is
+        read with ``payload=None``."""
+        stream = self._stream(group, queue)
         entry_id = stream.add(fields.get("payload"))
         stream.lot.unpark_all()
+        self._added.unpark_all()
         return entry_id
 
-    def _take_new(self, s: _Stream, g: _Group, consumer: str, count: int) -> list[QueueEntry]:
+    def _take_new(
+        self, s: _Stream, g: _Group, consumer: str, count: int, queue: str
+    ) -> list[QueueEntry]:
         out: list[QueueEntry] = []
         now = trio.current_time()
         seq = g.cursor
@@ -144,29 +154,77 @@ class MemoryStream:
                 continue
             entry_id, payload, added_at = entry
             g.pending[entry_id] = _Pending(consumer, now, 1)
-            out.append(QueueEntry(id=entry_id, payload=payload, delivery_count=1))
+            out.append(QueueEntry(id=entry_id, payload=payload, delivery_count=1, queue=queue))
             s.ring.append((now - added_at) * 1e9)
         g.cursor = seq
         return out
 
-    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
+    async def read(
+        self, group: str, consumer: str, count: int, block: float, *, queue: str | None = None
+    ) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
         check_text("read", "consumer", consumer)
-        s = self._stream(group)
+        name = self.stream_keys(group, queue).queue
+        s = self._stream(group, queue)
         g = s.group(group)
         deadline = trio.current_time() + block
         while True:
             g.consumers[consumer] = trio.current_time()
-            got = self._take_new(s, g, consumer, count)
+            got = self._take_new(s, g, consumer, count, name)
             if got or trio.current_time() >= deadline:
                 return got
             with trio.move_on_at(deadline):
                 await s.lot.park()
 
-    async def ack(self, group: str, ids: Sequence[str]) -> int:
+    async def read_many(
+        self,
+        group: str,
+        consumer: str,
+        queues: Sequence[str],
+        quotas: Sequence[int],
+        total: int,
+        block: float,
+    ) -> list[QueueEntry]:
+        await trio.lowlevel.checkpoint()
+        check_text("read_many", "consumer", consumer)
+        if len(quotas) != len(queues):
+            raise ValueError(f"quotas must be as long as queues ({len(queues)}), got {quotas!r}")
+        streams = [(q, self._stream(group, q)) for q in queues]
+        deadline = trio.current_time() + block
+        out: list[QueueEntry] = []
+        # No checkpoint from here to the wait: one step, like the Lua script.
+        for (queue, s), quota in zip(streams, quotas, strict=True):
+            g = s.group(group)
+            g.consumers[consumer] = trio.current_time()
+            out += self._take_new(s, g, consumer, min(quota, total - len(out)), queue)
+        for queue, s in streams:
+            if len(out) >= total:
+                break
+            out += self._take_new(s, s.group(group), consumer, total - len(out), queue)
+        waited = streams[: min(len(streams), total)]
+        each = total // len(waited) if waited else 0
+        while not out and each and trio.current_time() < deadline:
+            with trio.move_on_at(deadline):
+                await self._added.park()
+            for queue, s in waited:
+                g = s.group(group)
+                g.consumers[consumer] = trio.current_time()
+                out += self._take_new(s, g, consumer, each, queue)
+        return out
+
+    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
         await trio.lowlevel.checkpoint()
         check_text("ack", "id", *ids)
-        s = self._stream(group)
+        return self._ack(group, ids, queue)
+
+    def is_pending(self, group: str, entry_id: str, queue: str | None = None) -> bool:
+        """Whether ``entry_id`` is pending in ``group`` (no checkpoint: for atomic steps)."""
+        g = self._stream(group, queue).groups.get(group)
+        return g is not None and entry_id in g.pending
+
+    def _ack(self, group: str, ids: Sequence[str], queue: str | None) -> int:
+        """:meth:`ack`, without a checkpoint (for the atomic steps built on it)."""
+        s = self._stream(group, queue)
         g = s.groups.get(group)
         acked = 0
         for entry_id in ids:
@@ -179,11 +237,12 @@ class MemoryStream:
         return acked
 
     async def claim_stale(
-        self, group: str, consumer: str, min_idle: float, count: int
+        self, group: str, consumer: str, min_idle: float, count: int, *, queue: str | None = None
     ) -> list[QueueEntry]:
         await trio.lowlevel.checkpoint()
         check_text("claim_stale", "consumer", consumer)
-        s = self._stream(group)
+        name = self.stream_keys(group, queue).queue
+        s = self._stream(group, queue)
         g = s.group(group)
         now = trio.current_time()
         g.consumers[consumer] = now
@@ -199,14 +258,20 @@ class MemoryStream:
                 continue
             p = g.pending[entry_id]
             p.consumer, p.delivered_at, p.count = consumer, now, p.count + 1
-            out.append(QueueEntry(id=entry_id, payload=s.entries[seq][1], delivery_count=p.count))
+            out.append(
+                QueueEntry(
+                    id=entry_id, payload=s.entries[seq][1], delivery_count=p.count, queue=name
+                )
+            )
         return out
 
-    async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+    async def refresh(
+        self, group: str, consumer: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[str]:
         await trio.lowlevel.checkpoint()
         check_text("refresh", "consumer", consumer)
         check_text("refresh", "id", *ids)
-        s = self._stream(group)
+        s = self._stream(group, queue)
         g = s.group(group)
         now = trio.current_time()
         g.consumers[consumer] = now
@@ -222,13 +287,13 @@ class MemoryStream:
             done.append(entry_id)
         return done
 
-    async def length(self, group: str) -> int:
+    async def length(self, group: str, *, queue: str | None = None) -> int:
         await trio.lowlevel.checkpoint()
-        return len(self._stream(group).entries)
+        return len(self._stream(group, queue).entries)
 
-    async def stream_groups(self, group: str) -> list[str]:
+    async def stream_groups(self, group: str, *, queue: str | None = None) -> list[str]:
         await trio.lowlevel.checkpoint()
-        return sorted(self._stream(group).groups)
+        return sorted(self._stream(group, queue).groups)
 
     def _group_info(self, s: _Stream, name: str, g: _Group) -> GroupInfo:
         now = trio.current_time()
@@ -242,17 +307,17 @@ class MemoryStream:
         lag = sum(1 for seq in s.entries if seq > g.cursor)
         return GroupInfo(name=name, pending=len(g.pending), lag=lag, consumers=consumers)
 
-    async def group_info(self, group: str) -> GroupInfo:
+    async def group_info(self, group: str, *, queue: str | None = None) -> GroupInfo:
         await trio.lowlevel.checkpoint()
-        s = self._stream(group)
+        s = self._stream(group, queue)
         g = s.groups.get(group)
         if g is None:
             return GroupInfo(name=group, pending=0, lag=0)
         return self._group_info(s, group, g)
 
-    async def delete_consumer(self, group: str, consumer: str) -> int:
+    async def delete_consumer(self, group: str, consumer: str, *, queue: str | None = None) -> int:
         await trio.lowlevel.checkpoint()
-        g = self._stream(group).groups.get(group)
+        g = self._stream(group, queue).groups.get(group)
         if g is None:
             return 0
         mine = [i for i, p in g.pending.items() if p.consumer == consumer]
@@ -261,10 +326,12 @@ class MemoryStream:
         g.consumers.pop(consumer, None)
         return len(mine)
 
-    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
+    async def delete_idle_consumer(
+        self, group: str, consumer: str, min_idle: float, *, queue: str | None = None
+    ) -> bool:
         await trio.lowlevel.checkpoint()
         # No checkpoint from here on: the check and the delete are one step.
-        g = self._stream(group).groups.get(group)
+        g = self._stream(group, queue).groups.get(group)
         if g is None or consumer not in g.consumers:
             return False
         if trio.current_time() - g.consumers[consumer] < min_idle:
@@ -274,9 +341,9 @@ class MemoryStream:
         del g.consumers[consumer]
         return True
 
-    async def get_metrics(self, group: str) -> QueueMetrics:
+    async def get_metrics(self, group: str, *, queue: str | None = None) -> QueueMetrics:
         await trio.lowlevel.checkpoint()
-        s = self._stream(group)
+        s = self._stream(group, queue)
         ring = list(s.ring)
         avg = sum(ring) / len(ring) if ring else 0.0
         std = math.sqrt(sum((x - avg) ** 2 for x in ring) / len(ring)) if ring else 0.0
@@ -290,21 +357,29 @@ class MemoryStream:
         )
 
     async def dead_letter(
-        self, group: str, message_id: str, payload: bytes | None, error: str
+        self,
+        group: str,
+        message_id: str,
+        payload: bytes | None,
+        error: str,
+        *,
+        queue: str | None = None,
     ) -> str:
         await trio.lowlevel.checkpoint()
         check_text("dead_letter", "message_id", message_id)
         check_text("dead_letter", "error", error)
-        dead = self._stream(group).dead
+        dead = self._stream(group, queue).dead
         dead_id = f"{int(trio.current_time() * 1000)}-{len(dead) + 1}"
         dead.append(
             DeadLetter(id=dead_id, message_id=message_id, group=group, payload=payload, error=error)
         )
         return dead_id
 
-    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
+    async def dead_letters(
+        self, group: str, count: int = 100, *, queue: str | None = None
+    ) -> list[DeadLetter]:
         await trio.lowlevel.checkpoint()
-        return self._stream(group).dead[:count]
+        return self._stream(group, queue).dead[:count]
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

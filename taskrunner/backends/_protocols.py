@@ -3,8 +3,13 @@
 A backend is one object that is a :class:`MessageQueue` (streams with
 consumer groups, like Redis streams), a :class:`SharedState` (the small
 amount of fleet-wide state: leases, the delayed set, metrics, heartbeats,
-locks, the published pool size) and a :class:`~taskrunner.backends.TaskCatalog`
-(the tasks serving runners serve, for producers that send tasks by name).
+locks, the published pool size), a :class:`~taskrunner.backends.Deferral`
+(a run that must wait, a retry or a run held back by a limit, back through
+the delayed set, atomically), a :class:`~taskrunner.backends.FlowControl`
+(pauses, concurrency slots, rate limits), a
+:class:`~taskrunner.backends.TaskCatalog` (the tasks serving runners serve,
+for producers that send tasks by name) and a :class:`Schedules` (the periodic
+schedules' fenced fires and state, :mod:`taskrunner.backends._schedules`).
 That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
@@ -12,11 +17,13 @@ across the whole store, which both shipped backends implement and a backend
 of one's own may leave out. ``taskrunner.testing`` holds the contract suite
 every backend must pass.
 
-Every queue method takes the consumer ``group`` first: the backend resolves
-it to the stream that group reads (:meth:`MessageQueue.stream_keys`). By
-default each group has a stream of its own; a backend configured with an
-explicit prefix gives every group the same one, and the groups then each
-receive every entry.
+Every queue method takes the consumer ``group`` first, and a ``queue``
+keyword: the backend resolves the two to one stream
+(:meth:`MessageQueue.stream_keys`). ``queue=None`` is the backend's own
+queue (its ``queue`` setting, ``tasks`` by default), so a runner of one queue
+calls every method as before. By default each group has streams of its own
+(``taskrunner:<group>:<queue>``); a backend configured with an explicit prefix
+gives every group the same ones, and the groups then each receive every entry.
 
 Conventions for every method:
 
@@ -41,7 +48,9 @@ from taskrunner._keys import StreamKeys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._deferral import Deferral
+from taskrunner.backends._flow import FlowControl
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
+from taskrunner.backends._schedules import Schedules
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +63,9 @@ class QueueEntry:
     """The entry's ``payload`` field, or ``None`` when it has none."""
     delivery_count: int
     """Deliveries so far, this one included (1 on first read)."""
+    queue: str | None = None
+    """The queue it was read from (backends always set it; ``None`` is the
+    default queue, as a ``queue=`` argument)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +130,8 @@ class DelayedMove:
     :attr:`lock_ttl` again."""
     lock_token: str = ""
     lock_ttl: float = 0.0
+    queue: str | None = None
+    """The queue whose stream the message is added to; ``None``: the default queue."""
 
 
 @runtime_checkable
@@ -128,10 +142,12 @@ class MessageQueue(Protocol):
     (to any consumer of the group) once :meth:`claim_stale` finds it idle.
     """
 
-    def stream_keys(self, group: str) -> StreamKeys:
+    def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         """The stream (and its dead-letter stream and claim-delay ring) that
-        ``group`` reads: the one place a backend decides it. Pure and cached;
-        two groups share a stream exactly when their keys are equal.
+        ``group`` reads on ``queue`` (``None``: the backend's own queue, whose
+        name is the result's ``queue``): the one place a backend decides it.
+        Pure and cached; two groups share a stream exactly when their keys are
+        equal.
 
         Raises:
             ValueError: the group cannot be given a stream (see
@@ -139,7 +155,9 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
+    async def add(
+        self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+    ) -> list[str]:
         """Append one entry per payload (field ``payload``) to the group's stream, in order.
 
         Returns:
@@ -149,7 +167,9 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
+    async def read(
+        self, group: str, consumer: str, count: int, block: float, *, queue: str | None = None
+    ) -> list[QueueEntry]:
         """Deliver up to ``count`` entries the group has never delivered.
 
         Creates the group (starting at the beginning of the stream) if it does
@@ -163,7 +183,36 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def ack(self, group: str, ids: Sequence[str]) -> int:
+    async def read_many(
+        self,
+        group: str,
+        consumer: str,
+        queues: Sequence[str],
+        quotas: Sequence[int],
+        total: int,
+        block: float,
+    ) -> list[QueueEntry]:
+        """Deliver up to ``total`` new entries from several queues, in one round trip.
+
+        First up to ``quotas[i]`` entries from each ``queues[i]``, in order
+        (``quotas`` is as long as ``queues``); then, while fewer than ``total``
+        were delivered, more from each queue in order, so a queue listed
+        earlier fills what is left first (all quotas 0: strict priority). The
+        entries come back in that order, each tagged with its queue, and are
+        pending for ``consumer`` with delivery count 1, as from :meth:`read`;
+        claim delays are recorded per queue. Groups are created as by
+        :meth:`read`.
+
+        When no queue has an entry, waits up to ``block`` seconds for entries
+        on the first ``m = min(len(queues), total)`` queues and returns as soon
+        as some arrive (on Redis, as soon as the first lands): at most
+        ``total // m`` from each queue waited on, so never more than ``total``.
+
+        Cancellation: as for :meth:`read`.
+        """
+        ...
+
+    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
         """Acknowledge entries: drop them from the pending list (and delete them
         from the stream when the backend deletes on ack).
 
@@ -175,7 +224,7 @@ class MessageQueue(Protocol):
         ...
 
     async def claim_stale(
-        self, group: str, consumer: str, min_idle: float, count: int
+        self, group: str, consumer: str, min_idle: float, count: int, *, queue: str | None = None
     ) -> list[QueueEntry]:
         """Take over up to ``count`` entries pending (in any consumer of the
         group) for at least ``min_idle`` seconds, oldest id first.
@@ -189,7 +238,9 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+    async def refresh(
+        self, group: str, consumer: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[str]:
         """Reset the idle time of pending ids and assign them to ``consumer``,
         without changing delivery counts, so they are not claimed while running.
 
@@ -202,21 +253,21 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def length(self, group: str) -> int:
-        """Entries in the group's stream (acked entries count until deleted)."""
+    async def length(self, group: str, *, queue: str | None = None) -> int:
+        """Entries in the group's stream of ``queue`` (acked entries count until deleted)."""
         ...
 
-    async def stream_groups(self, group: str) -> list[str]:
+    async def stream_groups(self, group: str, *, queue: str | None = None) -> list[str]:
         """Names of every consumer group that reads ``group``'s stream, sorted
         (``group`` itself included once it exists; none when the stream does not)."""
         ...
 
-    async def group_info(self, group: str) -> GroupInfo:
+    async def group_info(self, group: str, *, queue: str | None = None) -> GroupInfo:
         """Pending count, lag and per-consumer pending/idle of one group (empty
         if it does not exist)."""
         ...
 
-    async def delete_consumer(self, group: str, consumer: str) -> int:
+    async def delete_consumer(self, group: str, consumer: str, *, queue: str | None = None) -> int:
         """Remove a consumer from the group, unconditionally: its pending
         entries are dropped from the pending list (claim them first to keep
         them). For tools and tests; the runner uses :meth:`delete_idle_consumer`.
@@ -226,7 +277,9 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
+    async def delete_idle_consumer(
+        self, group: str, consumer: str, min_idle: float, *, queue: str | None = None
+    ) -> bool:
         """Remove a consumer only if it has nothing pending and has been idle
         for at least ``min_idle`` seconds, checked and done in one atomic step
         (a read by that consumer can never fall between the check and the
@@ -239,13 +292,19 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def get_metrics(self, group: str) -> QueueMetrics:
+    async def get_metrics(self, group: str, *, queue: str | None = None) -> QueueMetrics:
         """The group's stream: its size, claim-delay statistics over the newest
         1,000 deliveries, and the pending/lag/consumers of every group reading it."""
         ...
 
     async def dead_letter(
-        self, group: str, message_id: str, payload: bytes | None, error: str
+        self,
+        group: str,
+        message_id: str,
+        payload: bytes | None,
+        error: str,
+        *,
+        queue: str | None = None,
     ) -> str:
         """Append a failed entry to the group's dead-letter stream.
 
@@ -256,7 +315,9 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
+    async def dead_letters(
+        self, group: str, count: int = 100, *, queue: str | None = None
+    ) -> list[DeadLetter]:
         """The oldest ``count`` entries of the group's dead-letter stream (shared,
         like the stream, with the other groups that read it)."""
         ...
@@ -307,8 +368,8 @@ class SharedState(Protocol):
         """Atomically, for each move: if the member is still in the set and its
         lock (if any) can be taken (it is free, or held with the move's own
         token, whose lifetime then starts again), remove the member and add its
-        message to the group's stream. A process that dies mid-call moves all
-        or none.
+        message to the group's stream of the move's queue. A process that dies
+        mid-call moves all or none.
 
         Returns:
             How many members were moved.
@@ -388,10 +449,11 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Deferral, TaskCatalog, Protocol):
+class Backend(MessageQueue, SharedState, Deferral, FlowControl, TaskCatalog, Schedules, Protocol):
     """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
-    that re-queues a retry (:class:`Deferral`), and the task catalog it publishes
-    what it serves in."""
+    that re-queues a waiting run (:class:`Deferral`), flow control, the task
+    catalog it publishes what it serves in, and the periodic schedules' state
+    (:class:`~taskrunner.backends.Schedules`)."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""

@@ -15,12 +15,13 @@ from types import TracebackType
 
 from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_defer import MemoryDefer
+from taskrunner.backends._memory_flow import MemoryFlow
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
 
 
-class MemoryBackend(MemoryInspection, MemoryDefer):
+class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
     """Queue and shared state in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
@@ -40,9 +41,14 @@ class MemoryBackend(MemoryInspection, MemoryDefer):
     ) -> None:
         MemoryStream.__init__(self, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
         MemoryState.__init__(
-            self, add_entry=lambda group, payload: self.add_raw(group, {"payload": payload})
+            self,
+            add_entry=lambda group, payload, queue: self.add_raw(
+                group, {"payload": payload}, queue=queue
+            ),
         )
+        MemoryFlow.__init__(self)
         MemoryCatalog.__init__(self)
+        self._init_schedules()
 
     def __repr__(self) -> str:
         return f"MemoryBackend(prefix={self.prefix!r}, queue={self.queue!r})"

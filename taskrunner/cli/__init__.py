@@ -24,7 +24,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from taskrunner import __version__
-from taskrunner.cli import dashboard, demo, dispatch, flush, keys, stats, top, worker
+from taskrunner.cli import (
+    dashboard,
+    demo,
+    dispatch,
+    flush,
+    keys,
+    pause,
+    schedules,
+    stats,
+    top,
+    worker,
+)
 from taskrunner.cli.base import EXIT_USAGE, Command
 
 __all__ = ["main"]
@@ -45,7 +56,10 @@ COMMANDS: tuple[Command, ...] = (
     dispatch.COMMAND,
     stats.COMMAND,
     top.COMMAND,
+    pause.PAUSE,
+    pause.RESUME,
     keys.COMMAND,
+    schedules.COMMAND,
     flush.COMMAND,
     dashboard.COMMAND,
 )

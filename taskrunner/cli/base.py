@@ -23,6 +23,7 @@ from typing import TextIO, cast
 import attrs
 
 from taskrunner._config import TaskRunnerConfig
+from taskrunner._limits import Paused
 
 EXIT_USAGE = 2
 """argparse's exit code for bad usage."""
@@ -51,6 +52,16 @@ class Command:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     """Runs the command; returns the process exit code."""
+
+
+def paused_text(paused: Paused) -> str:
+    """What is paused, in one line: ``nothing``, or e.g. ``queues low; tasks charge``."""
+    parts = []
+    if paused.queues:
+        parts.append("queues " + ", ".join(sorted(paused.queues)))
+    if paused.tasks:
+        parts.append("tasks " + ", ".join(sorted(paused.tasks)))
+    return "; ".join(parts) or "nothing"
 
 
 def positive_int(text: str) -> int:

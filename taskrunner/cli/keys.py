@@ -37,6 +37,8 @@ LAYOUT = (
     (KeyKind.TUNING, "tuning keys", "<= G", "0-1"),
     (KeyKind.METRICS, "metrics hashes", "<= G", "0-1"),
     (KeyKind.CATALOG, CATALOGS, "<= G", "0-1"),
+    (KeyKind.SCHEDULES, "schedule states", "<= G", "0-1"),
+    (KeyKind.SCHEDULE_SPECS, "schedule specs", "<= G", "0-1"),
     (KeyKind.HEARTBEAT, "replication", "I", "I"),
     (KeyKind.UNIQUE_LOCK, "unique locks", "U", "U"),
     (KeyKind.CLAIM_DELAY_RING, "metric rings", "<= G", "0-1"),

@@ -10,8 +10,9 @@ see :mod:`taskrunner.cli.groups`) is one line on stderr and exit 1.
 
 ``stats`` reads, in this order: the timing-metrics hash, the published
 tuning capacity, the heartbeats and the leader lease (through the backend's
-:class:`~taskrunner.backends.Inspection`: ``SCAN``, never ``KEYS``), and the
-queue metrics (``XLEN``, the claim-delay ring, ``XINFO``).
+:class:`~taskrunner.backends.Inspection`: ``SCAN``, never ``KEYS``), the
+queue metrics (``XLEN``, the claim-delay ring, ``XINFO``), and what is paused
+(``taskrunner pause``/``resume``: the group's paused set).
 :class:`~taskrunner.Stats` needs a pool capacity that only a live process
 knows; from outside we take the leader's published tuning capacity when one
 is live, else ``--workers`` (default 32, the ``num_workers`` default), and
@@ -34,9 +35,10 @@ from typing import Any, TypeVar
 import trio
 
 from taskrunner import _wire
+from taskrunner._limits import Paused
 from taskrunner._stats import Stats, compute_stats
 from taskrunner.backends.redis import RedisBackend
-from taskrunner.cli.base import DEFAULT_WORKERS, Command, fail, positive_int
+from taskrunner.cli.base import DEFAULT_WORKERS, Command, fail, paused_text, positive_int
 from taskrunner.cli.groups import UnknownGroup, require_group
 from taskrunner.errors import BackendError
 
@@ -135,6 +137,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     live = await instances(backend)
     lease = await backend.read_lease(group)
     queue = await backend.get_metrics(group)
+    paused = await backend.paused(group)
 
     if published is not None:
         workers, source = published, "published"
@@ -168,6 +171,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
         "tuning_capacity": published,
         "workers": workers,
         "workers_source": source,
+        "paused": {"queues": sorted(paused.queues), "tasks": sorted(paused.tasks)},
         "tasks": {name: _task_document(metrics, name, stats) for name in names},
         "timing": {
             "avg_timing_ms": stats.avg_timing,
@@ -229,6 +233,11 @@ def render(doc: dict[str, Any]) -> str:
     }[doc["workers_source"]]
     workers, replication = doc["workers"], doc["replication"]
     lines.append(f"workers:   {workers} per instance ({why}), replication {replication}")
+    paused = doc["paused"]
+    lines.append(
+        "paused:    "
+        + paused_text(Paused(queues=frozenset(paused["queues"]), tasks=frozenset(paused["tasks"])))
+    )
     lines.append("")
     lines.append(f"  {'TASK':<24} {'RUNS':>10} {'AVG MS':>12}")
     for name, task in doc["tasks"].items():

@@ -2,7 +2,7 @@
 
 Theory of operation: every ``--interval`` seconds :func:`read_snapshot` reads
 what ``taskrunner stats`` reads (the metrics hash, the published tuning
-capacity, the heartbeats through the backend's
+capacity, what is paused, the heartbeats through the backend's
 :class:`~taskrunner.backends.Inspection`, the leader lease, the queue metrics) into a
 :class:`~taskrunner.cli.views.FleetSnapshot`, computes :class:`~taskrunner.Stats`
 from the hash (task names from its ``<task>_sum``/``_count`` fields, by
@@ -10,7 +10,8 @@ from the hash (task names from its ``<task>_sum``/``_count`` fields, by
 the published tuning capacity, else ``--workers``), and adds a sample to a
 :class:`~taskrunner.cli.views.History` ring, from which the view draws throughput
 (the change of the hash's run counts, over at least two seconds) and queue length over
-the last minutes. Rendering is :func:`taskrunner.cli.views.top_view`, pure; here
+the last minutes, and the group's periodic schedules (:func:`taskrunner.admin.schedules`,
+shown when there are any). Rendering is :func:`taskrunner.cli.views.top_view`, pure; here
 is only the loop: ``rich.live.Live`` on a terminal, one plain line per refresh
 otherwise, one frame with ``--once``. A failed refresh keeps the last frame on
 screen with the error under it and tries again at the next tick. Before the
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from taskrunner import _wire
+from taskrunner import _wire, admin
 from taskrunner._stats import compute_stats
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import (
@@ -74,6 +75,7 @@ async def read_snapshot(
     instances = tuple((beat.host, beat.instance_id) for beat in await backend.list_heartbeats())
     owner = await backend.lease_owner(group)
     queue = await backend.get_metrics(group)
+    paused = await backend.paused(group)
     pool = published if published is not None else (workers or DEFAULT_WORKERS)
     stats = compute_stats(
         metrics=metrics,
@@ -95,6 +97,8 @@ async def read_snapshot(
         instances=instances,
         tuning_capacity=published,
         workers=pool,
+        paused=paused,
+        schedules=tuple(await admin.schedules(backend, group)),
     )
 
 

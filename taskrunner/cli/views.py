@@ -24,9 +24,12 @@ from rich.table import Table
 from rich.text import Text
 
 from taskrunner import _wire
+from taskrunner._limits import Paused
 from taskrunner._runner import RunnerStatistics
+from taskrunner._schedule_view import ScheduleRow
 from taskrunner._stats import Stats
 from taskrunner.backends import KeyInfo, QueueMetrics
+from taskrunner.cli.base import paused_text
 
 __all__ = [
     "DemoFrame",
@@ -271,6 +274,10 @@ class FleetSnapshot:
     tuning_capacity: int | None
     workers: int
     """The per-instance pool size used for :attr:`stats` (published, or assumed)."""
+    paused: Paused = attrs.field(factory=Paused)
+    """The group's paused queues and tasks."""
+    schedules: tuple[ScheduleRow, ...] = ()
+    """The group's periodic schedules (``taskrunner.admin.schedules``)."""
 
     @property
     def runs(self) -> dict[str, int]:
@@ -328,6 +335,16 @@ class History:
         return self._samples[-1][0] - self._samples[0][0] if len(self._samples) > 1 else 0.0
 
 
+def schedules_table(rows: Sequence[ScheduleRow]) -> Table:
+    """The periodic schedules: what ``taskrunner schedules`` prints, as a table."""
+    from taskrunner.cli.schedules import COLUMNS, cells
+
+    table = _table(*(c.lower() for c in COLUMNS), title="periodic schedules", numeric=False)
+    for row in rows:
+        table.add_row(*cells(row.as_dict()))
+    return table
+
+
 def top_line(snapshot: FleetSnapshot, history: History) -> str:
     """One plain summary line of a ``top`` frame."""
     rates = history.throughput()
@@ -336,12 +353,12 @@ def top_line(snapshot: FleetSnapshot, history: History) -> str:
         f"group {snapshot.group}: queue {snapshot.queue.queue_size}, throughput {rate}, "
         f"predicted wait {snapshot.stats.predicted_wait_time:.1f} ms, "
         f"leader {snapshot.leader_host or snapshot.leader or 'none'}, "
-        f"{len(snapshot.instances)} instance(s)"
+        f"{len(snapshot.instances)} instance(s), paused: {paused_text(snapshot.paused)}"
     )
 
 
 def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> RenderableType:
-    """The ``top`` screen: fleet, trends, Stats, queue."""
+    """The ``top`` screen: fleet, trends, Stats, queue, and the periodic schedules if any."""
     if snapshot.leader is None:
         leader = "none (no lease held)"
     else:
@@ -361,6 +378,7 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         fleet.add_row(f"  {host}", instance_id + mark)
     fleet.add_row("tuning", tuning)
     fleet.add_row("workers per instance", str(snapshot.workers))
+    fleet.add_row("paused", paused_text(snapshot.paused))
 
     rates = history.throughput()
     queue_sizes = history.queue_sizes()
@@ -378,6 +396,12 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         f"{max(queue_sizes, default=0.0):,.0f}",
         Text(sparkline(queue_sizes, width), style="magenta"),
     )
-    return Group(
-        fleet, trends, stats_table(snapshot.stats, runs=snapshot.runs), queue_table(snapshot.queue)
-    )
+    parts: list[RenderableType] = [
+        fleet,
+        trends,
+        stats_table(snapshot.stats, runs=snapshot.runs),
+        queue_table(snapshot.queue),
+    ]
+    if snapshot.schedules:
+        parts.append(schedules_table(snapshot.schedules))
+    return Group(*parts)

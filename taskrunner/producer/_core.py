@@ -37,6 +37,7 @@ from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
 from taskrunner.backends.redis._catalog import live_documents
 from taskrunner.backends.redis._pyredis import translate_error
 from taskrunner.producer._plan import (
+    DEFAULT_QUEUE,
     CatalogView,
     Destination,
     Settings,
@@ -195,7 +196,13 @@ class ProducerCore:
         # The leader computes a unique task's key from the payload when it moves it.
         plain = attrs.evolve(task, unique=False, unique_for=0.0)
         member = delayed_member(
-            plain, wire_payload(payload), run_at, id=member_id, dispatched_at=time.time()
+            plain,
+            wire_payload(payload),
+            run_at,
+            id=member_id,
+            dispatched_at=time.time(),
+            # The leader moves it to this producer's queue (no field: the default one).
+            queue=None if self.destination.queue == DEFAULT_QUEUE else self.destination.queue,
         )
         return member_id, member
 

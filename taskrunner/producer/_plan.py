@@ -50,6 +50,10 @@ def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -
         _name(instance, attribute, value)
 
 
+DEFAULT_QUEUE = "tasks"
+"""The queue of a producer, as of a ``RedisBackend``, unless given."""
+
+
 @attrs.frozen(kw_only=True)
 class Destination:
     """Where a producer's tasks go: the keys ``RedisBackend`` gives the same group,
@@ -62,7 +66,7 @@ class Destination:
 
     consumer_group: str = attrs.field(validator=_name)
     prefix: str | None = attrs.field(default=None, validator=_prefix)
-    queue: str = attrs.field(default="tasks", validator=_queue)
+    queue: str = attrs.field(default=DEFAULT_QUEUE, validator=_queue)
     stream: str = attrs.field(init=False)
     """``<prefix>:<queue>``, ``taskrunner:<group>:<queue>`` by default."""
     delayed: str = attrs.field(init=False)

@@ -75,6 +75,7 @@ from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing regis
 )
 from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
     check_defer,
+    check_defer_on_a_queue,
     check_move_delayed_keeps_own_lock,
 )
 from taskrunner.testing._embedded import (
@@ -83,6 +84,12 @@ from taskrunner.testing._embedded import (
     free_port,
     running_server,
     sync_command,
+)
+from taskrunner.testing._flow_checks import (  # noqa: F401 - importing registers the checks
+    check_concurrency_slots,
+    check_park_and_resume,
+    check_pause_and_resume,
+    check_rate_limit,
 )
 from taskrunner.testing._harness import CHECK_TIMEOUT, ContractCheck, _registry
 from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing registers the checks
@@ -95,6 +102,12 @@ from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing re
     check_read_lease,
 )
 from taskrunner.testing._partition import PartitionedBackend
+from taskrunner.testing._queues_checks import (  # noqa: F401 - importing registers the checks
+    check_queue_reclaim_and_moves_stay_apart,
+    check_queues_are_separate_streams,
+    check_read_many_by_quota_then_in_order,
+    check_read_many_waits_for_any_queue,
+)
 from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing registers the checks
     check_claim_stale,
     check_claim_stale_drops_deleted_entries,
@@ -106,6 +119,12 @@ from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing regis
     check_group_info_pending_and_lag,
     check_refresh,
     check_refresh_drops_deleted_entries,
+)
+from taskrunner.testing._schedule_checks import (  # noqa: F401 - importing registers the checks
+    check_fires_are_fenced_by_the_lease,
+    check_fires_only_newer_ticks,
+    check_in_flight_marks_and_outcomes,
+    check_schedule_specs,
 )
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
@@ -154,10 +173,13 @@ __all__ = [
 
 _MODULE_ORDER = (
     "_stream_checks",
+    "_queues_checks",
     "_reclaim_checks",
     "_state_checks",
     "_defer_checks",
+    "_flow_checks",
     "_catalog_checks",
+    "_schedule_checks",
     "_inspection_checks",
 )
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
@@ -167,8 +189,8 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
                            _registry.index(check)),
     )
 )  # fmt: skip
-"""Every check, in a stable order (stream first, then shared state, the catalog, then
-inspection)."""
+"""Every check, in a stable order (stream and queues first, then shared state,
+deferral and flow control, the catalog, schedules, then inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
 )

@@ -24,6 +24,7 @@ from taskrunner._guards import missing_inspection
 from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
 from taskrunner.backends._inspection import KeyCounts, KeyInfo, KeyKind
 from taskrunner.backends._protocols import Backend, Inspection
+from taskrunner.backends._schedules import ScheduleRecords
 from taskrunner.testing._harness import (
     _LATE,
     _SLACK,
@@ -137,6 +138,8 @@ async def check_list_keys(backend: Backend) -> None:
     for member in (b'{"id":"a"}', b'{"id":"b"}'):
         await backend.add_delayed(group, member, backend.now() + 60)
     await backend.acquire_lease(group, "owner-7", 30.0)
+    await backend.start_schedules(group, "owner-7", ["nightly", "hourly"], backend.now())
+    await backend.publish_schedule_specs(group, {"nightly": b"{}"})
     await _timing(backend, group)
     await backend.acquire_lock(lock, "token", 30.0)
     await backend.heartbeat(host, "instance", 30.0)
@@ -160,6 +163,8 @@ async def check_list_keys(backend: Backend) -> None:
         keys.dead_letter: (KeyKind.DEAD_LETTER, "stream", dead, None),
         _keys.delayed_tasks(group): (KeyKind.DELAYED_TASKS, "zset", 2, None),
         _keys.metrics(group): (KeyKind.METRICS, "hash", 3, None),
+        _keys.schedules(group): (KeyKind.SCHEDULES, "hash", 2, None),  # a watermark each
+        _keys.schedule_specs(group): (KeyKind.SCHEDULE_SPECS, "hash", 1, None),
     }
     for name, want in expected.items():
         key = by_name.get(name)
@@ -294,7 +299,7 @@ async def check_read_lease(backend: Backend) -> None:
 @_contract_check
 async def check_flush(backend: Backend) -> None:
     """``flush_group`` means the same on every backend: the group's own keys go
-    (lease, tuning value, metrics, delayed set, catalog, the group itself, and its stream
+    (lease, tuning value, metrics, delayed set, catalog, schedules, the group itself, and its stream
     and dead letters unless another group reads them), unique locks go, other
     groups' keys stay, and heartbeats go only with ``heartbeats=True``. It returns
     the names it deleted, in the order ``list_keys`` lists them.
@@ -313,6 +318,8 @@ async def check_flush(backend: Backend) -> None:
         await _timing(backend, g)
         await backend.add_delayed(g, b'{"id":"later"}', backend.now() + 60)
         await backend.publish_catalog(g, _catalog_document(host, backend.now()), 30.0)
+        await backend.start_schedules(g, "owner", ["nightly"], backend.now())
+        await backend.publish_schedule_specs(g, {"nightly": b"{}"})
         await backend.add(g, [b"entry"])
     for g in (group, other):
         await backend.read(g, _name("consumer"), 10, 0)
@@ -336,9 +343,11 @@ async def check_flush(backend: Backend) -> None:
         await backend.due_delayed(group, math.inf, 10),
         (await backend.group_info(group)).pending,
         await backend.read_catalog(group),
+        await backend.read_schedules(group),
     )
-    assert gone == (None, None, {}, [], 0, []), (
-        f"flush left the group's lease, tuning, metrics, delayed set, pending or catalog: {gone!r}"
+    assert gone == (None, None, {}, [], 0, [], ScheduleRecords(specs={}, states={})), (
+        f"flush left the group's lease, tuning, metrics, delayed set, pending, catalog or "
+        f"schedules: {gone!r}"
     )
     kept = (
         await backend.lease_owner(other),
@@ -347,9 +356,10 @@ async def check_flush(backend: Backend) -> None:
         len(await backend.due_delayed(other, math.inf, 10)),
         (await backend.group_info(other)).pending,
         len(await backend.read_catalog(other)),
+        sorted((await backend.read_schedules(other)).specs),
     )
     metrics = {"t_sum": 1.0, "t_sum_us": 1000.0, "t_count": 1.0}
-    expected = ("owner", 5, metrics, 1, 2 if shared else 1, 1)
+    expected = ("owner", 5, metrics, 1, 2 if shared else 1, 1, ["nightly"])
     assert kept == expected, f"flush touched another group's keys: {kept!r}, not {expected!r}"
     stream_left = await backend.length(group), len(await backend.dead_letters(group, 100_000))
     left = (base[0] + 2, base[1] + 1) if shared else (0, 0)

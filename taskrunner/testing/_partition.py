@@ -16,7 +16,7 @@ link, when the backend behind it implements them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -24,19 +24,28 @@ import trio
 
 from taskrunner._guards import require_inspection
 from taskrunner._keys import StreamKeys
+from taskrunner._limits import Paused, RateLimit
 from taskrunner._wire import CatalogDocument, TimingIncrement
 from taskrunner.backends import (
+    Admission,
     Backend,
     DeadLetter,
     DelayedMove,
+    FireResult,
     GroupInfo,
     Heartbeat,
     Inspection,
     KeyCounts,
     KeyInfo,
     Lease,
+    ParkOutcome,
     QueueEntry,
     QueueMetrics,
+    RunOutcome,
+    ScheduleRecords,
+    ScheduleState,
+    SlotHold,
+    TickFire,
 )
 from taskrunner.errors import BackendError
 
@@ -87,63 +96,105 @@ class PartitionedBackend(Backend, Inspection):
     def now(self) -> float:
         return self.backend.now()
 
-    def stream_keys(self, group: str) -> StreamKeys:
-        return self.backend.stream_keys(group)
+    def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
+        return self.backend.stream_keys(group, queue)
 
     # MessageQueue ----------------------------------------------------------------
-    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
-        return await self._through("add", partial(self.backend.add, group, payloads))
+    async def add(
+        self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+    ) -> list[str]:
+        return await self._through("add", partial(self.backend.add, group, payloads, queue=queue))
 
-    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
-        return await self._through(
-            "read", partial(self.backend.read, group, consumer, count, block)
-        )
-
-    async def ack(self, group: str, ids: Sequence[str]) -> int:
-        return await self._through("ack", partial(self.backend.ack, group, ids))
-
-    async def claim_stale(
-        self, group: str, consumer: str, min_idle: float, count: int
+    async def read(
+        self, group: str, consumer: str, count: int, block: float, *, queue: str | None = None
     ) -> list[QueueEntry]:
         return await self._through(
-            "claim_stale", partial(self.backend.claim_stale, group, consumer, min_idle, count)
+            "read", partial(self.backend.read, group, consumer, count, block, queue=queue)
         )
 
-    async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
-        return await self._through("refresh", partial(self.backend.refresh, group, consumer, ids))
-
-    async def length(self, group: str) -> int:
-        return await self._through("length", partial(self.backend.length, group))
-
-    async def stream_groups(self, group: str) -> list[str]:
-        return await self._through("stream_groups", partial(self.backend.stream_groups, group))
-
-    async def group_info(self, group: str) -> GroupInfo:
-        return await self._through("group_info", partial(self.backend.group_info, group))
-
-    async def delete_consumer(self, group: str, consumer: str) -> int:
+    async def read_many(
+        self,
+        group: str,
+        consumer: str,
+        queues: Sequence[str],
+        quotas: Sequence[int],
+        total: int,
+        block: float,
+    ) -> list[QueueEntry]:
         return await self._through(
-            "delete_consumer", partial(self.backend.delete_consumer, group, consumer)
+            "read_many",
+            partial(self.backend.read_many, group, consumer, queues, quotas, total, block),
         )
 
-    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
+    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
+        return await self._through("ack", partial(self.backend.ack, group, ids, queue=queue))
+
+    async def claim_stale(
+        self, group: str, consumer: str, min_idle: float, count: int, *, queue: str | None = None
+    ) -> list[QueueEntry]:
+        return await self._through(
+            "claim_stale",
+            partial(self.backend.claim_stale, group, consumer, min_idle, count, queue=queue),
+        )
+
+    async def refresh(
+        self, group: str, consumer: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[str]:
+        return await self._through(
+            "refresh", partial(self.backend.refresh, group, consumer, ids, queue=queue)
+        )
+
+    async def length(self, group: str, *, queue: str | None = None) -> int:
+        return await self._through("length", partial(self.backend.length, group, queue=queue))
+
+    async def stream_groups(self, group: str, *, queue: str | None = None) -> list[str]:
+        return await self._through(
+            "stream_groups", partial(self.backend.stream_groups, group, queue=queue)
+        )
+
+    async def group_info(self, group: str, *, queue: str | None = None) -> GroupInfo:
+        return await self._through(
+            "group_info", partial(self.backend.group_info, group, queue=queue)
+        )
+
+    async def delete_consumer(self, group: str, consumer: str, *, queue: str | None = None) -> int:
+        return await self._through(
+            "delete_consumer", partial(self.backend.delete_consumer, group, consumer, queue=queue)
+        )
+
+    async def delete_idle_consumer(
+        self, group: str, consumer: str, min_idle: float, *, queue: str | None = None
+    ) -> bool:
         return await self._through(
             "delete_idle_consumer",
-            partial(self.backend.delete_idle_consumer, group, consumer, min_idle),
+            partial(self.backend.delete_idle_consumer, group, consumer, min_idle, queue=queue),
         )
 
-    async def get_metrics(self, group: str) -> QueueMetrics:
-        return await self._through("get_metrics", partial(self.backend.get_metrics, group))
+    async def get_metrics(self, group: str, *, queue: str | None = None) -> QueueMetrics:
+        return await self._through(
+            "get_metrics", partial(self.backend.get_metrics, group, queue=queue)
+        )
 
     async def dead_letter(
-        self, group: str, message_id: str, payload: bytes | None, error: str
+        self,
+        group: str,
+        message_id: str,
+        payload: bytes | None,
+        error: str,
+        *,
+        queue: str | None = None,
     ) -> str:
         return await self._through(
-            "dead_letter", partial(self.backend.dead_letter, group, message_id, payload, error)
+            "dead_letter",
+            partial(self.backend.dead_letter, group, message_id, payload, error, queue=queue),
         )
 
-    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
-        return await self._through("dead_letters", partial(self.backend.dead_letters, group, count))
+    async def dead_letters(
+        self, group: str, count: int = 100, *, queue: str | None = None
+    ) -> list[DeadLetter]:
+        return await self._through(
+            "dead_letters", partial(self.backend.dead_letters, group, count, queue=queue)
+        )
 
     # SharedState -----------------------------------------------------------------
     async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
@@ -222,9 +273,73 @@ class PartitionedBackend(Backend, Inspection):
         return await self._through("read_tuning", partial(self.backend.read_tuning, group))
 
     # Deferral ----------------------------------------------------------------------
-    async def defer(self, group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+    async def defer(
+        self, group: str, entry_id: str, member: bytes, run_at: float, *, queue: str | None = None
+    ) -> bool:
         return await self._through(
-            "defer", partial(self.backend.defer, group, entry_id, member, run_at)
+            "defer", partial(self.backend.defer, group, entry_id, member, run_at, queue=queue)
+        )
+
+    # FlowControl -------------------------------------------------------------------
+    async def admit(
+        self,
+        group: str,
+        task: str,
+        holder: str,
+        *,
+        max_concurrency: int | None = None,
+        lease: float = 0.0,
+        rate: RateLimit | None = None,
+        rate_key: str = "",
+    ) -> Admission:
+        return await self._through(
+            "admit",
+            partial(
+                self.backend.admit,
+                group,
+                task,
+                holder,
+                max_concurrency=max_concurrency,
+                lease=lease,
+                rate=rate,
+                rate_key=rate_key,
+            ),
+        )
+
+    async def renew_slots(self, group: str, holds: Sequence[SlotHold]) -> list[SlotHold]:
+        return await self._through("renew_slots", partial(self.backend.renew_slots, group, holds))
+
+    async def release_slots(self, group: str, holds: Sequence[SlotHold]) -> None:
+        await self._through("release_slots", partial(self.backend.release_slots, group, holds))
+
+    async def paused(self, group: str) -> Paused:
+        return await self._through("paused", partial(self.backend.paused, group))
+
+    async def pause(self, group: str, *, queue: str | None = None, task: str | None = None) -> bool:
+        return await self._through(
+            "pause", partial(self.backend.pause, group, queue=queue, task=task)
+        )
+
+    async def resume(
+        self, group: str, *, queue: str | None = None, task: str | None = None
+    ) -> bool:
+        return await self._through(
+            "resume", partial(self.backend.resume, group, queue=queue, task=task)
+        )
+
+    async def park(
+        self,
+        group: str,
+        entry_id: str,
+        member: bytes,
+        run_at: float,
+        task: str,
+        *,
+        queue: str | None = None,
+    ) -> ParkOutcome:
+        return await self._through(
+            "park",
+            partial(self.backend.park, group, entry_id, member, run_at, task, queue=queue),
         )
 
     # TaskCatalog -------------------------------------------------------------------
@@ -238,6 +353,35 @@ class PartitionedBackend(Backend, Inspection):
 
     async def read_catalog(self, group: str) -> list[CatalogDocument]:
         return await self._through("read_catalog", partial(self.backend.read_catalog, group))
+
+    # Schedules ---------------------------------------------------------------------
+    async def publish_schedule_specs(self, group: str, specs: Mapping[str, bytes]) -> None:
+        await self._through(
+            "publish_schedule_specs", partial(self.backend.publish_schedule_specs, group, specs)
+        )
+
+    async def start_schedules(
+        self, group: str, owner: str, names: Sequence[str], baseline: float
+    ) -> dict[str, ScheduleState] | None:
+        return await self._through(
+            "start_schedules",
+            partial(self.backend.start_schedules, group, owner, names, baseline),
+        )
+
+    async def fire_ticks(
+        self, group: str, owner: str, fires: Sequence[TickFire]
+    ) -> list[FireResult]:
+        return await self._through(
+            "fire_ticks", partial(self.backend.fire_ticks, group, owner, fires)
+        )
+
+    async def record_run_outcomes(self, group: str, outcomes: Sequence[RunOutcome]) -> None:
+        await self._through(
+            "record_run_outcomes", partial(self.backend.record_run_outcomes, group, outcomes)
+        )
+
+    async def read_schedules(self, group: str) -> ScheduleRecords:
+        return await self._through("read_schedules", partial(self.backend.read_schedules, group))
 
     # Inspection --------------------------------------------------------------------
     def _inspection(self) -> Inspection:

@@ -255,6 +255,8 @@ DOCUMENTED = [
     "taskrunner:{group}:worker_tuning_capacity",
     "taskrunner:{group}:metrics",
     "taskrunner:{group}:catalog",
+    "taskrunner:{group}:schedules",
+    "taskrunner:{group}:schedule_specs",
     "taskrunner:leader:*",
     "taskrunner:replication:*",
     "taskrunner:unique:*",
@@ -283,6 +285,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
     async def unique(payload: int) -> None:
         await trio.sleep(30)  # holds its lock past the snapshot; cancelled at shutdown
 
+    runner.add_schedule("beat", task="work", every=1.0, payload=1)
     await runner.dispatch_many("work", range(50))
     await runner.dispatch("unique", 1)
     await runner.dispatch_delayed("work", 99, 60)  # stays in the delayed set
@@ -304,6 +307,8 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         "taskrunner:g:metrics",
         "taskrunner:g:worker_tuning_capacity",
         "taskrunner:g:catalog",
+        "taskrunner:g:schedules",
+        "taskrunner:g:schedule_specs",
         "taskrunner:replication:h",
         "taskrunner:unique:unique:1",
     }

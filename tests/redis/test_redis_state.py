@@ -128,7 +128,7 @@ async def test_contract(check: ContractCheck, client: RedisClient) -> None:
 
 
 async def test_key_names_are_the_documented_ones(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     expected: set[str] = set()
 
     async def expect(*keys: str) -> None:
@@ -174,7 +174,7 @@ async def test_key_names_are_the_documented_ones(client: RedisClient) -> None:
 
 
 async def test_values_and_ttls(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
 
     async def pttl(key: str) -> int:
         value: int = await client.execute("PTTL", key)
@@ -224,7 +224,7 @@ def test_durations_round_up_to_whole_milliseconds(seconds: float, ms: int) -> No
 
 
 async def test_locked_member_stays_in_the_set(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     lock = "taskrunner:unique:t:k"
     await state.add_delayed("g", b"locked", 10.0)
     await state.add_delayed("g", b"free", 11.0)
@@ -242,7 +242,7 @@ async def test_locked_member_stays_in_the_set(client: RedisClient) -> None:
 
 
 async def test_two_moves_sharing_a_lock_move_one(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     lock = "taskrunner:unique:t:k"
     await state.add_delayed("g", b"a", 1.0)
     await state.add_delayed("g", b"b", 2.0)
@@ -259,7 +259,7 @@ async def test_failed_xadd_leaves_member_and_lock(client: RedisClient) -> None:
     """A script error keeps the server's message; the failing move's member
     stays and the lock it just took is dropped; earlier moves are complete."""
     stream = "not-a-stream"
-    state = RedisState(client, stream_of=lambda group: stream)
+    state = RedisState(client, stream_of=lambda group, queue: stream)
     await client.execute("SET", stream, "a string")
     await state.add_delayed("g", b"m", 1.0)
     lock = "taskrunner:unique:t:k"
@@ -272,7 +272,7 @@ async def test_failed_xadd_leaves_member_and_lock(client: RedisClient) -> None:
 
 
 async def test_delayed_scores_keep_fractions(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     run_at = 1_764_503_000.123456
     await state.add_delayed("g", b"m", run_at)
     assert await state.next_delayed_at("g") == run_at
@@ -281,7 +281,7 @@ async def test_delayed_scores_keep_fractions(client: RedisClient) -> None:
 
 
 async def test_scripts_survive_script_flush(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     flush = ("SCRIPT", "FLUSH")
     await client.execute(*flush)
     assert await state.acquire_lease("g", "me", 5.0)
@@ -314,7 +314,7 @@ def _add(micros: int, count: int = 1) -> list[TimingIncrement]:
 
 async def test_a_flush_is_one_script_call_leaving_integers(client: RedisClient) -> None:
     recorder = _Recorder(client)
-    state = RedisState(recorder, stream_of=lambda group: STREAM)
+    state = RedisState(recorder, stream_of=lambda group, queue: STREAM)
     await state.increment_metrics(
         "g", [*_add(100), TimingIncrement(fields=task_fields("u"), micros=2500, count=2)]
     )
@@ -334,7 +334,7 @@ async def test_a_flush_is_one_script_call_leaving_integers(client: RedisClient) 
 
 
 async def test_whole_milliseconds_added_by_a_go_worker_are_kept(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     await state.increment_metrics("g", _add(1500))
     # A Go worker's flush: HINCRBY of whole milliseconds, on _sum and _count only.
     await client.pipeline([("HINCRBY", METRICS, "t_sum", 7), ("HINCRBY", METRICS, "t_count", 1)])
@@ -348,7 +348,7 @@ async def test_whole_milliseconds_added_by_a_go_worker_are_kept(client: RedisCli
 async def test_a_float_sum_left_by_0_1_0_is_read_then_cut_to_whole_ms(
     client: RedisClient,
 ) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     await client.execute("HSET", METRICS, "t_sum", "205.26254101423546999", "t_count", "3")
     assert task_timing(await state.read_metrics("g"), "t") == (205.26254101423547, 3.0)
     with pytest.raises(Exception, match="not an integer"):
@@ -360,7 +360,7 @@ async def test_a_float_sum_left_by_0_1_0_is_read_then_cut_to_whole_ms(
 
 
 async def test_a_sum_that_is_no_number_is_zeroed(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     await client.execute("HSET", METRICS, "t_sum", "abc", "t_sum_us", "x")
     await state.increment_metrics("g", _add(2500))
     got = await _metrics_bytes(client)
@@ -369,7 +369,7 @@ async def test_a_sum_that_is_no_number_is_zeroed(client: RedisClient) -> None:
 
 async def test_large_totals_stay_integers(client: RedisClient) -> None:
     # Lua prints such doubles as 1e+15: the script must format them itself.
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     await client.execute("HSET", METRICS, "t_sum", 10**12)
     await state.increment_metrics("g", _add(1))
     got = await _metrics_bytes(client)
@@ -377,20 +377,20 @@ async def test_large_totals_stay_integers(client: RedisClient) -> None:
 
 
 async def test_read_metrics_skips_non_numeric_fields(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     await client.execute("HSET", "taskrunner:g:metrics", "a_sum", "2.5", "junk", "abc")
     assert await state.read_metrics("g") == {"a_sum": 2.5}
 
 
 async def test_read_tuning_ignores_a_non_integer(client: RedisClient) -> None:
-    state = RedisState(client, stream_of=lambda group: STREAM)
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
     await client.execute("SET", "taskrunner:g:worker_tuning_capacity", "lots")
     assert await state.read_tuning("g") is None
 
 
 async def test_empty_batches_do_not_reach_redis(client: RedisClient) -> None:
     recorder = _Recorder(client)
-    state = RedisState(recorder, stream_of=lambda group: STREAM)
+    state = RedisState(recorder, stream_of=lambda group, queue: STREAM)
     assert await state.move_delayed("g", []) == 0
     await state.increment_metrics("g", [])
     await state.reset_metrics("g", [])
@@ -404,7 +404,7 @@ async def test_empty_batches_do_not_reach_redis(client: RedisClient) -> None:
 
 async def test_count_heartbeats_scans_every_key_once(client: RedisClient) -> None:
     recorder = _Recorder(client)
-    state = RedisState(recorder, stream_of=lambda group: STREAM)
+    state = RedisState(recorder, stream_of=lambda group, queue: STREAM)
     hosts = 2500  # several SCAN pages
     commands: list[tuple[CommandArg, ...]] = [
         ("SET", f"taskrunner:replication:h{i}", "i", "PX", 60_000) for i in range(hosts)

@@ -14,16 +14,19 @@ from typing import Any
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._defer import RedisDefer
+from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._state import RedisState
 
 
-class RedisBackend(RedisInspection, RedisDefer, RedisCatalog):
-    """Queue, shared state, retry deferral and task catalog on Redis (>= 6.2; 7+
-    recommended), and their :class:`~taskrunner.backends.Inspection`.
+class RedisBackend(RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSchedules):
+    """Queue, shared state, deferral through the delayed set, flow control, task
+    catalog and periodic schedules on Redis (>= 6.2; 7+ recommended), and their
+    :class:`~taskrunner.backends.Inspection`.
 
     Args:
         client: Any :class:`RedisClient` (native or redis-py transport).

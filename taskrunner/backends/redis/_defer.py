@@ -18,14 +18,16 @@ pending; 1 if it was, else 0."""
 class RedisDefer(RedisQueue, RedisState):
     """A :class:`~taskrunner.backends.Deferral` on Redis streams."""
 
-    async def defer(self, group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+    async def defer(
+        self, group: str, entry_id: str, member: bytes, run_at: float, *, queue: str | None = None
+    ) -> bool:
         """One script call: ``XACK``, then ``XDEL`` when deleting on ack, then ``ZADD``,
         only if the ``XACK`` acked the entry.
 
         Cancellation: the script ran entirely or not at all; a repeat returns
         False and adds nothing.
         """
-        keys = [self._stream(group), _keys.delayed_tasks(group)]
+        keys = [self._stream(group, queue), _keys.delayed_tasks(group)]
         args: list[CommandArg] = [
             group,
             entry_id,

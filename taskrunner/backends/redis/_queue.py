@@ -1,11 +1,17 @@
 """The MessageQueue half of the Redis backend: streams with consumer groups.
 
-Theory of operation. Each consumer group reads the stream that
-:meth:`RedisQueue.stream_keys` resolves it to (``taskrunner:<group>:<queue>``
-by default, ``<prefix>:<queue>`` with an explicit prefix), computed once per
-group and cached. Every fetcher (consumer) reads with ``XREADGROUP ...
-BLOCK`` on a dedicated connection of its own, so a blocked read never holds
-up the shared, auto-pipelined connection everything else uses. Acks are
+Theory of operation. Each consumer group reads, on each queue, the stream
+that :meth:`RedisQueue.stream_keys` resolves the two to
+(``taskrunner:<group>:<queue>`` by default, ``<prefix>:<queue>`` with an
+explicit prefix), computed once per group and queue and cached. Every
+fetcher (consumer) reads with ``XREADGROUP ... BLOCK`` on a dedicated
+connection of its own, so a blocked read never holds up the shared,
+auto-pipelined connection everything else uses. A fetcher of several queues
+reads them in one script call (``lua/read_queues.lua``: the per-queue counts
+of a priority plan need one ``XREADGROUP`` per stream, decided in order), and
+only when every queue is empty blocks in one ``XREADGROUP`` over several
+streams, with a ``COUNT`` small enough that all of them answering at once
+still stays within what it may take. Acks are
 batched by the runner and sent as one pipeline (``XACK``, then ``XDEL`` when
 deleting on ack); the claim delays measured at read time ride along in the
 same round trip (``LPUSH`` + ``LTRIM`` of the ring), so metrics cost no extra
@@ -62,6 +68,8 @@ _PAYLOAD = b"payload"
 DELETE_IDLE_CONSUMER = load_script("delete_idle_consumer.lua")
 """``XGROUP DELCONSUMER`` only while the consumer has nothing pending and is idle
 for ``ARGV[3]`` ms; 1 if deleted, else 0."""
+READ_QUEUES = load_script("read_queues.lua")
+"""Read new entries from several streams by quota, then in order (see ``read_many``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -109,26 +117,29 @@ class RedisQueue:
         self.queue = queue
         self.delete_on_ack = delete_on_ack
         self._client = client
-        self._stream_keys: dict[str, StreamKeys] = {}
+        self._stream_keys: dict[tuple[str, str | None], StreamKeys] = {}
         self._readers: dict[str, DedicatedRedisConnection] = {}
         # Claim delays (ns) not yet pushed, per ring key.
         self._delays: dict[str, list[int]] = {}
         self._ring_warned_at = -math.inf  # time.monotonic() of the last ring warning
 
-    def stream_keys(self, group: str) -> StreamKeys:
-        """The stream, dead-letter stream and ring of ``group`` (cached)."""
-        keys = self._stream_keys.get(group)
+    def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
+        """The stream, dead-letter stream and ring of ``group`` on ``queue`` (cached)."""
+        keys = self._stream_keys.get((group, queue))
         if keys is None:
-            keys = self._stream_keys[group] = _keys.stream_keys(self.prefix, group, self.queue)
+            name = self.queue if queue is None else queue
+            keys = self._stream_keys[group, queue] = _keys.stream_keys(self.prefix, group, name)
         return keys
 
-    def _stream(self, group: str) -> str:
-        return self.stream_keys(group).stream
+    def _stream(self, group: str, queue: str | None = None) -> str:
+        return self.stream_keys(group, queue).stream
 
     # Adding -----------------------------------------------------------------
-    async def add(self, group: str, payloads: Sequence[bytes]) -> list[str]:
+    async def add(
+        self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+    ) -> list[str]:
         ids: list[str] = []
-        stream = self._stream(group)
+        stream = self._stream(group, queue)
         for start in range(0, len(payloads), ADD_CHUNK):
             chunk = payloads[start : start + ADD_CHUNK]
             commands = [("XADD", stream, "*", _PAYLOAD, p) for p in chunk]
@@ -148,21 +159,43 @@ class RedisQueue:
             return await self._client.execute(*args)
         return await self._reader(consumer).execute(*args, reply_timeout=limit)
 
-    async def _create_group(self, group: str) -> None:
+    async def _create_group(self, group: str, queue: str | None = None) -> None:
         try:
             await self._client.execute(
-                "XGROUP", "CREATE", self._stream(group), group, "0", "MKSTREAM"
+                "XGROUP", "CREATE", self._stream(group, queue), group, "0", "MKSTREAM"
             )
         except BusyGroupError:
             pass  # created meanwhile by another consumer
 
-    async def read(self, group: str, consumer: str, count: int, block: float) -> list[QueueEntry]:
+    def _entries(self, keys: StreamKeys, rows: Sequence[Any], now_ms: float) -> list[QueueEntry]:
+        """``rows`` (``[id, fields]`` pairs of ``keys.stream``) as entries, their claim
+        delays measured against ``now_ms`` and kept for the ring."""
+        delays = self._delays.setdefault(keys.claim_delay_ring, [])
+        entries = []
+        for raw_id, fields in rows:
+            entry_id = _text(raw_id)
+            entries.append(
+                QueueEntry(
+                    id=entry_id,
+                    payload=_entry_payload(fields),
+                    delivery_count=1,
+                    queue=keys.queue,
+                )
+            )
+            delays.append(max(0, int((now_ms - _id_ms(entry_id)) * 1e6)))
+        if len(delays) > RING_SIZE:
+            del delays[:-RING_SIZE]
+        return entries
+
+    async def read(
+        self, group: str, consumer: str, count: int, block: float, *, queue: str | None = None
+    ) -> list[QueueEntry]:
         args: list[CommandArg] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
         timeout: float | None = None
         if block > 0:  # BLOCK 0 would mean "forever"
             args += ["BLOCK", max(1, _ms(block))]
             timeout = block + READ_TIMEOUT_MARGIN
-        keys = self.stream_keys(group)
+        keys = self.stream_keys(group, queue)
         args += ["STREAMS", keys.stream, ">"]
         try:
             reply = await self._read(consumer, args, timeout)
@@ -172,21 +205,60 @@ class RedisQueue:
             # once for either and let a second failure through.
             if not isinstance(exc, NoGroupError) and exc.code != "ERR":
                 raise
-            await self._create_group(group)
+            await self._create_group(group, queue)
             reply = await self._read(consumer, args, timeout)
         if not reply:
             return []
+        return self._entries(keys, reply[0][1], time.time() * 1000)
+
+    async def read_many(
+        self,
+        group: str,
+        consumer: str,
+        queues: Sequence[str],
+        quotas: Sequence[int],
+        total: int,
+        block: float,
+    ) -> list[QueueEntry]:
+        """One script call reads by quota, then in order; only when every queue was
+        empty, one blocking ``XREADGROUP`` over the first ``min(len(queues), total)``
+        streams, ``COUNT total // m`` (see the protocol)."""
+        if len(quotas) != len(queues):
+            raise ValueError(f"quotas must be as long as queues ({len(queues)}), got {quotas!r}")
+        if not queues or total < 1:
+            return []
+        keys = [self.stream_keys(group, q) for q in queues]
+        reply = await READ_QUEUES(
+            self._client, [k.stream for k in keys], [group, consumer, total, *quotas]
+        )
         now_ms = time.time() * 1000
+        if reply:
+            return [
+                entry
+                for at in range(0, len(reply), 3)
+                for entry in self._entries(
+                    keys[int(reply[at]) - 1], [(reply[at + 1], reply[at + 2])], now_ms
+                )
+            ]
+        if block <= 0:
+            return []
+        waited = keys[: min(len(keys), total)]
+        args: list[CommandArg] = [
+            "XREADGROUP", "GROUP", group, consumer, "COUNT", total // len(waited),
+            "BLOCK", max(1, _ms(block)), "STREAMS",
+            *(k.stream for k in waited), *(">" for _ in waited),
+        ]  # fmt: skip
+        try:
+            answer = await self._read(consumer, args, block + READ_TIMEOUT_MARGIN)
+        except NoGroupError:
+            return []  # destroyed since the script created it: the next call does again
+        if not answer:
+            return []
+        now_ms = time.time() * 1000
+        of_stream = {k.stream: k for k in waited}
         entries: list[QueueEntry] = []
-        delays = self._delays.setdefault(keys.claim_delay_ring, [])
-        for raw_id, fields in reply[0][1]:
-            entry_id = raw_id.decode()
-            entries.append(
-                QueueEntry(id=entry_id, payload=_entry_payload(fields), delivery_count=1)
-            )
-            delays.append(max(0, int((now_ms - _id_ms(entry_id)) * 1e6)))
-        if len(delays) > RING_SIZE:
-            del delays[:-RING_SIZE]
+        for stream, rows_of in answer:
+            entries += self._entries(of_stream[_text(stream)], rows_of, now_ms)
         return entries
 
     def _ring_commands(self, ring_key: str) -> list[tuple[CommandArg, ...]]:
@@ -221,10 +293,10 @@ class RedisQueue:
         return True
 
     # Acknowledging ----------------------------------------------------------
-    async def ack(self, group: str, ids: Sequence[str]) -> int:
+    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
         if not ids:
             return 0
-        keys = self.stream_keys(group)
+        keys = self.stream_keys(group, queue)
         commands: list[tuple[CommandArg, ...]] = [("XACK", keys.stream, group, *ids)]
         if self.delete_on_ack:
             commands.append(("XDEL", keys.stream, *ids))
@@ -246,10 +318,11 @@ class RedisQueue:
 
     # Claiming and refreshing ------------------------------------------------
     async def claim_stale(
-        self, group: str, consumer: str, min_idle: float, count: int
+        self, group: str, consumer: str, min_idle: float, count: int, *, queue: str | None = None
     ) -> list[QueueEntry]:
         claimed: list[tuple[str, bytes | None]] = []
-        stream = self._stream(group)
+        keys = self.stream_keys(group, queue)
+        stream = keys.stream
         cursor = "0-0"
         try:
             while len(claimed) < count:
@@ -278,27 +351,31 @@ class RedisQueue:
         entries = []
         for (entry_id, payload), rows in zip(claimed, pending, strict=True):
             count_now = int(rows[0][3]) if rows else 1
-            entries.append(QueueEntry(id=entry_id, payload=payload, delivery_count=count_now))
+            entries.append(
+                QueueEntry(id=entry_id, payload=payload, delivery_count=count_now, queue=keys.queue)
+            )
         return entries
 
-    async def refresh(self, group: str, consumer: str, ids: Sequence[str]) -> list[str]:
+    async def refresh(
+        self, group: str, consumer: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[str]:
         if not ids:
             return []
         try:
             reply = await self._client.execute(
-                "XCLAIM", self._stream(group), group, consumer, 0, *ids, "JUSTID"
+                "XCLAIM", self._stream(group, queue), group, consumer, 0, *ids, "JUSTID"
             )
         except NoGroupError:
             return []
         return [_text(i) for i in reply]
 
     # Inspecting -------------------------------------------------------------
-    async def length(self, group: str) -> int:
-        n: int = await self._client.execute("XLEN", self._stream(group))
+    async def length(self, group: str, *, queue: str | None = None) -> int:
+        n: int = await self._client.execute("XLEN", self._stream(group, queue))
         return n
 
-    async def stream_groups(self, group: str) -> list[str]:
-        return sorted(_text(g[b"name"]) for g in await self._groups(self._stream(group)))
+    async def stream_groups(self, group: str, *, queue: str | None = None) -> list[str]:
+        return sorted(_text(g[b"name"]) for g in await self._groups(self._stream(group, queue)))
 
     async def _lag(self, stream: str, group: dict[bytes, Any]) -> int:
         """The group's lag: entries not yet delivered to it.
@@ -366,28 +443,30 @@ class RedisQueue:
             consumers=tuple(consumers),
         )
 
-    async def group_info(self, group: str) -> GroupInfo:
-        stream = self._stream(group)
+    async def group_info(self, group: str, *, queue: str | None = None) -> GroupInfo:
+        stream = self._stream(group, queue)
         for found in await self._groups(stream):
             if _text(found[b"name"]) == group:
                 return await self._group_info(stream, found)
         return GroupInfo(name=group, pending=0, lag=0)
 
-    async def delete_consumer(self, group: str, consumer: str) -> int:
+    async def delete_consumer(self, group: str, consumer: str, *, queue: str | None = None) -> int:
         try:
             n: int = await self._client.execute(
-                "XGROUP", "DELCONSUMER", self._stream(group), group, consumer
+                "XGROUP", "DELCONSUMER", self._stream(group, queue), group, consumer
             )
         except NoGroupError:
             return 0
         await self._close_reader(consumer)
         return n
 
-    async def delete_idle_consumer(self, group: str, consumer: str, min_idle: float) -> bool:
+    async def delete_idle_consumer(
+        self, group: str, consumer: str, min_idle: float, *, queue: str | None = None
+    ) -> bool:
         """One script call: ``XPENDING`` and ``XINFO CONSUMERS`` decide, then
         ``XGROUP DELCONSUMER``, with no command of another client in between."""
         reply = await DELETE_IDLE_CONSUMER(
-            self._client, [self._stream(group)], [group, consumer, _ms(min_idle)]
+            self._client, [self._stream(group, queue)], [group, consumer, _ms(min_idle)]
         )
         if reply != 1:
             return False
@@ -399,7 +478,7 @@ class RedisQueue:
         if reader is not None:
             await reader.aclose()
 
-    async def get_metrics(self, group: str) -> QueueMetrics:
+    async def get_metrics(self, group: str, *, queue: str | None = None) -> QueueMetrics:
         """The queue's size, claim delays and groups.
 
         The buffered claim delays are pushed to the ring first, best effort
@@ -407,7 +486,7 @@ class RedisQueue:
         another type in its place), the claim-delay figures are reported as 0,
         as when nothing was measured yet, and a warning is logged.
         """
-        keys = self.stream_keys(group)
+        keys = self.stream_keys(group, queue)
         ring_key = keys.claim_delay_ring
         ring = self._ring_commands(ring_key)
         replies = await self._client.pipeline(
@@ -436,19 +515,27 @@ class RedisQueue:
 
     # Dead letters -----------------------------------------------------------
     async def dead_letter(
-        self, group: str, message_id: str, payload: bytes | None, error: str
+        self,
+        group: str,
+        message_id: str,
+        payload: bytes | None,
+        error: str,
+        *,
+        queue: str | None = None,
     ) -> str:
         fields: list[CommandArg] = ["message_id", message_id, "group", group, "error", error]
         if payload is not None:
             fields += [_PAYLOAD, payload]
         reply = await self._client.execute(
-            "XADD", self.stream_keys(group).dead_letter, "*", *fields
+            "XADD", self.stream_keys(group, queue).dead_letter, "*", *fields
         )
         return _text(reply)
 
-    async def dead_letters(self, group: str, count: int = 100) -> list[DeadLetter]:
+    async def dead_letters(
+        self, group: str, count: int = 100, *, queue: str | None = None
+    ) -> list[DeadLetter]:
         rows = await self._client.execute(
-            "XRANGE", self.stream_keys(group).dead_letter, "-", "+", "COUNT", count
+            "XRANGE", self.stream_keys(group, queue).dead_letter, "-", "+", "COUNT", count
         )
         out = []
         for raw_id, flat in rows:

@@ -115,11 +115,12 @@ class RedisState:
 
     Args:
         client: The connection to the server; not closed by this class.
-        stream_of: The stream a group reads, which :meth:`move_delayed` adds
-            that group's entries to (the queue half's resolver).
+        stream_of: The stream a group reads on a queue (``None``: the default
+            queue), which :meth:`move_delayed` adds that group's entries to
+            (the queue half's resolver).
     """
 
-    def __init__(self, client: RedisClient, *, stream_of: Callable[[str], str]) -> None:
+    def __init__(self, client: RedisClient, *, stream_of: Callable[[str, str | None], str]) -> None:
         self._client = client
         self._stream_of = stream_of
 
@@ -210,15 +211,27 @@ class RedisState:
         """
         if not moves:
             return 0
-        keys: list[CommandArg] = [_keys.delayed_tasks(group), self._stream_of(group)]
+        keys: list[CommandArg] = [_keys.delayed_tasks(group)]
+        stream_index: dict[str | None, int] = {}
+        for move in moves:  # the streams first, each once
+            if move.queue not in stream_index:
+                keys.append(self._stream_of(group, move.queue))
+                stream_index[move.queue] = len(keys)  # Lua's KEYS is 1-based
         args: list[CommandArg] = []
         for move in moves:
             if move.lock_key is None:
                 lock_index = 0
             else:
                 keys.append(move.lock_key)
-                lock_index = len(keys)  # Lua's KEYS is 1-based
-            args += [move.member, move.message, lock_index, move.lock_token, _ms(move.lock_ttl)]
+                lock_index = len(keys)
+            args += [
+                move.member,
+                move.message,
+                lock_index,
+                move.lock_token,
+                _ms(move.lock_ttl),
+                stream_index[move.queue],
+            ]
         reply = await MOVE_DELAYED(self._client, keys, args)
         return int(reply)
 

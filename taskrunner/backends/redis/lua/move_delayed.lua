@@ -1,17 +1,17 @@
--- Move due members of a delayed-task ZSET to the stream, atomically per batch.
+-- Move due members of a delayed-task ZSET to their streams, atomically per batch.
 --
 -- KEYS[1]   the delayed-task ZSET
--- KEYS[2]   the stream
--- KEYS[3..] the unique locks of the moves that have one
--- ARGV      five values per move, in move order:
---           member, message, lock (index into KEYS, 0 = no lock), token, ttl (ms)
+-- KEYS[2..] the streams the moves go to, then the unique locks of the moves that have one
+-- ARGV      six values per move, in move order:
+--           member, message, lock (index into KEYS, 0 = no lock), token, ttl (ms),
+--           stream (index into KEYS)
 --
 -- For each move: skip it if the member is no longer in the ZSET (another pass
 -- moved it); skip it if it has a lock that another token holds (the member
 -- stays and is tried again on a later pass); otherwise take the lock (a lock
 -- already held with the move's own token, a retry keeping its lock, gets its
--- ttl again), XADD the message as the entry's `payload` field and ZREM the
--- member.
+-- ttl again), XADD the message as the entry's `payload` field to its stream
+-- and ZREM the member.
 --
 -- A failing command stops a script without undoing what it already did, so
 -- the XADD comes first and is guarded: if it fails (a wrong type, OOM) the
@@ -20,7 +20,7 @@
 -- are complete. ZREM of a member ZSCORE just found cannot fail.
 -- Returns how many members were moved.
 local moved = 0
-for i = 1, #ARGV, 5 do
+for i = 1, #ARGV, 6 do
     local member = ARGV[i]
     if redis.call('ZSCORE', KEYS[1], member) then
         local lock = tonumber(ARGV[i + 2])
@@ -32,7 +32,8 @@ for i = 1, #ARGV, 5 do
             end
         end
         if free then
-            local added = redis.pcall('XADD', KEYS[2], '*', 'payload', ARGV[i + 1])
+            local stream = KEYS[tonumber(ARGV[i + 5])]
+            local added = redis.pcall('XADD', stream, '*', 'payload', ARGV[i + 1])
             if type(added) == 'table' and added.err then
                 if lock ~= 0 then
                     redis.call('DEL', KEYS[lock])

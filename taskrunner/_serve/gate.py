@@ -1,0 +1,304 @@
+"""The gate: whether a run may start now (pauses, concurrency slots, rate limits).
+
+Theory of operation. The worker asks the gate once per run, after the
+message is decoded and before the action starts (:meth:`Gate.admit`), and
+gives the run's slot back once the action ended (:meth:`Gate.release`); both
+are the only places flow control touches a run. A task with no limits, while
+nothing is paused, never reaches the gate: the worker checks two flags, no
+await, no round trip.
+
+- A run of a *paused task* is parked (:meth:`~taskrunner.backends.FlowControl.park`):
+  acked and moved to the delayed set far ahead, indexed, and made due again
+  by the task's resume. The backend checks the pause in the same step, so a
+  run is never parked after its task was resumed.
+- A *limited* run asks the backend to admit it (one script: a concurrency
+  slot leased for the task's reservation timeout, renewed by the refresher
+  with the message; a start logged in the rate limit's window). Admitted, it
+  runs. Refused, its message goes back through the delayed set
+  (:meth:`~taskrunner.backends.Deferral.defer`: acked and re-added in one
+  step) to come back after :mod:`taskrunner._limits`'s wait: the rate limit's
+  pace, or about half a second for a slot. The pool slot it held is free at
+  once, and other tasks' messages go on (no head-of-line blocking). Waiting
+  is not an attempt: the member carries the attempts used so far, this
+  delivery's not counted, and a unique task keeps its lock.
+
+Paused *queues* are the fetchers' business (they are not read); a message
+that a read in flight delivered after the gate saw its queue paused goes
+back to the end of its queue (deferred with no wait). The gate reads what is
+paused every :data:`PAUSE_POLL` seconds (:func:`Gate.run`), for the fetchers
+and for itself, and when a task is resumed it nudges the scheduler, so the
+runs parked for it move back at once.
+
+A backend error while admitting, parking or deferring leaves the message
+pending: it is reclaimed after ``reclaim_delay`` and asks again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from taskrunner import _wire
+from taskrunner._config import ConfigHolder
+from taskrunner._limits import PARK_HORIZON, Paused, holder_id, rate_wait, slot_wait
+from taskrunner._serve.outcome import dispatched_at, member_queue
+from taskrunner._serve.scheduler import Scheduler
+from taskrunner._task import Task
+from taskrunner.backends import Backend, LimitedBy, ParkOutcome, QueueEntry, SlotHold
+from taskrunner.errors import BackendError, InvalidTaskPayload
+
+__all__ = ["NO_HOLD", "PAUSE_POLL", "RELEASE_TIMEOUT", "Gate", "GateCounters", "Hold"]
+
+log = logging.getLogger(__name__)
+
+PAUSE_POLL = 1.0
+"""Seconds between two reads of the group's paused set."""
+RELEASE_TIMEOUT = 2.0
+"""Longest the release of a slot may take (shielded: it runs on cancellation too);
+a slot not released expires with its lease."""
+
+
+@attrs.frozen
+class Hold:
+    """What an admitted run holds until it ends."""
+
+    slot: SlotHold | None = None
+    """Its concurrency slot, when its task has a limit."""
+
+
+NO_HOLD = Hold()
+"""An admitted run that holds nothing (no concurrency limit)."""
+
+
+class GateCounters:
+    def __init__(self) -> None:
+        self.deferred = 0
+        self.parked = 0
+
+
+class Gate:
+    """A runner's admissions (see the module docstring).
+
+    Args:
+        backend: Where the limits and pauses live.
+        config: The runner's configuration (its group).
+        scheduler: Nudged with every deferral's run-at time, and on a resume.
+        instance_id: This runner's id, in the holder ids of its runs.
+        jitter: Uniform in [0, 1), for the slot wait (``random.random``).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: ConfigHolder,
+        scheduler: Scheduler,
+        instance_id: str,
+        *,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self._backend = backend
+        self._config = config
+        self._scheduler = scheduler
+        self._instance_id = instance_id
+        self._jitter = jitter
+        self.paused = Paused()
+        """What is paused in the group, as last read."""
+        self.counters = GateCounters()
+        self._changed = trio.Event()
+
+    @property
+    def _group(self) -> str:
+        return self._config.current.consumer_group
+
+    @property
+    def pausing(self) -> bool:
+        """Whether something is paused: then every run goes through :meth:`admit`."""
+        return bool(self.paused)
+
+    async def wait_changed(self) -> None:
+        """Wait until what is paused changes."""
+        await self._changed.wait()
+
+    def _update(self, paused: Paused) -> None:
+        if paused == self.paused:
+            return
+        for task in self.paused.tasks - paused.tasks:
+            log.info("task %s resumed in group %s", task, self._group)
+        for task in paused.tasks - self.paused.tasks:
+            log.info("task %s paused in group %s: its runs are parked", task, self._group)
+        for queue in paused.queues ^ self.paused.queues:
+            state = "paused" if queue in paused.queues else "resumed"
+            log.info("queue %s %s in group %s", queue, state, self._group)
+        if self.paused.tasks - paused.tasks:
+            self._scheduler.nudge(self._backend.now())  # parked runs are due now
+        self.paused = paused
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Read the paused set every :data:`PAUSE_POLL` seconds until cancelled.
+
+        Reads it once before ``task_status.started()``, so fetchers start with
+        it (a failed first read starts with nothing paused, and tries again).
+        """
+        try:
+            self._update(await self._backend.paused(self._group))
+        except BackendError as exc:
+            log.warning("could not read what is paused in group %s: %s", self._group, exc)
+        task_status.started()
+        while True:
+            await trio.sleep(PAUSE_POLL)
+            try:
+                self._update(await self._backend.paused(self._group))
+            except BackendError as exc:
+                log.warning("could not read what is paused in group %s: %s", self._group, exc)
+
+    async def admit(
+        self,
+        entry: QueueEntry,
+        attempt: int,
+        message: _wire.TaskMessage,
+        task: Task,
+        payload: object,
+    ) -> Hold | None:
+        """Admit one run (see the module docstring).
+
+        Args:
+            entry: The entry as read.
+            attempt: Its attempt number (earlier entries' attempts included).
+            message: The decoded message.
+            task: Its task.
+            payload: The payload as the action receives it (for the rate limit's key).
+
+        Returns:
+            What the run holds when it may start; ``None`` when it may not (it
+            was parked or deferred, or left pending after a backend error).
+
+        Never raises but for cancellation.
+        """
+        if task.name in self.paused.tasks and await self._parked(entry, attempt, message, task):
+            return None
+        if entry.queue in self.paused.queues:
+            # Read just before its queue's pause was seen (a fetcher's read in
+            # flight): back to the end of its queue, where it waits, not run.
+            await self._defer(entry, attempt, message, task, 0.0)
+            return None
+        if not task.limited:
+            return NO_HOLD
+        holder = holder_id(self._instance_id, entry.queue, entry.id, entry.delivery_count)
+        try:
+            rate_key = task.rate_key_for(payload)
+        except InvalidTaskPayload as exc:
+            log.warning("%s; message %s counts against the task's own rate limit", exc, entry.id)
+            rate_key = ""
+        try:
+            admission = await self._backend.admit(
+                self._group,
+                task.name,
+                holder,
+                max_concurrency=task.max_concurrency,
+                lease=task.reservation,
+                rate=task.rate_limit,
+                rate_key=rate_key,
+            )
+        except BackendError as exc:
+            log.warning(
+                "could not admit message %s of task %s (%s); leaving it pending",
+                entry.id,
+                task.name,
+                exc,
+            )
+            return None
+        if admission.admitted:
+            if task.max_concurrency is None:
+                return NO_HOLD
+            return Hold(slot=SlotHold(task=task.name, holder=holder, lease=task.reservation))
+        if admission.limited_by is LimitedBy.RATE:
+            wait = rate_wait(admission.retry_after)
+        else:
+            wait = slot_wait(self._jitter())
+        await self._defer(entry, attempt, message, task, wait)
+        return None
+
+    def _member(
+        self, entry: QueueEntry, attempt: int, message: _wire.TaskMessage, run_at: float
+    ) -> bytes:
+        member = _wire.retry_delayed(
+            message,
+            run_at,
+            id=message.id or entry.id,
+            attempts=attempt - 1,  # this delivery did not run: not an attempt
+            dispatched_at=dispatched_at(entry.id, message),
+            queue=member_queue(self._backend, self._group, entry.queue),
+        )
+        return _wire.encode_delayed(member)
+
+    async def _defer(
+        self,
+        entry: QueueEntry,
+        attempt: int,
+        message: _wire.TaskMessage,
+        task: Task,
+        wait: float,
+    ) -> None:
+        run_at = self._backend.now() + wait
+        member = self._member(entry, attempt, message, run_at)
+        try:
+            done = await self._backend.defer(
+                self._group, entry.id, member, run_at, queue=entry.queue
+            )
+        except BackendError as exc:
+            log.warning(
+                "could not defer message %s of task %s (%s); leaving it pending",
+                entry.id,
+                task.name,
+                exc,
+            )
+            return
+        if done:
+            self.counters.deferred += 1
+            self._scheduler.nudge(run_at)
+            log.debug("message %s of task %s waits %.3fs for its limit", entry.id, task.name, wait)
+
+    async def _parked(
+        self, entry: QueueEntry, attempt: int, message: _wire.TaskMessage, task: Task
+    ) -> bool:
+        """Park a run of a paused task; False when the task is not paused after all."""
+        run_at = self._backend.now() + PARK_HORIZON
+        member = self._member(entry, attempt, message, run_at)
+        try:
+            outcome = await self._backend.park(
+                self._group, entry.id, member, run_at, task.name, queue=entry.queue
+            )
+        except BackendError as exc:
+            log.warning(
+                "could not park message %s of paused task %s (%s); leaving it pending",
+                entry.id,
+                task.name,
+                exc,
+            )
+            return True
+        if outcome is ParkOutcome.NOT_PAUSED:
+            return False
+        if outcome is ParkOutcome.PARKED:
+            self.counters.parked += 1
+        return True
+
+    async def release(self, hold: Hold) -> None:
+        """Give back what an admitted run held (shielded, bounded). Never raises."""
+        if hold.slot is None:
+            return
+        with trio.move_on_after(RELEASE_TIMEOUT, shield=True):
+            try:
+                await self._backend.release_slots(self._group, [hold.slot])
+            except BackendError as exc:
+                log.warning(
+                    "could not release a concurrency slot of task %s (%s); it frees when its "
+                    "lease expires",
+                    hold.slot.task,
+                    exc,
+                )
