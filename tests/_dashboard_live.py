@@ -80,7 +80,11 @@ class LiveFleet:
                 )
                 self.base = binds[0]
                 self._ready.set()
-        await backend.aclose()
+        # Every connection closed, and their tasks given the time to close their
+        # sockets, before trio.run ends (else a socket may be left to the collector).
+        for closing in [backend, *(runner.backend for runner in self.runners)]:
+            await closing.aclose()
+        await trio.sleep(0.2)
 
     def _main(self) -> None:
         try:

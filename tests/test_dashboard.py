@@ -101,8 +101,10 @@ async def test_the_group_shows_leader_instances_queue_and_timing(
     assert instance["leader"]
     assert instance["consumers"] == len(doc["consumers"]) >= 1
     assert {c["host"] for c in doc["consumers"]} == {"h1"}
-    assert doc["queue"]["stream"] == backend.stream_keys("g").stream
-    assert doc["queue"]["length"] == 0
+    (queue,) = doc["queues"]
+    assert (queue["name"], queue["stream"]) == ("tasks", backend.stream_keys("g").stream)
+    assert (queue["length"], queue["paused"]) == (0, False)
+    assert doc["queue"] == {"length": 0, "pending": 0, "lag": 0}
     (echo,) = doc["timing"]["tasks"]
     assert echo["name"] == "echo"
     assert echo["runs"] == 5
@@ -285,10 +287,9 @@ async def test_the_token_opens_a_session_and_a_wrong_one_does_not(
         )
         assert evil.status_code == 403
         assert "another site" in evil.text
-        # Logged in, an action passes the checks (on main, the feature itself is
-        # not there yet: 501 naming it, never a 403).
+        # Logged in, an action passes the checks.
         done = await http.post("/groups/g/queues/tasks/pause", data={"csrf": csrf})
-        assert done.status_code in (303, 501), done.text
+        assert done.status_code == 303, done.text
         out = await http.post("/logout", data={"csrf": csrf})
         assert out.status_code == 303
         again = await http.post("/groups/g/queues/tasks/pause", data={"csrf": csrf})

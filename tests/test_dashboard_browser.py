@@ -136,9 +136,9 @@ def test_the_group_page_updates_live_without_a_reload(fleet: LiveFleet, page: An
         ".reduce((n, td) => n + Number(td.textContent), 0) === 6"
     )
     page.wait_for_function(
-        "document.querySelector(\"#queues [data-bind='queue.pending']\").textContent === '6'"
+        "document.querySelector(\".cards [data-bind='queue.pending']\").textContent === '6'"
     )
-    consumers = cell_texts(page, "#consumers tbody tr td:nth-child(3)")
+    consumers = cell_texts(page, "#consumers tbody tr td:nth-child(4)")
     assert sum(int(c) for c in consumers) == 6
 
     # Work that finishes: the timing table gains the task and the chart draws points.

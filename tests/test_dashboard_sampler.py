@@ -106,9 +106,10 @@ def test_instances_join_catalog_consumers_and_heartbeats() -> None:
         CatalogDocument(host="b", instance="ib", expires=9.0),
     ]
     consumers = [
-        ConsumerRow(name="g_a_1", host="a", pending=2, idle=0.5),
-        ConsumerRow(name="g_a_2", host="a", pending=1, idle=0.5),
-        ConsumerRow(name="g_go_1", host="go", pending=4, idle=1.0),
+        ConsumerRow(name="g_a_1", host="a", queue="tasks", pending=2, idle=0.5),
+        ConsumerRow(name="g_a_1", host="a", queue="low", pending=5, idle=0.5),  # same, 2nd queue
+        ConsumerRow(name="g_a_2", host="a", queue="tasks", pending=1, idle=0.5),
+        ConsumerRow(name="g_go_1", host="go", queue="tasks", pending=4, idle=1.0),
     ]
     beats = [
         Heartbeat(host="a", instance_id="ia", ttl=9.0),
@@ -117,7 +118,7 @@ def test_instances_join_catalog_consumers_and_heartbeats() -> None:
     ]
     found = instances_of(consumers, catalog, beats, leader="ia", pool=8)
     assert [(i.host, i.instance_id, i.alive, i.leader, i.running, i.consumers) for i in found] == [
-        ("a", "ia", True, True, 3, 2),
+        ("a", "ia", True, True, 8, 2),
         ("b", "ib", False, False, 0, 0),
         ("go", None, False, False, 4, 1),
     ]

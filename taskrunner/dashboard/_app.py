@@ -8,7 +8,8 @@ on: every string from a payload, an error or a name is escaped); its twin under
 ``refresh`` seconds (``static/live.js``) and write the new values into the page
 as text, so the page stays current without a reload.
 
-Actions (cancel, replay, purge, pause, resume) are POSTs checked by
+Actions (cancel, replay, purge, pause and resume of a queue or a task) are POSTs
+checked by
 :mod:`._safety` (enabled, logged in with the token, CSRF field matching its
 cookie, same origin); each answers with a redirect back to its page (303) and a
 ``done`` code the page turns into a fixed message. The app's lifespan runs the
@@ -39,6 +40,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from taskrunner._config import queue_name_problem
 from taskrunner._guards import require_inspection
 from taskrunner.backends import Backend
 from taskrunner.dashboard import _charts, _data, _features
@@ -62,8 +64,10 @@ DONE = {
     "not-cancelled": "Nothing to cancel: the task is done or unknown.",
     "replayed": "Dead letters dispatched again.",
     "purged": "Dead letters deleted.",
-    "paused": "Queue paused.",
+    "paused": "Queue paused: runners stop reading it within about a second.",
     "resumed": "Queue resumed.",
+    "task-paused": "Task paused: runners park its runs within about a second.",
+    "task-resumed": "Task resumed: its parked runs are due again.",
     "logged-in": "Logged in: actions are enabled.",
     "logged-out": "Logged out.",
 }
@@ -101,6 +105,8 @@ def fmt(value: Any, kind: str = "text") -> str:
         return datetime.fromtimestamp(float(value), UTC).strftime("%Y-%m-%d %H:%M:%S")
     if kind == "bool":
         return "yes" if value else "no"
+    if kind == "paused":
+        return "paused" if value else "active"
     if kind == "list":
         return ", ".join(map(str, value))
     return str(value)
@@ -268,24 +274,15 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
     async def group_data(request: Request) -> _data.GroupPage:
         return await _data.read_group(d.backend, d.inspection, d.sampler, group_of(request))
 
-    async def group_paused(group: str) -> tuple[frozenset[str], frozenset[str]] | None:
-        try:
-            return await _features.paused_queues(d.backend, group)
-        except _features.Unavailable:
-            return None
-
     async def group(request: Request) -> Response:
         try:
             missing = await known_group(request)
             if missing is not None:
                 return missing
             value = await group_data(request)
-            paused = await group_paused(value.group)
         except BackendError as exc:
             return d.problem(request, 503, str(exc))
-        return d.page(
-            request, "group.html", api=_path("groups", value.group), g=value, paused=paused
-        )
+        return d.page(request, "group.html", api=_path("groups", value.group), g=value)
 
     async def task_lookup(request: Request) -> Response:
         task_id = request.query_params.get("id", "").strip()
@@ -395,29 +392,28 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
             value = await schedules_data(request)
         except BackendError as exc:
             return d.problem(request, 503, str(exc))
-        except _features.Unavailable as exc:
-            return d.page(
-                request, "schedules.html", api=None, group=group, rows=[], unavailable=str(exc)
-            )
         return d.page(
             request,
             "schedules.html",
             api=_path("groups", group, "schedules"),
             group=group,
             rows=value["schedules"],
-            unavailable=None,
         )
 
-    def queue_action(run: Callable[[Backend, str, str], Awaitable[bool]], done: str) -> Handler:
+    # Pauses, of a queue or of a task
+    def pause_action(
+        run: Callable[[Backend, str, str], Awaitable[bool]], param: str, done: str
+    ) -> Handler:
         async def handler(request: Request) -> Response:
-            group, queue = group_of(request), str(request.path_params["queue"])
+            group, name = group_of(request), str(request.path_params[param])
+            problem = queue_name_problem(name) if param == "queue" else None
             try:
                 await d.form(request)
-                await run(d.backend, group, queue)
+                if problem is not None:
+                    return d.problem(request, 400, f"queue {name!r} {problem}")
+                await run(d.backend, group, name)
             except _Forbidden as exc:
                 return d.problem(request, 403, str(exc))
-            except _features.Unavailable as exc:
-                return d.problem(request, 501, str(exc))
             except BackendError as exc:
                 return d.problem(request, 503, str(exc))
             return d.back(request, _path("groups", group), done)
@@ -471,12 +467,22 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
         Route("/api" + g + "/schedules", api(schedules_data)),
         Route(
             g + "/queues/{queue}/pause",
-            queue_action(_features.pause_queue, "paused"),
+            pause_action(_features.pause_queue, "queue", "paused"),
             methods=["POST"],
         ),
         Route(
             g + "/queues/{queue}/resume",
-            queue_action(_features.resume_queue, "resumed"),
+            pause_action(_features.resume_queue, "queue", "resumed"),
+            methods=["POST"],
+        ),
+        Route(
+            g + "/task-names/{task}/pause",
+            pause_action(_features.pause_task, "task", "task-paused"),
+            methods=["POST"],
+        ),
+        Route(
+            g + "/task-names/{task}/resume",
+            pause_action(_features.resume_task, "task", "task-resumed"),
             methods=["POST"],
         ),
         Route("/login", login_page),

@@ -5,8 +5,9 @@ Theory of operation. Every page has a reader here that returns a frozen value
 it and the ``/api/`` twins serve it as JSON (:func:`as_json`), so both always say
 the same thing. The readers use only what main's backends expose to operator
 tools: :class:`~taskrunner.backends.Inspection` (groups, heartbeats, the lease),
-the queue's summaries (``XLEN``, ``XINFO GROUPS``/``CONSUMERS``, the claim-delay
-ring), the metrics hash and the published tuning capacity, and the first 100
+each queue's summaries (``XLEN``, ``XINFO GROUPS``/``CONSUMERS``, the claim-delay
+ring; the queues are found as :mod:`._queues` says), the metrics hash, the
+published tuning capacity, the task catalog, the paused set, and the first 100
 dead letters. Nothing reads a stream's entries but the dead letters'.
 
 The history (charts, the tuner's capacity) is the :class:`~._sampler.Sampler`'s:
@@ -16,8 +17,8 @@ cancel, dead-letter replay and purge, schedules, pauses) are read in
 
 An *instance* of a group is a host that publishes in the group's task catalog
 (every serving Python runner does, from its start) or has a consumer in the
-group (consumers are named ``<group>_<host>_<fetcher>``; Redis lists one only
-once it has read an entry), joined with its heartbeat key
+group on any of its queues (consumers are named ``<group>_<host>_<fetcher>``;
+Redis lists one only once it has read an entry), joined with its heartbeat key
 (``taskrunner:replication:<host>``; heartbeats are not per group, so only those
 of this group's hosts are shown). Its *running* tasks are its
 consumers' pending entries; its *pool* is the published tuning capacity (the
@@ -38,6 +39,8 @@ from taskrunner._config import TaskRunnerConfig
 from taskrunner._stats import compute_stats
 from taskrunner._wire import CatalogDocument
 from taskrunner.backends import Backend, DeadLetter, Heartbeat, Inspection
+from taskrunner.dashboard import _features, _queues
+from taskrunner.dashboard._queues import QueueRead
 from taskrunner.dashboard._sampler import Sample, Sampler, rates
 from taskrunner.errors import InvalidTaskPayload
 
@@ -83,10 +86,15 @@ def host_of(consumer: str, group: str) -> str:
 @attrs.frozen(kw_only=True)
 class GroupRow:
     name: str
+    queues: int
+    """How many queues the group has (see :mod:`._queues`)."""
     queue_length: int
+    """Entries in all its queues' streams together (as the lengths below)."""
     pending: int
     lag: int
     consumers: int
+    paused: tuple[str, ...]
+    """Its paused queues."""
     leader: str | None
     """The lease holder's instance id."""
     leader_host: str | None
@@ -121,15 +129,17 @@ async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -
     host_of_instance = {b.instance_id: b.host for b in beats}
     rows = []
     for name in await inspection.list_groups():
-        info = await backend.group_info(name)
+        queues = await _queues.read_group_queues(backend, name, claim_delays=False)
         lease = await inspection.read_lease(name)
         rows.append(
             GroupRow(
                 name=name,
-                queue_length=await backend.length(name),
-                pending=info.pending,
-                lag=info.lag,
-                consumers=len(info.consumers),
+                queues=len(queues),
+                queue_length=sum(q.length for q in queues),
+                pending=sum(q.info.pending for q in queues),
+                lag=sum(q.info.lag for q in queues),
+                consumers=len({c.name for q in queues for c in q.info.consumers}),
+                paused=tuple(q.name for q in queues if q.paused),
                 leader=None if lease is None else lease.owner,
                 leader_host=None if lease is None else host_of_instance.get(lease.owner),
             )
@@ -151,6 +161,7 @@ async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -
 class ConsumerRow:
     name: str
     host: str
+    queue: str
     pending: int
     idle: float
 
@@ -166,8 +177,9 @@ class Instance:
     leader: bool
     pool: int
     running: int
-    """Its consumers' pending entries: delivered, not yet acked."""
+    """Its consumers' pending entries on every queue: delivered, not yet acked."""
     consumers: int
+    """Its consumer names (one consumer reads every queue under the same name)."""
     tasks: tuple[str, ...]
     """The tasks it serves, from its catalog document (none for a Go runner)."""
 
@@ -189,11 +201,24 @@ class Queue:
     claim_delay_avg_ms: float
     claim_delay_max_ms: float
     claim_delay_last_ms: float
+    paused: bool
+
+
+@attrs.frozen(kw_only=True)
+class QueueTotals:
+    """All the group's queues together."""
+
+    length: int
+    pending: int
+    lag: int
 
 
 @attrs.frozen(kw_only=True)
 class TaskTiming:
     name: str
+    queue: str | None
+    """Its queue, from the catalog (``None``: no serving runner names it)."""
+    paused: bool
     avg_ms: float
     runs: int
 
@@ -235,7 +260,11 @@ class GroupPage:
     pool: int
     pool_source: str
     """``"published"`` (the tuner's capacity) or ``"assumed"`` (no capacity is live)."""
-    queue: Queue
+    queue: QueueTotals
+    queues: tuple[Queue, ...]
+    """Each queue (see :mod:`._queues`), the backend's own first."""
+    paused_queues: tuple[str, ...]
+    paused_tasks: tuple[str, ...]
     timing: Timing
     charts: Charts
     tuner: tuple[CapacityChange, ...]
@@ -261,7 +290,7 @@ def instances_of(
 ) -> list[Instance]:
     """The group's instances (pure): the hosts that publish in its catalog (serving
     runners, even before their first read) and those with a consumer in it,
-    joined with their heartbeats."""
+    joined with their heartbeats. ``consumers`` may name a consumer once per queue."""
     by_host: dict[str, list[ConsumerRow]] = {doc.host: [] for doc in catalog}
     for consumer in consumers:
         by_host.setdefault(consumer.host, []).append(consumer)
@@ -283,11 +312,39 @@ def instances_of(
                 leader=instance_id is not None and instance_id == leader,
                 pool=pool,
                 running=sum(c.pending for c in by_host[host]),
-                consumers=len(by_host[host]),
+                consumers=len({c.name for c in by_host[host]}),
                 tasks=() if doc is None else tuple(sorted(t.name for t in doc.tasks)),
             )
         )
     return out
+
+
+def queue_row(read: QueueRead) -> Queue:
+    """What the group page shows of one queue (pure; claim delays 0 when not read)."""
+    metrics = read.metrics
+    return Queue(
+        name=read.name,
+        stream=read.stream,
+        length=read.length,
+        pending=read.info.pending,
+        lag=read.info.lag,
+        claim_delay_avg_ms=0.0 if metrics is None else metrics.message_claim_delay_avg / 1e6,
+        claim_delay_max_ms=0.0 if metrics is None else metrics.message_claim_delay_max / 1e6,
+        claim_delay_last_ms=0.0 if metrics is None else metrics.message_claim_delay_last / 1e6,
+        paused=read.paused,
+    )
+
+
+def consumer_rows(queues: Sequence[QueueRead], group: str) -> list[ConsumerRow]:
+    """Every consumer of the group on every queue, by name, then queue (pure)."""
+    rows = [
+        ConsumerRow(
+            name=c.name, host=host_of(c.name, group), queue=q.name, pending=c.pending, idle=c.idle
+        )
+        for q in queues
+        for c in q.info.consumers
+    ]
+    return sorted(rows, key=lambda r: (r.name, r.queue))
 
 
 async def read_group(
@@ -304,14 +361,11 @@ async def read_group(
     lease = await inspection.read_lease(group)
     beats = await inspection.list_heartbeats()
     catalog = await backend.read_catalog(group)
-    queue = await backend.get_metrics(group)
-    # Not queue.groups: on Redis those come from XINFO GROUPS alone, without consumers.
-    info = await backend.group_info(group)
+    paused = await _features.paused(backend, group)
+    # Not metrics.groups: on Redis those come from XINFO GROUPS alone, without consumers.
+    queues = await _queues.read_queues(backend, group, catalog, paused)
     pool = published if published is not None else DEFAULT_WORKERS
-    consumers = [
-        ConsumerRow(name=c.name, host=host_of(c.name, group), pending=c.pending, idle=c.idle)
-        for c in sorted(info.consumers, key=lambda c: c.name)
-    ]
+    consumers = consumer_rows(queues, group)
     instances = instances_of(
         consumers, catalog, beats, leader=None if lease is None else lease.owner, pool=pool
     )
@@ -320,24 +374,28 @@ async def read_group(
         metrics=metrics,
         group=group,
         task_names=names,
-        queue_len=queue.queue_size,
+        queue_len=sum(q.length for q in queues),
         workers=pool,
         replication=max(1, sum(1 for i in instances if i.alive)),
+    )
+    queue_of = _queues.task_queues(
+        catalog, backend.stream_keys(group), _queues.stream_of(backend, group)
     )
     tasks = tuple(
         TaskTiming(
             name=name,
+            queue=queue_of.get(name),
+            paused=name in paused.tasks,
             avg_ms=stats.per_task_timing.get(name, 0.0),
             runs=int(max(0.0, _wire.task_timing(metrics, name)[1])),
         )
-        for name in sorted(names)
+        for name in sorted(set(names) | set(queue_of) | paused.tasks)
     )
     samples = sampler.samples(group)
     leader = None
     if lease is not None:
         host = next((b.host for b in beats if b.instance_id == lease.owner), None)
         leader = Leader(owner=lease.owner, host=host, ttl=lease.ttl)
-    stream = backend.stream_keys(group).stream
     return GroupPage(
         group=group,
         taken_at=backend.now(),
@@ -346,16 +404,14 @@ async def read_group(
         consumers=tuple(consumers),
         pool=pool,
         pool_source="published" if published is not None else "assumed",
-        queue=Queue(
-            name=stream.rpartition(":")[2],
-            stream=stream,
-            length=queue.queue_size,
-            pending=info.pending,
-            lag=info.lag,
-            claim_delay_avg_ms=queue.message_claim_delay_avg / 1e6,
-            claim_delay_max_ms=queue.message_claim_delay_max / 1e6,
-            claim_delay_last_ms=queue.message_claim_delay_last / 1e6,
+        queue=QueueTotals(
+            length=sum(q.length for q in queues),
+            pending=sum(q.info.pending for q in queues),
+            lag=sum(q.info.lag for q in queues),
         ),
+        queues=tuple(queue_row(q) for q in queues),
+        paused_queues=tuple(sorted(paused.queues)),
+        paused_tasks=tuple(sorted(paused.tasks)),
         timing=Timing(
             avg_ms=stats.avg_timing,
             predicted_wait_ms=stats.predicted_wait_time,

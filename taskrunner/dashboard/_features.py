@@ -1,18 +1,18 @@
-"""The one module that calls the APIs of features other issues bring: task lookup and
-cancel, dead-letter replay and purge (issue 14), schedules (issue 15), pauses (issue 18).
+"""The one module that calls the APIs of the features the dashboard shows and acts
+on: task lookup and cancel, dead-letter replay and purge (issue 14), schedules
+(issue 15), pauses (issue 18).
 
-Theory of operation. Those features live in :mod:`taskrunner.admin` (and, for
-schedules, the backend's ``read_schedules``) once they are part of taskrunner.
-Each function here looks its API up when called and raises :class:`Unavailable`
-(one line naming what is missing) when this taskrunner or this backend does not
-have it, so the pages say "not available here" instead of failing, and wiring a
-feature that lands is a change to this module alone. What each returns is a
+Theory of operation. Those features live in :mod:`taskrunner.admin`. Schedules
+and pauses are called directly (every :class:`~taskrunner.backends.Backend`
+has them). Task lookup, cancel, replay and purge come with issue 14: until it
+is part of taskrunner, each of those functions looks its API up when called
+and raises :class:`Unavailable` (one line naming what is missing), so the
+pages say "not available here" instead of failing. What each returns is a
 frozen value the pages render and the ``/api/`` twins serve.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,20 +20,24 @@ from typing import Any
 import attrs
 
 from taskrunner import admin
-from taskrunner.backends import Backend
+from taskrunner.admin import ScheduleRow
+from taskrunner.backends import Backend, Paused
 
 __all__ = [
     "ScheduleRow",
     "TaskView",
     "Unavailable",
     "cancel_task",
+    "has_admin",
     "pause_queue",
-    "paused_queues",
+    "pause_task",
+    "paused",
     "purge_dead",
     "read_schedules",
     "read_task",
     "replay_dead",
     "resume_queue",
+    "resume_task",
 ]
 
 
@@ -153,124 +157,68 @@ async def purge_dead(backend: Backend, group: str, ids: Sequence[str] | None) ->
 # Schedules (issue 15) -----------------------------------------------------------
 
 
-@attrs.frozen(kw_only=True)
-class ScheduleRow:
-    name: str
-    task: str | None
-    spec: str
-    next_fire: float | None
-    last_fire: float | None
-    """The newest tick fired."""
-    fired_at: float | None
-    last_outcome: str | None
-    outcome_at: float | None
-    running: str | None
-    """The stream id of an ``overlap=False`` run in flight."""
-
-
-def _next_fire(doc: dict[str, Any], name: str, after: float) -> float | None:
-    periodic = importlib.import_module("taskrunner._periodic")
-    try:
-        schedule = periodic.Schedule(
-            name=name,
-            task=doc.get("task") or "task",
-            cron=doc.get("cron"),
-            every=doc.get("every"),
-            timezone=doc.get("timezone") or "UTC",
-        )
-    except (TypeError, ValueError):
-        return None
-    moment: float | None = schedule.timetable.next_after(after)
-    return moment
-
-
 async def read_schedules(backend: Backend, group: str) -> list[ScheduleRow]:
-    """Every schedule of ``group`` the store knows, by name: spec, next and last fire,
-    last outcome.
+    """Every schedule of ``group`` the store knows, by name: task, spec, next and last
+    fire, last outcome (``admin.schedules``).
 
     Raises:
-        Unavailable: the backend keeps no schedules.
         BackendError: the store could not be read.
     """
-    read = getattr(backend, "read_schedules", None)
-    if read is None:
-        raise Unavailable(
-            f"schedules are not available: {type(backend).__name__} has no read_schedules()"
-        )
-    periodic = importlib.import_module("taskrunner._periodic")
-    records = await read(group)
-    now = backend.now()
-    rows = []
-    for name in sorted(set(records.specs) | set(records.states)):
-        raw = records.specs.get(name)
-        doc = (periodic.read_spec(raw) if raw is not None else None) or {}
-        state = records.states.get(name)
-        watermark = None if state is None else state.tick
-        spec = periodic.describe(doc.get("cron"), doc.get("every"), doc.get("timezone") or "UTC")
-        rows.append(
-            ScheduleRow(
-                name=name,
-                task=doc.get("task"),
-                spec=spec if doc else "(no published spec)",
-                next_fire=_next_fire(doc, name, max(now, watermark or now)) if doc else None,
-                last_fire=None if state is None else state.fired,
-                fired_at=None if state is None else state.fired_at,
-                last_outcome=None if state is None else state.outcome,
-                outcome_at=None if state is None else state.outcome_at,
-                running=None if state is None else state.in_flight(now),
-            )
-        )
-    return rows
+    return await admin.schedules(backend, group)
 
 
 # Pauses (issue 18) --------------------------------------------------------------
 
 
-def _flow(backend: Backend, name: str) -> Callable[..., Any]:
-    """``admin.<name>(backend, group, ...)``, or the backend's FlowControl method of that
-    name (what ``admin`` calls) when this taskrunner's admin has none."""
-    found = getattr(admin, name, None)
-    if found is not None:
-        fn: Callable[..., Any] = found
-        return lambda group, **kw: fn(backend, group, **kw)
-    method = getattr(backend, name, None)
-    if method is None:
-        raise Unavailable(
-            f"pause and resume is not available: taskrunner.admin has no {name}() and "
-            f"{type(backend).__name__} has no {name}()"
-        )
-    bound: Callable[..., Any] = method
-    return bound
-
-
-async def paused_queues(backend: Backend, group: str) -> tuple[frozenset[str], frozenset[str]]:
-    """The paused queues and tasks of ``group``.
+async def paused(backend: Backend, group: str) -> Paused:
+    """The paused queues and tasks of ``group`` (``admin.paused``).
 
     Raises:
-        Unavailable: no pauses here.
+        BackendError: the store could not be read.
     """
-    found = await _flow(backend, "paused")(group)
-    return frozenset(found.queues), frozenset(found.tasks)
+    return await admin.paused(backend, group)
 
 
 async def pause_queue(backend: Backend, group: str, queue: str) -> bool:
     """Pause ``queue`` for every runner of ``group``: whether it was not paused already.
 
     Raises:
-        Unavailable: no pauses here.
+        ValueError: ``queue`` is not a queue name.
+        BackendError: the store could not be reached.
     """
-    done: bool = await _flow(backend, "pause")(group, queue=queue)
-    return done
+    return await admin.pause(backend, group, queue=queue)
 
 
 async def resume_queue(backend: Backend, group: str, queue: str) -> bool:
     """Resume ``queue`` of ``group``: whether it was paused.
 
     Raises:
-        Unavailable: no pauses here.
+        ValueError: ``queue`` is not a queue name.
+        BackendError: the store could not be reached.
     """
-    done: bool = await _flow(backend, "resume")(group, queue=queue)
-    return done
+    return await admin.resume(backend, group, queue=queue)
+
+
+async def pause_task(backend: Backend, group: str, task: str) -> bool:
+    """Pause task ``task`` for every runner of ``group`` (its runs are parked):
+    whether it was not paused already.
+
+    Raises:
+        ValueError: ``task`` is not a task name.
+        BackendError: the store could not be reached.
+    """
+    return await admin.pause(backend, group, task=task)
+
+
+async def resume_task(backend: Backend, group: str, task: str) -> bool:
+    """Resume task ``task`` of ``group`` (its parked runs are due at once): whether
+    it was paused.
+
+    Raises:
+        ValueError: ``task`` is not a task name.
+        BackendError: the store could not be reached.
+    """
+    return await admin.resume(backend, group, task=task)
 
 
 def has_admin(name: str) -> bool:

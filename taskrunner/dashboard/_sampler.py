@@ -3,10 +3,12 @@
 Theory of operation. Nothing in the store keeps a history (the metrics hash holds
 running totals, the tuning key the newest capacity), so the dashboard samples
 while it runs. Every ``interval`` seconds :meth:`Sampler.run` reads, per group,
-four summaries: the metrics hash (``HGETALL`` of a small hash: the run counts),
-the stream's length (``XLEN``), the group's pending and lag (``XINFO GROUPS`` and
-``XINFO CONSUMERS``) and the published tuning capacity (``GET``). Never a
-stream's entries: the cost does not grow with the queue. Each group's samples
+summaries: the metrics hash (``HGETALL`` of a small hash: the run counts), the
+published tuning capacity (``GET``), the task catalog and the paused set (which
+name the group's queues, :mod:`._queues`), and per queue the stream's length and the
+group's pending and lag (``XLEN``, ``XINFO GROUPS`` and ``XINFO CONSUMERS``); a
+sample holds the queues' sums.
+Never a stream's entries: the cost does not grow with the queues' lengths. Each group's samples
 go into a :class:`Ring` of fixed size (an hour of them), in memory; a restart
 starts the history afresh.
 
@@ -34,6 +36,7 @@ import trio
 
 from taskrunner import _wire
 from taskrunner.backends import Backend, Inspection
+from taskrunner.dashboard import _queues
 from taskrunner.errors import BackendError
 
 __all__ = ["GROUPS_EVERY", "Ring", "Sample", "Sampler", "rates"]
@@ -53,7 +56,7 @@ class Sample:
     runs: int
     """Timed runs in the metrics hash, all tasks together (a running total)."""
     queue_length: int
-    """Entries in the stream (``XLEN``)."""
+    """Entries in the streams of all the group's queues (``XLEN``)."""
     pending: int
     """Delivered to the group and not yet acked."""
     lag: int
@@ -150,22 +153,22 @@ class Sampler:
         return [] if ring is None else ring.samples()
 
     async def sample(self, group: str) -> Sample:
-        """Read ``group``'s summaries once (four round trips, none per entry).
+        """Read ``group``'s summaries once (four round trips and two per queue, none
+        per entry).
 
         Raises:
             BackendError: the store could not be read.
         """
         backend = self.backend
         metrics = await backend.read_metrics(group)
-        length = await backend.length(group)
-        info = await backend.group_info(group)
+        queues = await _queues.read_group_queues(backend, group, claim_delays=False)
         capacity = await backend.read_tuning(group)
         return Sample(
             at=backend.now(),
             runs=total_runs(metrics, group),
-            queue_length=length,
-            pending=info.pending,
-            lag=info.lag,
+            queue_length=sum(q.length for q in queues),
+            pending=sum(q.info.pending for q in queues),
+            lag=sum(q.info.lag for q in queues),
             capacity=capacity,
         )
 

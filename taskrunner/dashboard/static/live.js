@@ -6,6 +6,7 @@
 //   data-rows="a.b"      a tbody rebuilt from that list with its <template> row;
 //                        inside a row, paths are the item's fields
 //   data-href="/x/{f}"   a link's href, with {f} the item's field f (URL-encoded)
+//   data-action="/x/{f}" a form's action, the same way
 //   data-value="f"       an input's value
 //   data-show / data-show-not="a.b"   shown when the value is true / false
 //   data-chart="a.b"     a polyline redrawn from [time, value] points
@@ -31,6 +32,7 @@
       case "s": return Number(value).toFixed(1) + " s";
       case "rate": return Number(value).toFixed(1) + "/s";
       case "bool": return value ? "yes" : "no";
+      case "paused": return value ? "paused" : "active";
       case "list": return value.map(String).join(", ");
       case "time":
         var d = new Date(Number(value) * 1000);
@@ -64,14 +66,21 @@
     return all.filter(function (el) { return !el.closest("[data-rows]"); });
   }
 
+  function fill(template, doc) {
+    return template.replace(/\{(\w+)\}/g, function (_, key) {
+      return encodeURIComponent(String(get(doc, key)));
+    });
+  }
+
   function bind(root, doc) {
     within(root, "[data-bind]").forEach(function (el) {
       el.textContent = fmt(get(doc, el.dataset.bind), el.dataset.fmt);
     });
     within(root, "[data-href]").forEach(function (el) {
-      el.setAttribute("href", el.dataset.href.replace(/\{(\w+)\}/g, function (_, key) {
-        return encodeURIComponent(String(get(doc, key)));
-      }));
+      el.setAttribute("href", fill(el.dataset.href, doc));
+    });
+    within(root, "[data-action]").forEach(function (el) {
+      el.setAttribute("action", fill(el.dataset.action, doc));
     });
     within(root, "[data-value]").forEach(function (el) {
       el.value = String(get(doc, el.dataset.value));
