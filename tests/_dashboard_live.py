@@ -5,6 +5,10 @@ of its own (so a synchronous browser driver can use it from the test).
 of group ``g`` on their own :class:`~taskrunner.backends.redis.RedisBackend` and the
 dashboard (hypercorn's trio worker) on a free port; the test calls into that trio
 run with :meth:`LiveFleet.call` (``trio.from_thread``).
+
+The runners read two queues, ``tasks`` (``echo``, ``hold``, ``fail``, ``ping``) and
+``bulk`` (``batch``, whose runs :attr:`LiveFleet.batches` records), and declare one
+periodic schedule, ``ping-every-2s`` (``ping`` every 2 seconds).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from taskrunner.dashboard import create_app, redact_url
 
 GROUP = "g"
 HOSTS = ("alpha", "bravo", "charlie")
+QUEUES = ("tasks", "bulk")
+SCHEDULE = "ping-every-2s"
 
 
 class LiveFleet:
@@ -32,6 +38,8 @@ class LiveFleet:
         self.dashboard = dashboard
         self.base = ""
         self.runners: list[TaskRunner] = []
+        self.batches: list[Any] = []
+        """The payloads ``batch`` ran, in order (appended in the fleet's thread)."""
         self.release = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._ready = threading.Event()
@@ -41,7 +49,13 @@ class LiveFleet:
 
     def _make_runner(self, host: str) -> TaskRunner:
         runner = TaskRunner(
-            TaskRunnerConfig(consumer_group=GROUP, host=host, num_workers=4, block_duration=0.2),
+            TaskRunnerConfig(
+                consumer_group=GROUP,
+                host=host,
+                num_workers=4,
+                block_duration=0.2,
+                queues=QUEUES,
+            ),
             RedisBackend.from_url(self.url),
         )
 
@@ -58,6 +72,16 @@ class LiveFleet:
         @runner.task("fail", max_retry=1)
         async def fail(value: Any) -> None:
             raise ValueError(str(value))
+
+        @runner.task("batch", queue="bulk")
+        async def batch(value: Any) -> None:
+            self.batches.append(value)
+
+        @runner.task("ping")
+        async def ping(value: Any) -> None:
+            pass
+
+        runner.add_schedule(SCHEDULE, task="ping", every=2)
 
         return runner
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _dashboard_live import GROUP, HOSTS, LiveFleet
+from _dashboard_live import GROUP, HOSTS, QUEUES, SCHEDULE, LiveFleet
 
 CHROMIUM = os.environ.get("TASKRUNNER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 TOKEN = "browser-test-token"
@@ -179,7 +179,7 @@ def test_payloads_and_errors_render_as_text_and_no_script_runs(fleet: LiveFleet,
     screenshot(page, "dead")
 
 
-def test_schedules_and_task_pages_say_what_is_missing(fleet: LiveFleet, page: Any) -> None:
+def test_the_task_page_says_what_is_missing(fleet: LiveFleet, page: Any) -> None:
     page.goto(f"{fleet.base}/groups/{GROUP}")
     page.fill("input[name=id]", "1-0")
     page.click("text=Look up")
@@ -187,9 +187,127 @@ def test_schedules_and_task_pages_say_what_is_missing(fleet: LiveFleet, page: An
     assert page.inner_text("h1") == "Task 1-0"
     assert page.locator(".unavailable").count() == 1
     screenshot(page, "task")
+
+
+def test_the_schedules_page_shows_next_and_last_fire_and_outcome_live(
+    fleet: LiveFleet, page: Any
+) -> None:
     page.goto(f"{fleet.base}/groups/{GROUP}/schedules")
-    assert page.locator(".unavailable, #schedules").count() >= 1
+    page.evaluate("window.__same_page = true")
+    row = f"#schedules tbody tr:has(td:text-is('{SCHEDULE}'))"
+    page.wait_for_selector(f"{row} td.outcome:text-is('succeeded')")
+    first = page.inner_text(f"{row} td.last-fire")
+    # The leader fires every 2 s: the page shows each new fire without a reload.
+    page.wait_for_function(
+        "([name, first]) => [...document.querySelectorAll('#schedules tbody tr')].some("
+        "tr => tr.cells[0].textContent === name && tr.cells[4].textContent !== first)",
+        arg=[SCHEDULE, first],
+    )
+    cells = page.locator(f"{row} td").all_inner_texts()
+    name, task, spec, next_fire, last_fire, fired_at, outcome, of_tick, _ = cells
+    assert (name, task, spec) == (SCHEDULE, "ping", "every 2s")
+    assert next_fire > last_fire  # both "YYYY-MM-DD HH:MM:SS", UTC
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d[02468]", last_fire), last_fire
+    assert fired_at >= last_fire
+    assert outcome == "succeeded"
+    assert of_tick <= last_fire
+    assert page.evaluate("window.__same_page") is True
     screenshot(page, "schedules")
+
+
+def log_in(page: Any, base: str) -> None:
+    page.goto(base + "/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click("button:text-is('Log in')")
+    page.wait_for_url(re.compile(r"/\?done=logged-in$"))
+
+
+def queue_cell(page: Any, queue: str, column: str) -> str:
+    """The text of ``column`` (``state``, ``lag``, ...) in the row of ``queue``."""
+    index = {"length": 3, "pending": 4, "lag": 5, "state": 7}[column]
+    text: str = page.inner_text(
+        f"#queues tbody tr:has(td:text-is('{queue}')) td:nth-child({index})"
+    )
+    return text
+
+
+def wait_for_queue(page: Any, queue: str, column: str, value: str) -> None:
+    page.wait_for_function(
+        "([queue, index, value]) => [...document.querySelectorAll('#queues tbody tr')].some("
+        "tr => tr.cells[0].textContent === queue && tr.cells[index].textContent === value)",
+        arg=[queue, {"length": 2, "pending": 3, "lag": 4, "state": 6}[column], value],
+    )
+
+
+def test_a_queue_is_paused_and_resumed_and_the_fleet_stops_and_starts_its_work(
+    acting_fleet: LiveFleet, page: Any
+) -> None:
+    base = f"{acting_fleet.base}/groups/{GROUP}"
+    log_in(page, acting_fleet.base)
+    # A second tab watches the group page: it sees every change by live updates only.
+    watcher = page.context.new_page()
+    watcher.set_default_timeout(TIMEOUT_MS)
+    watcher.goto(base)
+    watcher.evaluate("window.__same_page = true")
+    assert cell_texts(watcher, "#queues tbody tr td:first-child") == list(QUEUES)
+    assert queue_cell(watcher, "bulk", "state") == "active"
+
+    page.goto(base)
+    page.click("#queues tbody tr:has(td:text-is('bulk')) button:text-is('Pause')")
+    page.wait_for_url(re.compile(r"\?done=paused$"))
+    assert "Queue paused" in page.inner_text(".notice")
+    assert queue_cell(page, "bulk", "state") == "paused"
+    assert page.is_visible("#queues tbody tr:has(td:text-is('bulk')) button:text-is('Resume')")
+    assert not page.is_visible("#queues tbody tr:has(td:text-is('bulk')) button:text-is('Pause')")
+    wait_for_queue(watcher, "bulk", "state", "paused")
+    assert queue_cell(watcher, "tasks", "state") == "active"
+
+    # The fleet stops taking bulk's work (within about a second of the pause) and
+    # goes on with the other queue's.
+    watcher.wait_for_timeout(1500)
+    acting_fleet.dispatch("batch", list(range(5)))
+    acting_fleet.dispatch("echo", list(range(5)))
+    wait_for_queue(watcher, "bulk", "lag", "5")
+    wait_for_updates(watcher, 4)
+    assert queue_cell(watcher, "bulk", "lag") == "5"
+    assert queue_cell(watcher, "tasks", "lag") == "0"
+    assert acting_fleet.batches == []
+    screenshot(watcher, "group-paused")
+
+    page.click("#queues tbody tr:has(td:text-is('bulk')) button:text-is('Resume')")
+    page.wait_for_url(re.compile(r"\?done=resumed$"))
+    assert queue_cell(page, "bulk", "state") == "active"
+    wait_for_queue(watcher, "bulk", "state", "active")
+    wait_for_queue(watcher, "bulk", "lag", "0")
+    assert sorted(acting_fleet.batches) == list(range(5))
+    assert watcher.evaluate("window.__same_page") is True  # never reloaded
+    watcher.close()
+
+
+def test_a_task_is_paused_and_resumed_from_the_tasks_table(
+    acting_fleet: LiveFleet, page: Any
+) -> None:
+    base = f"{acting_fleet.base}/groups/{GROUP}"
+    log_in(page, acting_fleet.base)
+    page.goto(base)
+    row = "#timing tbody tr:has(td:text-is('batch'))"
+    page.click(f"{row} button:text-is('Pause')")
+    page.wait_for_url(re.compile(r"\?done=task-paused$"))
+    page.evaluate("window.__same_page = true")
+    assert page.inner_text(f"{row} td.state") == "paused"
+    page.wait_for_timeout(1500)  # the runners notice within about a second
+    acting_fleet.dispatch("batch", ["parked"])
+    wait_for_updates(page, 6)
+    assert acting_fleet.batches == []  # parked, not run
+    assert page.inner_text(f"{row} td.state") == "paused"
+    page.click(f"{row} button:text-is('Resume')")
+    page.wait_for_url(re.compile(r"\?done=task-resumed$"))
+    assert page.inner_text(f"{row} td.state") == "active"
+    for _ in range(40):
+        if acting_fleet.batches:
+            break
+        page.wait_for_timeout(250)
+    assert acting_fleet.batches == ["parked"]
 
 
 def test_actions_need_the_token_and_the_session_ends_at_log_out(
