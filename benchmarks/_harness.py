@@ -22,13 +22,20 @@ class Rates:
 
 
 async def run_noop_tasks(
-    runner: TaskRunner, n: int, *, chunk: int = 10_000, features: bool = False
+    runner: TaskRunner,
+    n: int,
+    *,
+    chunk: int = 10_000,
+    features: bool = False,
+    keep_result: bool = False,
 ) -> Rates:
     """Register a ``noop`` task on ``runner``, dispatch ``n`` of them, serve until
     every one is acked, and return the rates.
 
     With ``features`` the task has a 30 s timeout and takes its context, and one
     no-op middleware wraps every run (the cost of the run's features in use).
+    With ``keep_result`` the task keeps each result for 60 s (a result document and
+    its notice per run, written with its ack).
     """
     done = trio.Event()
     count = 0
@@ -41,6 +48,15 @@ async def run_noop_tasks(
 
         @runner.task(name="noop", timeout=30.0)
         async def noop_with_context(payload: object, ctx: TaskContext) -> None:
+            nonlocal count
+            count += 1
+            if count == n:
+                done.set()
+
+    elif keep_result:
+
+        @runner.task(name="noop", keep_result=60.0)
+        async def noop_kept(payload: object) -> None:
             nonlocal count
             count += 1
             if count == n:

@@ -10,6 +10,9 @@ the ceiling, as ratios. Targets: process >= 15,000/s, enqueue >= 100,000/s.
 ``--features``: the no-op task has a 30 s timeout and a context parameter, and one
 no-op middleware wraps every run (target: at least 0.8x the plain run). With
 ``--compare`` both are run, alternating, and the ratio is printed.
+``--keep-result``: the plain run and, alternating with it, one whose task keeps every
+result (``keep_result=60``: a result document and its notice per run, in the ack's
+round trip); the ratio is printed (target: at least 0.7x).
 """
 
 from __future__ import annotations
@@ -27,9 +30,16 @@ from taskrunner.testing import running_server
 
 
 async def one_run(
-    url: str, n: int, workers: int, fetchers: int, run: int, features: bool = False
+    url: str,
+    n: int,
+    workers: int,
+    fetchers: int,
+    run: int,
+    features: bool = False,
+    keep_result: bool = False,
 ) -> tuple[float, float]:
-    backend = RedisBackend.from_url(url, queue=f"bench{run}{'f' if features else ''}")
+    tag = ("f" if features else "") + ("k" if keep_result else "")
+    backend = RedisBackend.from_url(url, queue=f"bench{run}{tag}")
     runner = TaskRunner(
         TaskRunnerConfig(
             consumer_group="bench",
@@ -39,7 +49,7 @@ async def one_run(
         ),
         backend,
     )
-    rates = await run_noop_tasks(runner, n, features=features)
+    rates = await run_noop_tasks(runner, n, features=features, keep_result=keep_result)
     assert await backend.length("bench") == 0, "entries left in the stream"
     await backend.aclose()
     return rates.enqueue, rates.process
@@ -53,9 +63,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--features", action="store_true", help="timeout, context, middleware")
     parser.add_argument("--compare", action="store_true", help="plain and --features, alternating")
+    parser.add_argument(
+        "--keep-result", action="store_true", help="plain and keep_result=60, alternating"
+    )
     args = parser.parse_args()
     with running_server() as server:
-        enqueue, process, featured = [], [], []
+        enqueue, process, featured, kept = [], [], [], []
         for run in range(args.repeat):
             e, p = trio.run(
                 one_run, server.url, args.tasks, args.workers, args.fetchers, run, args.features
@@ -67,6 +80,11 @@ def main() -> None:
                     one_run, server.url, args.tasks, args.workers, args.fetchers, run, True
                 )
                 featured.append(f)
+            if args.keep_result:
+                _, k = trio.run(
+                    one_run, server.url, args.tasks, args.workers, args.fetchers, run, False, True
+                )
+                kept.append(k)
         tool = find_redis_benchmark()
         ceiling = None
         if tool:
@@ -86,6 +104,10 @@ def main() -> None:
         f = statistics.median(featured)
         print(f"  process with timeout, context and middleware: {f:>10,.0f} tasks/s")
         print(f"  ratio features / plain: {f / p:.3f}   target >= 0.8")
+    if kept:
+        k = statistics.median(kept)
+        print(f"  process with keep_result on every task: {k:>10,.0f} tasks/s")
+        print(f"  ratio keep_result / plain: {k / p:.3f}   target >= 0.7")
     if ceiling:
         print(f"  redis-benchmark -P 16 XADD: {ceiling:>10,.0f} ops/s (ceiling)")
         print(f"  ratio enqueue / ceiling: {e / ceiling:.3f}")

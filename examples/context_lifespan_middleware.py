@@ -76,7 +76,7 @@ async def main() -> None:
 
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
-        task_id = await runner.dispatch("fetch", {"path": "/index.html"})
+        task_id = (await runner.dispatch("fetch", {"path": "/index.html"})).id
         await done.wait()
         runner.shutdown()
     print("served")

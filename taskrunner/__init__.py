@@ -11,6 +11,9 @@ from importlib.metadata import version as _version
 
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
 from taskrunner._context import TaskContext as TaskContext
+from taskrunner._handle import TaskError as TaskError
+from taskrunner._handle import TaskHandle as TaskHandle
+from taskrunner._handle import TaskInfo as TaskInfo
 from taskrunner._limits import RateLimit as RateLimit
 from taskrunner._periodic import Schedule as Schedule
 from taskrunner._retry import Backoff as Backoff
@@ -20,15 +23,19 @@ from taskrunner._stats import Stats as Stats
 from taskrunner._task import Delivery as Delivery
 from taskrunner._task import Task as Task
 from taskrunner._wire import TaskMessage as TaskMessage
+from taskrunner._wire import TaskState as TaskState
 from taskrunner.errors import AlreadyServing as AlreadyServing
 from taskrunner.errors import BackendError as BackendError
 from taskrunner.errors import DuplicateHost as DuplicateHost
 from taskrunner.errors import InvalidTaskPayload as InvalidTaskPayload
+from taskrunner.errors import InvalidTaskResult as InvalidTaskResult
 from taskrunner.errors import LifespanError as LifespanError
 from taskrunner.errors import Retry as Retry
 from taskrunner.errors import SharedStreamError as SharedStreamError
 from taskrunner.errors import TaskAlreadyDispatched as TaskAlreadyDispatched
+from taskrunner.errors import TaskCancelled as TaskCancelled
 from taskrunner.errors import TaskExecutionError as TaskExecutionError
+from taskrunner.errors import TaskFailed as TaskFailed
 from taskrunner.errors import TaskMaxRetryExceeded as TaskMaxRetryExceeded
 from taskrunner.errors import TaskNotFound as TaskNotFound
 from taskrunner.errors import TaskRunnerError as TaskRunnerError

@@ -67,6 +67,55 @@ def payload_type_of(action: Callable[..., Any]) -> type[Any] | None:
     return None
 
 
+def result_type_of(action: Callable[..., Any]) -> type[Any] | None:
+    """The attrs class or dataclass annotating ``action``'s return value, if any.
+
+    Raises:
+        ValueError: the annotations cannot be resolved.
+    """
+    try:
+        inspect.signature(action)
+    except (TypeError, ValueError):
+        return None  # not a function: Task refuses it, naming the field
+    try:
+        hints = typing.get_type_hints(action)
+    except Exception as exc:
+        raise ValueError(
+            f"cannot resolve the type annotations of action {action!r}: {exc}"
+        ) from exc
+    hint = hints.get("return")
+    if isinstance(hint, type) and (attrs.has(hint) or dataclasses.is_dataclass(hint)):
+        return hint
+    return None
+
+
+def unstructure_result(value: Any) -> Any:
+    """The JSON-ready form of an action's return value: attrs classes, dataclasses
+    (and containers of them) become dicts and lists, through the one converter.
+
+    Raises:
+        Exception: whatever cattrs raises for a value it cannot unstructure.
+    """
+    if value is None or type(value) in (str, int, float, bool):  # the usual, at no cost
+        return value
+    return converter.unstructure(value)
+
+
+def structure_result(value: Any, result_type: type[Any]) -> Any:
+    """A kept result's JSON form structured back into ``result_type``.
+
+    Raises:
+        InvalidTaskPayload: it does not fit (its ``problems`` name each bad field).
+    """
+    try:
+        return converter.structure(value, result_type)
+    except Exception as exc:
+        shown = "; ".join(payload_problems(exc, value)[:MAX_PROBLEMS])
+        raise InvalidTaskPayload(
+            f"result does not fit {result_type.__qualname__}: {shown}"
+        ) from exc
+
+
 def encode_payload(
     payload: Any, payload_type: type[Any] | None, task_name: str, extra_keys: ExtraKeys = "forbid"
 ) -> Any:

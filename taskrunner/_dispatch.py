@@ -8,7 +8,10 @@ does not fit the typed payload, a bad delay) is refused before anything is
 queued. A unique task's lock is taken before its message is added and given
 back if the add certainly did not happen. The decisions are the pure rules of
 :mod:`taskrunner._enqueue`, which the producers (``taskrunner.producer``)
-follow too; this class is their trio shell over a backend.
+follow too; this class is their trio shell over a backend. Every dispatch
+returns a :class:`~taskrunner.TaskHandle`: the stream id of the entry added,
+or the id of the delayed member (indexed under it, so it can be looked up and
+cancelled).
 
 Tracing (``taskrunner.otel``) sets :attr:`Dispatcher.tracer`: each dispatch
 then runs inside the context manager it returns, and the trace context it
@@ -40,8 +43,10 @@ from taskrunner._enqueue import (
     give_back_lock,
     unix_seconds,
 )
+from taskrunner._handle import TaskHandle
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
+from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
@@ -77,6 +82,7 @@ class Dispatcher:
         backend: Where the stream and the delayed set live.
         tasks: The registered tasks by name, read as it is.
         scheduler: Told of every delayed task added here, so it moves it on time.
+        tracker: Makes the handles returned.
     """
 
     def __init__(
@@ -85,11 +91,13 @@ class Dispatcher:
         backend: Backend,
         tasks: Mapping[str, Task],
         scheduler: Scheduler,
+        tracker: Tracker,
     ) -> None:
         self._config = config
         self._backend = backend
         self._tasks = tasks
         self._scheduler = scheduler
+        self._tracker = tracker
         self.tracer: Tracer | None = None
         """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
         self._encoders: dict[str, tuple[Task, Callable[[Any], bytes]]] = {}
@@ -122,7 +130,9 @@ class Dispatcher:
         except KeyError:
             raise TaskNotFound(name) from None
 
-    async def dispatch(self, name: str, payload: Any = None, *, queue: str | None = None) -> str:
+    async def dispatch(
+        self, name: str, payload: Any = None, *, queue: str | None = None
+    ) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
         if self.tracer is not None:
             with self.tracer(name) as trace:
@@ -131,7 +141,7 @@ class Dispatcher:
 
     async def _dispatch(
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
-    ) -> str:
+    ) -> TaskHandle:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
         group = self._config.current.consumer_group
@@ -141,12 +151,12 @@ class Dispatcher:
             (message_id,) = await self._backend.add(
                 group, [self._plain(task, payload)], queue=queue
             )
-            return message_id
+            return self._tracker.handle(message_id, task.name)
         entry = self._enqueue(task, payload, trace)
         lock = entry.lock
         if lock is None:
             (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
-            return message_id
+            return self._tracker.handle(message_id, task.name)
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
@@ -164,7 +174,7 @@ class Dispatcher:
                     lock.ttl,
                 )
             raise
-        return message_id
+        return self._tracker.handle(message_id, task.name)
 
     async def _give_back(self, lock: LockRequest) -> None:
         with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
@@ -181,7 +191,7 @@ class Dispatcher:
 
     async def dispatch_many(
         self, name: str, payloads: Iterable[Any], *, queue: str | None = None
-    ) -> list[str]:
+    ) -> list[TaskHandle]:
         """See :meth:`TaskRunner.dispatch_many <taskrunner.TaskRunner.dispatch_many>`."""
         task = self._get_task(name)
         if task.unique:
@@ -194,7 +204,7 @@ class Dispatcher:
 
     async def _add_many(
         self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None, queue: str | None
-    ) -> list[str]:
+    ) -> list[TaskHandle]:
         if trace is None:
             if task.rate_limit_key is not None:
                 payloads = list(payloads)
@@ -205,7 +215,9 @@ class Dispatcher:
             data = [self._enqueue(task, payload, trace).data for payload in payloads]
         if not data:
             return []
-        return await self._backend.add(self._config.current.consumer_group, data, queue=queue)
+        ids = await self._backend.add(self._config.current.consumer_group, data, queue=queue)
+        tracker, name = self._tracker, task.name
+        return [TaskHandle(message_id, name, tracker) for message_id in ids]
 
     async def dispatch_delayed(
         self,
@@ -214,21 +226,23 @@ class Dispatcher:
         delay: float | timedelta = 0.0,
         *,
         queue: str | None = None,
-    ) -> str:
+    ) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch_delayed <taskrunner.TaskRunner.dispatch_delayed>`."""
         seconds = delay_seconds(delay)
         return await self._add_delayed(name, payload, self._backend.now() + seconds, queue)
 
     async def schedule_for(
         self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
-    ) -> str:
+    ) -> TaskHandle:
         """See :meth:`TaskRunner.schedule_for <taskrunner.TaskRunner.schedule_for>`."""
         unix = unix_seconds(when)
         # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
         run_at = unix - time.time() + self._backend.now()
         return await self._add_delayed(name, payload, run_at, queue)
 
-    async def _add_delayed(self, name: str, payload: Any, run_at: float, queue: str | None) -> str:
+    async def _add_delayed(
+        self, name: str, payload: Any, run_at: float, queue: str | None
+    ) -> TaskHandle:
         if self.tracer is not None:
             with self.tracer(name) as trace:
                 return await self._add_delayed_traced(name, payload, run_at, trace, queue)
@@ -241,7 +255,7 @@ class Dispatcher:
         run_at: float,
         trace: dict[str, str] | None,
         queue: str | None,
-    ) -> str:
+    ) -> TaskHandle:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
@@ -260,6 +274,8 @@ class Dispatcher:
             dispatched_at=self._backend.now(),
             trace=trace,
         )
-        await self._backend.add_delayed(self._config.current.consumer_group, member, run_at)
+        await self._backend.add_delayed(
+            self._config.current.consumer_group, member, run_at, task_id=delayed_id
+        )
         self._scheduler.nudge(run_at)
-        return delayed_id
+        return self._tracker.handle(delayed_id, task.name)

@@ -101,7 +101,8 @@ def delayed_member(
 
     The message it will become is encoded now, so what could not be sent is
     refused before anything is added. A unique task takes its lock when the
-    scheduler moves the member, not now.
+    scheduler moves the member, not now. A task that keeps results carries its
+    ``keep_result`` in the member (and the message it becomes).
 
     Args:
         task: The task's settings.
@@ -130,6 +131,7 @@ def delayed_member(
             queue=queue,
             dispatched_at=dispatched_at,
             trace=trace,
+            keep_result=task.keep_result,
         )
     )
 

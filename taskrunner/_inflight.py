@@ -1,4 +1,4 @@
-"""Messages being worked on, and when each is due for a refresh.
+"""Messages being worked on, when each is due for a refresh, and how to stop each.
 
 The worker adds an entry when an action starts and removes it when it ends;
 the refresher asks which entries are due and, once the backend confirmed a
@@ -15,6 +15,13 @@ stream). A run that holds a concurrency slot is refreshed twice per
 reservation timeout instead of once: its slot is leased for one reservation
 timeout and renewed with each refresh, so a renewal always lands with half a
 lease to spare, and a crashed runner's slot frees within one.
+
+Stopping (``TaskRunner.cancel``): the canceller (:mod:`taskrunner._serve.canceller`)
+asks the backend which of :meth:`InFlight.running` were asked to stop, and
+:meth:`InFlight.stop` marks each and cancels its run's scope, if it has one. A
+run without a scope (or a thread, which no scope stops) runs on, and the worker
+learns from :meth:`InFlight.remove` that it was asked to stop: its outcome is
+then discarded and it is acknowledged as cancelled.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class _Entry:
     hold: SlotHold | None
     deadline: float
     scope: trio.CancelScope | None
+    stop_requested: bool = False
 
 
 class InFlight:
@@ -73,8 +81,15 @@ class InFlight:
             consumer, period, now + period, hold, deadline, scope
         )
 
-    def remove(self, entry_id: str, *, queue: str | None = None) -> None:
-        self._entries.pop((queue, entry_id), None)
+    def remove(self, entry_id: str, *, queue: str | None = None) -> bool:
+        """The run ended; returns whether it was asked to stop (:meth:`stop`)."""
+        entry = self._entries.pop((queue, entry_id), None)
+        return entry is not None and entry.stop_requested
+
+    def stop_requested(self, entry_id: str, *, queue: str | None = None) -> bool:
+        """Whether the run of ``entry_id`` (of ``queue``, still tracked) was asked to stop."""
+        entry = self._entries.get((queue, entry_id))
+        return entry is not None and entry.stop_requested
 
     def scope_of(self, entry_id: str, *, queue: str | None = None) -> trio.CancelScope | None:
         """The cancel scope of the run of ``entry_id`` (of ``queue``), while it runs."""
@@ -103,3 +118,21 @@ class InFlight:
             entry = self._entries.get((queue, entry_id))
             if entry is not None:
                 entry.refresh_at = at + entry.period
+
+    def running(self) -> list[str]:
+        """Ids running now that were not asked to stop yet (what the canceller checks)."""
+        return [i for (_, i), entry in self._entries.items() if not entry.stop_requested]
+
+    def stop(self, entry_id: str) -> bool:
+        """Ask the run of ``entry_id`` (of whichever queue) to stop: cancel its scope,
+        if it has one.
+
+        Returns:
+            Whether it was running.
+        """
+        found = [entry for (_, i), entry in self._entries.items() if i == entry_id]
+        for entry in found:
+            entry.stop_requested = True
+            if entry.scope is not None:
+                entry.scope.cancel()
+        return bool(found)

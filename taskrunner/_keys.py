@@ -54,12 +54,16 @@ _GROUP_KEY_NAMES = (
     "delayed_tasks",
     "metrics",
     "worker_tuning_capacity",
+    "delayed_ids",
+    "entry_ids",
+    "cancelled",
     "catalog",
     "paused",
     "schedules",
     "schedule_specs",
 )
-_GROUP_KEY_FAMILIES = ("concurrency:", "rate:", "rate_pace:", "parked:")
+_GROUP_KEY_HEADS = ("result:", "notify:", "concurrency:", "rate:", "rate_pace:", "parked:")
+"""Heads of the per-task keys under ``taskrunner:<group>:`` (a queue may not start so)."""
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 
 
@@ -76,8 +80,9 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity``, ``catalog``, ``paused``, ``schedules`` or
-            ``schedule_specs``, or one starting with ``concurrency:``, ``rate:``,
+            ``worker_tuning_capacity``, ``catalog``, ``paused``, ``schedules``,
+            ``schedule_specs``, ``delayed_ids``, ``entry_ids`` or ``cancelled``, or
+            one starting with ``result:``, ``notify:``, ``concurrency:``, ``rate:``,
             ``rate_pace:`` or ``parked:``).
     """
     if prefix is None:
@@ -86,7 +91,7 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
                 f"consumer group {group!r} would put its stream among the "
                 f"{PREFIX}:{group}:* keys; choose another group or pass a prefix"
             )
-        if queue in _GROUP_KEY_NAMES or queue.startswith(_GROUP_KEY_FAMILIES):
+        if queue in _GROUP_KEY_NAMES or queue.startswith(_GROUP_KEY_HEADS):
             raise ValueError(
                 f"queue {queue!r} would collide with the key {PREFIX}:{group}:{queue}; "
                 "choose another queue name"
@@ -193,3 +198,49 @@ def replication(host: str) -> str:
 
 REPLICATION_PATTERN = f"{PREFIX}:replication:*"
 """``SCAN MATCH`` pattern for every heartbeat key."""
+
+
+# Results, lookup and cancellation (issue 14) ------------------------------------------
+
+
+def delayed_index(group: str) -> str:
+    """The delayed members by task id: ``taskrunner:<group>:delayed_ids`` (a hash
+    task id -> member, so lookup and cancel find a member without a scan)."""
+    return f"{PREFIX}:{group}:delayed_ids"
+
+
+def entry_index(group: str) -> str:
+    """The stream entry of each task moved from the delayed set:
+    ``taskrunner:<group>:entry_ids`` (a hash task id -> stream id)."""
+    return f"{PREFIX}:{group}:entry_ids"
+
+
+def cancelled(group: str) -> str:
+    """The running entries asked to stop: ``taskrunner:<group>:cancelled`` (a sorted
+    set of stream ids scored by the time of the request)."""
+    return f"{PREFIX}:{group}:cancelled"
+
+
+def result(group: str, task_id: str) -> str:
+    """A task's kept result document: ``taskrunner:<group>:result:<task id>``."""
+    return f"{PREFIX}:{group}:result:{task_id}"
+
+
+def notify(group: str, task_id: str) -> str:
+    """A task's result notice, which waiters block on: ``taskrunner:<group>:notify:<task id>``."""
+    return f"{PREFIX}:{group}:notify:{task_id}"
+
+
+def _glob_escaped(text: str) -> str:
+    # A group may hold glob characters; SCAN MATCH must take them literally.
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+
+
+def result_pattern(group: str) -> str:
+    """``SCAN MATCH`` pattern for every kept result of ``group``."""
+    return f"{PREFIX}:{_glob_escaped(group)}:result:*"
+
+
+def notify_pattern(group: str) -> str:
+    """``SCAN MATCH`` pattern for every result notice of ``group``."""
+    return f"{PREFIX}:{_glob_escaped(group)}:notify:*"

@@ -23,9 +23,10 @@ node of the tree is one module of :mod:`taskrunner._serve`, named after it::
         │   ├── bulk_writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
         │   ├── sharing          other groups on the stream (checked at start too)
-        │   ├── acker            batched acks (and unique-lock releases)
+        │   ├── acker            batched acks (and unique-lock releases, results)
         │   ├── refresher        keeps long runs from being reclaimed (and their
         │   │                    concurrency slots held)
+        │   ├── canceller        stops the runs TaskRunner.cancel asked to stop
         │   └── gate             what is paused, read every second; admits each
         │                        run of a limited or paused task (worker.py asks it)
         └── worker               the workers nursery: one task per message,
@@ -64,6 +65,7 @@ from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._dispatch import Dispatcher
 from taskrunner._guards import check_runner_arguments, require_trio
+from taskrunner._handle import TaskHandle, TaskInfo
 from taskrunner._inflight import InFlight
 from taskrunner._lifespan import Lifespan, check_lifespan, open_lifespan
 from taskrunner._limits import RateLimit
@@ -74,6 +76,7 @@ from taskrunner._retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._serve import (
     aggregator,
     bulk_writer,
+    canceller,
     catalog,
     cleanup,
     heartbeat,
@@ -97,6 +100,7 @@ from taskrunner._stats import Stats
 from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 from taskrunner._ticks import CatchUp
 from taskrunner._timings import TimingRecorder
+from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
 from taskrunner.errors import AlreadyServing, DuplicateHost
 
@@ -133,6 +137,8 @@ class RunnerStatistics:
     """Messages moved to the dead-letter stream."""
     handled: int
     """Messages handed to ``failed_task_handler`` that it accepted."""
+    cancelled: int
+    """Runs stopped by :meth:`TaskRunner.cancel` (or dropped, cancelled, before they ran)."""
     acked: int
     """Messages acknowledged."""
     ack_backlog: int
@@ -180,7 +186,7 @@ class TaskRunner:
             self._config,
             tasks,
             self._pool,
-            Outcomes(self._config, backend, self._acker, self._scheduler.nudge),
+            Outcomes(self._config, backend, self._acker, self._scheduler.nudge, tasks),
             self._sharing,
             self._inflight,
             self._timings,
@@ -190,7 +196,8 @@ class TaskRunner:
         self._replicas = ReplicationCounter(backend)
         self._lifespan: Lifespan | None = None
         self._middlewares: list[Middleware] = []
-        self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler)
+        self._tracker = Tracker(self._config, backend, tasks)
+        self._dispatcher = Dispatcher(self._config, backend, tasks, self._scheduler, self._tracker)
         self._periodic = Periodic(backend, self._config, tasks, self.instance_id)
         self._serving = False
         self._stop = trio.Event()
@@ -252,6 +259,7 @@ class TaskRunner:
         timeout: float | None = None,
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
+        keep_result: float | None = None,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -271,6 +279,7 @@ class TaskRunner:
         timeout: float | None = None,
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
+        keep_result: float | None = None,
     ) -> A | Callable[[A], A]:
         """Decorator form of :meth:`register`; the name defaults to the function's.
 
@@ -316,6 +325,7 @@ class TaskRunner:
             timeout=timeout,
             retry=retry,
             permanent=permanent if isinstance(permanent, tuple) else (permanent,),
+            keep_result=keep_result,
         )
 
     # Periodic schedules -----------------------------------------------------
@@ -517,7 +527,9 @@ class TaskRunner:
         return fn
 
     # Dispatch ---------------------------------------------------------------
-    async def dispatch(self, name: str, payload: Any = None, *, queue: str | None = None) -> str:
+    async def dispatch(
+        self, name: str, payload: Any = None, *, queue: str | None = None
+    ) -> TaskHandle:
         """Queue one run of task ``name``.
 
         Args:
@@ -525,7 +537,9 @@ class TaskRunner:
                 ``queue``, else the backend's).
 
         Returns:
-            The message id.
+            Its handle: ``handle.id`` (also ``str(handle)``) is the task id, the
+            stream id of the entry added; ``await handle.result(timeout)`` waits
+            for the outcome of a task that keeps results.
 
         Raises:
             TaskNotFound: no task ``name`` is registered.
@@ -547,14 +561,14 @@ class TaskRunner:
 
     async def dispatch_many(
         self, name: str, payloads: Iterable[Any], *, queue: str | None = None
-    ) -> list[str]:
+    ) -> list[TaskHandle]:
         """Queue one run of task ``name`` per payload, in one backend call.
 
         Every payload is encoded before anything is queued, so an invalid one
         queues none.
 
         Returns:
-            The message ids, in order.
+            Their handles, in order.
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
@@ -571,7 +585,7 @@ class TaskRunner:
         delay: float | timedelta = 0.0,
         *,
         queue: str | None = None,
-    ) -> str:
+    ) -> TaskHandle:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta).
 
         The task waits in the group's delayed set; the leader moves it to the
@@ -579,7 +593,8 @@ class TaskRunner:
         now; while the lock is held it stays in the set.
 
         Returns:
-            The delayed task's id.
+            Its handle; its id is the delayed member's, which the entry it becomes
+            keeps, so it stays the task's id throughout.
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
@@ -590,12 +605,15 @@ class TaskRunner:
 
     async def schedule_for(
         self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
-    ) -> str:
+    ) -> TaskHandle:
         """Queue one run of task ``name`` at ``when``.
 
         Args:
             when: A timezone-aware datetime, or unix seconds. A time in the
                 past runs at the next scheduler pass.
+
+        Returns:
+            Its handle (as :meth:`dispatch_delayed`).
 
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
@@ -604,6 +622,62 @@ class TaskRunner:
         """
         require_trio("TaskRunner.schedule_for")
         return await self._dispatcher.schedule_for(name, payload, when, queue=queue)
+
+    # Tasks by id -------------------------------------------------------------
+    async def get_task(self, task_id: str | TaskHandle) -> TaskInfo | None:
+        """Where a task is now, and, once done, what it did.
+
+        Read in one atomic step from the backend, so it answers for a task run by
+        any instance: queued (in the stream, not delivered), running (delivered,
+        not acknowledged), scheduled (in the delayed set, dispatched with a
+        delay or waiting for a retry), and, for a task that keeps results, its
+        final state (succeeded, failed, cancelled) until ``keep_result`` runs out.
+
+        Args:
+            task_id: A task id (``handle.id``), or the handle.
+
+        Returns:
+            ``None`` for an id the backend does not know now: never dispatched,
+            done without a kept result (or its result expired), or a delayed
+            task the Go library dispatched (it does not index its members).
+
+        Raises:
+            BackendError: the backend could not be reached.
+        """
+        require_trio("TaskRunner.get_task")
+        return await self._tracker.get_task(str(task_id))
+
+    async def cancel(self, task_id: str | TaskHandle) -> bool:
+        """Cancel a task, wherever it is in the fleet.
+
+        - queued: its entry is deleted from the stream in one atomic step, so it
+          never runs (a fetcher that read it first holds it: it is running);
+        - scheduled: its member is removed from the delayed set;
+        - running: the instance that runs it cancels that run within about a
+          second (its cancel scope), then acknowledges it as cancelled, never
+          to be retried. A sync action in a thread cannot be interrupted: its
+          outcome is discarded and it is recorded as cancelled.
+
+        A cancelled task releases its unique lock and, when it keeps results,
+        is recorded as cancelled (``handle.result`` raises
+        :class:`~taskrunner.errors.TaskCancelled`).
+
+        Args:
+            task_id: A task id (``handle.id``), or the handle.
+
+        Returns:
+            ``True`` if it was cancelled (or, running, asked to stop: a run that
+            finishes first keeps its outcome); ``False`` for a task that is done
+            or unknown.
+
+        Raises:
+            BackendError: the backend could not be reached.
+
+        Cancellation: the task may have been cancelled; a repeat returns
+        ``False`` once it is gone.
+        """
+        require_trio("TaskRunner.cancel")
+        return await self._tracker.cancel(str(task_id))
 
     # Fleet ------------------------------------------------------------------
     @property
@@ -854,6 +928,7 @@ class TaskRunner:
                 await services.start(
                     refresher.run, backend, group, self._inflight, self._refresh_tick
                 )
+                await services.start(canceller.run, backend, group, self._inflight)
                 await services.start(self._gate.run)
                 fetching = FetcherContext(
                     config=cfg,
@@ -900,6 +975,7 @@ class TaskRunner:
             retried=w.retried,
             dead_lettered=w.dead_lettered,
             handled=w.handled,
+            cancelled=self._worker.outcomes.finishing.cancelled_count,
             acked=self._acker.acked,
             ack_backlog=self._acker.backlog,
             deferred=self._gate.counters.deferred,

@@ -73,9 +73,10 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
 
     Only the member's task, payload and our optional fields are used (the
     precomputed ``unique_key``; a retry's lock token; ``attempts``, ``id``,
-    ``dispatched_at``, ``trace``, ``schedule`` and ``tick``, copied into the
-    message; the ``queue`` whose stream it goes to); its ``time`` is Go's and
-    the run-at time is the score.
+    ``dispatched_at``, ``trace``, ``schedule``, ``tick`` and ``keep_result``, copied
+    into the message; the ``queue`` whose stream it goes to); its ``time`` is Go's
+    and the run-at time is the score. The entry keeps the member's id as the
+    task's (lookup, cancel, results).
 
     Args:
         raw: The member as stored.
@@ -99,8 +100,10 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         "trace": delayed.trace,
         "schedule": delayed.schedule,
         "tick": delayed.tick,
+        "keep_result": delayed.keep_result,
     }  # new_message's keywords
     task = tasks.get(delayed.task)
+    task_id = delayed.id or None  # what the entry index maps to the new entry
     queue = delayed.queue  # a re-queued run goes back to its own queue's stream
     if task is None:
         # Go's zero values: the worker that knows the task (another deployment,
@@ -108,10 +111,10 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         message = _wire.TaskMessage(
             task_name=delayed.task, payload=delayed.payload, extras=_wire.MessageExtras(**extras)
         )
-        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
+        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id, queue=queue)
     if not task.unique:
         message = _wire.new_message(task, delayed.payload, **extras)
-        return DelayedMove(member=raw, message=_encode(message, raw), queue=queue)
+        return DelayedMove(member=raw, message=_encode(message, raw), task_id=task_id, queue=queue)
     unique_key = delayed.unique_key
     if unique_key is None:  # written by the Go library: compute it
         try:
@@ -136,6 +139,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
         lock_key=_wire.unique_lock(task.name, unique_key),
         lock_token=token,
         lock_ttl=task.unique_for,
+        task_id=task_id,
         queue=queue,
     )
 

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from taskrunner._action import ActionShape, action_shape
-from taskrunner._codec import ExtraKeys, payload_type_of
+from taskrunner._codec import ExtraKeys, payload_type_of, result_type_of
 from taskrunner._config import is_utf8_text, queue_name_problem
 from taskrunner._limits import RateLimit
 from taskrunner._retry import DEFAULT_BACKOFF, Backoff
@@ -160,6 +160,12 @@ class Task:
     the worker (the failure path); ``"ignore"`` drops them, e.g. while producers
     that send a new field roll out before the workers that know it."""
 
+    keep_result: float | None = attrs.field(default=None, validator=_positive_seconds)
+    """Keep each run's outcome for this many seconds: the return value when it
+    succeeds, the error's type and text when it fails for the last time, or that it
+    was cancelled. ``TaskHandle.result`` waits for it and ``TaskRunner.get_task``
+    reports it until it expires. ``None`` (the default) keeps nothing and costs
+    nothing per run."""
     queue: str | None = attrs.field(default=None, validator=_queue)
     """The queue its messages go to (``dispatch(..., queue=)`` overrides it);
     ``None``: the backend's queue (``tasks``)."""
@@ -182,12 +188,21 @@ class Task:
     payload_type: type[Any] | None = attrs.field(init=False)
     """The attrs class or dataclass the action's payload is structured into, if any."""
 
+    result_type: type[Any] | None = attrs.field(init=False)
+    """The attrs class or dataclass the action's return annotation names, if any: its
+    results are unstructured to JSON with cattrs (and can be structured back with
+    ``TaskHandle.result(type=...)``)."""
+
     shape: ActionShape = attrs.field(init=False)
     """How the worker calls the action (read from its signature once, here)."""
 
     @payload_type.default
     def _payload_type(self) -> type[Any] | None:
         return payload_type_of(self.action)
+
+    @result_type.default
+    def _result_type(self) -> type[Any] | None:
+        return result_type_of(self.action)
 
     @shape.default
     def _shape(self) -> ActionShape:

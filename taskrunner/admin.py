@@ -1,9 +1,19 @@
-"""Operator tools: pause and resume work, inspect and wipe a group's keys.
+"""Operator tools: pause and resume work, inspect and wipe a group's keys, follow
+and cancel tasks, replay dead letters.
 
 :func:`pause` and :func:`resume` stop and restart one queue or one task for a
 whole fleet (every runner of the group notices within about a second; see
 docs/flow-control.md), through the backend's
 :class:`~taskrunner.backends.FlowControl`; :func:`paused` says what is paused.
+
+:func:`get_task` and :func:`cancel` do what :meth:`TaskRunner.get_task
+<taskrunner.TaskRunner.get_task>` and :meth:`TaskRunner.cancel
+<taskrunner.TaskRunner.cancel>` do, with a backend and a group name alone (no
+runner, no registered tasks). :func:`dead_letters` lists a group's dead
+letters (each task, why it failed, its payload, when), :func:`replay_dead_letters`
+dispatches some of them again (each in one atomic step: the new entry is added
+and the dead letter deleted together, so a dead letter is replayed once) and
+:func:`purge_dead_letters` deletes them.
 
 :func:`flush` is the "Flushing / cleanup" recipe of the key layout
 (docs/redis-key-layout.md) as one call, for development and staging: it drops
@@ -22,22 +32,44 @@ that implements it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from taskrunner._dead import (
+    DeadLetterInfo,
+    ReplayResult,
+    dead_letter_info,
+    replay_of,
+    replay_result,
+)
 from taskrunner._guards import require_inspection
+from taskrunner._handle import TaskInfo, task_info
 from taskrunner._schedule_view import ScheduleRow, schedule_rows
-from taskrunner.backends import Backend, KeyInfo, Paused
+from taskrunner.backends import Backend, KeyInfo, Paused, Replay
 from taskrunner.backends._inspection import PURPOSES, group_keys
 
 __all__ = [
+    "DeadLetterInfo",
     "KeyInfo",
+    "ReplayResult",
     "ScheduleRow",
+    "cancel",
+    "dead_letter",
+    "dead_letters",
     "documented_keys",
     "flush",
+    "get_task",
     "list_keys",
     "pause",
     "paused",
+    "purge_dead_letters",
+    "replay_all_dead_letters",
+    "replay_dead_letters",
     "resume",
     "schedules",
 ]
+
+PAGE = 100
+"""Dead letters read (and replayed) per backend call when going through them all."""
 
 
 async def pause(
@@ -157,3 +189,126 @@ async def flush(
         )
     inspection = require_inspection(backend, "taskrunner.admin.flush")
     return await inspection.flush_group(group, heartbeats=replication)
+
+
+# Tasks by id ------------------------------------------------------------------------
+
+
+async def get_task(backend: Backend, group: str, task_id: str) -> TaskInfo | None:
+    """Where task ``task_id`` of ``group`` is now (see :meth:`TaskRunner.get_task
+    <taskrunner.TaskRunner.get_task>`); ``None`` when the backend does not know it."""
+    snapshot = await backend.lookup(group, task_id)
+    return None if snapshot is None else task_info(snapshot)
+
+
+async def cancel(backend: Backend, group: str, task_id: str) -> bool:
+    """Cancel task ``task_id`` of ``group`` wherever it is (see :meth:`TaskRunner.cancel
+    <taskrunner.TaskRunner.cancel>`): ``False`` when it is done or unknown."""
+    return (await backend.cancel(group, task_id)).state is not None
+
+
+# Dead letters -----------------------------------------------------------------------
+
+
+async def dead_letters(
+    backend: Backend, group: str, *, count: int = 100, after: str | None = None
+) -> list[DeadLetterInfo]:
+    """The oldest ``count`` dead letters of ``group``'s stream (after the id ``after``,
+    to page through them): each task, why it failed, its payload and when.
+
+    The dead-letter stream belongs to the stream: with an explicit shared prefix,
+    every group reading it sees the same dead letters.
+    """
+    return [dead_letter_info(d) for d in await backend.dead_letters(group, count, after=after)]
+
+
+async def dead_letter(backend: Backend, group: str, dead_id: str) -> DeadLetterInfo | None:
+    """The dead letter ``dead_id`` of ``group``'s stream, or ``None``."""
+    found = await backend.find_dead_letters(group, [dead_id])
+    return dead_letter_info(found[0]) if found else None
+
+
+async def replay_dead_letters(
+    backend: Backend, group: str, ids: Sequence[str]
+) -> list[ReplayResult]:
+    """Dispatch the dead letters ``ids`` again, one result per id, in order.
+
+    Each is re-dispatched with a fresh attempt count (a new stream entry) and its
+    task id (so :func:`get_task` and a waiting ``result`` follow it; a result it
+    kept is dropped) and deleted from the dead-letter stream, in one atomic step:
+    however many replay it at once, it runs again once. A unique task takes its
+    lock again with a fresh token; while the lock is held (the task is queued or
+    running already) it is not replayed (``"locked"``) and stays a dead letter.
+    On a shared stream a replayed entry reaches every group that reads it.
+
+    Raises:
+        BackendError: the backend could not be reached (some of the dead
+            letters may have been replayed: a repeat reports them ``"gone"``).
+    """
+    found = {d.id: d for d in await backend.find_dead_letters(group, list(ids))}
+    results: dict[str, ReplayResult] = {}
+    replays: list[Replay] = []
+    for dead_id in ids:
+        dead = found.get(dead_id)
+        if dead is None:
+            results[dead_id] = ReplayResult(id=dead_id, task_id=None, entry_id=None, reason="gone")
+            continue
+        replay = replay_of(dead)
+        if replay is None:
+            results[dead_id] = ReplayResult(
+                id=dead_id, task_id=dead.message_id, entry_id=None, reason="no payload"
+            )
+        else:
+            replays.append(replay)
+    for replay, done in zip(
+        replays, await backend.replay_dead_letters(group, replays), strict=True
+    ):
+        results[replay.dead_id] = replay_result(replay, done)
+    return [results[dead_id] for dead_id in ids]
+
+
+async def replay_all_dead_letters(
+    backend: Backend, group: str, *, confirm: bool = False
+) -> list[ReplayResult]:
+    """Replay every dead letter of ``group``'s stream (as :func:`replay_dead_letters`),
+    oldest first, :data:`PAGE` at a time.
+
+    Args:
+        confirm: Must be ``True``: every dead letter runs again.
+
+    Raises:
+        ValueError: ``confirm`` is not ``True``.
+    """
+    if confirm is not True:
+        raise ValueError(
+            f"replay_all_dead_letters dispatches every dead letter of group {group!r} "
+            "again; call it with confirm=True"
+        )
+    results: list[ReplayResult] = []
+    after: str | None = None
+    while page := await backend.dead_letters(group, PAGE, after=after):
+        after = page[-1].id  # the ones not replayed stay: page past them
+        results += await replay_dead_letters(backend, group, [d.id for d in page])
+    return results
+
+
+async def purge_dead_letters(
+    backend: Backend, group: str, ids: Sequence[str] | None = None, *, confirm: bool = False
+) -> int:
+    """Delete the dead letters ``ids`` of ``group``'s stream, or all of them (``None``).
+
+    Args:
+        confirm: Must be ``True``: what is deleted is gone.
+
+    Returns:
+        How many were deleted.
+
+    Raises:
+        ValueError: ``confirm`` is not ``True``.
+    """
+    if confirm is not True:
+        what = "every dead letter" if ids is None else f"{len(ids)} dead letter(s)"
+        raise ValueError(
+            f"purge_dead_letters deletes {what} of group {group!r}; call it with confirm=True"
+        )
+    return await backend.purge_dead_letters(group, ids)

@@ -130,6 +130,92 @@ class TaskMaxRetryExceeded(TaskRunnerError):
         self.last_error = last_error
 
 
+class InvalidTaskResult(TaskRunnerError):
+    """A task that keeps results returned a value that cannot be kept.
+
+    The value could not be turned into JSON (through cattrs, for attrs classes
+    and dataclasses): a type JSON cannot carry, a NaN, a cycle, or a document
+    over the size limit. The run fails with this error on its final attempt
+    (retrying would return the same value): it goes down the failure path, and
+    the task's result records it as failed.
+
+    Attributes:
+        task_name: The task.
+        value_type: The type of the value it returned (its qualified name).
+        reason: Why it cannot be encoded.
+    """
+
+    def __init__(self, task_name: str, value: Any, reason: str) -> None:
+        value_type = type(value).__qualname__
+        super().__init__(
+            f"task {task_name!r} returned a {value_type} that cannot be kept as JSON: {reason}"
+        )
+        self.task_name = task_name
+        self.value_type = value_type
+        self.reason = reason
+
+
+class TaskFailed(TaskRunnerError):
+    """The task waited on failed for good.
+
+    Raised by ``TaskHandle.result`` when the task's last attempt failed (or it
+    went down the failure path); the error is the one its result records.
+
+    Attributes:
+        task_id: The task.
+        task_name: Its name ("" when not recorded).
+        error_type: The type name of the error it failed with (``"ValueError"``).
+        error: That error's text.
+    """
+
+    def __init__(self, task_id: str, task_name: str, error_type: str, error: str) -> None:
+        name = f" ({task_name})" if task_name else ""
+        super().__init__(f"task {task_id}{name} failed: {error_type}: {error}")
+        self.task_id = task_id
+        self.task_name = task_name
+        self.error_type = error_type
+        self.error = error
+
+
+class ResultTimeout(TaskRunnerError, TimeoutError):
+    """No outcome of the task came within the time a producer waited for it.
+
+    Raised by the producers' ``handle.result(timeout)`` (``taskrunner.producer``),
+    which run outside trio; a trio waiter (``TaskHandle.result``) gets
+    ``trio.TooSlowError`` instead. It is a :class:`TimeoutError` too, so
+    ``except TimeoutError`` catches it. The task may still run: waiting left
+    nothing behind, and a later ``result`` may get it.
+
+    Attributes:
+        task_id: The task waited for.
+        timeout: The seconds waited.
+    """
+
+    def __init__(self, task_id: str, task_name: str, timeout: float) -> None:
+        name = f" ({task_name})" if task_name else ""
+        super().__init__(f"no outcome for task {task_id}{name} within {timeout:g}s")
+        self.task_id = task_id
+        self.task_name = task_name
+        self.timeout = timeout
+
+
+class TaskCancelled(TaskRunnerError):
+    """The task waited on was cancelled (``TaskRunner.cancel``) before it finished.
+
+    Raised by ``TaskHandle.result``.
+
+    Attributes:
+        task_id: The task.
+        task_name: Its name ("" when not recorded).
+    """
+
+    def __init__(self, task_id: str, task_name: str = "") -> None:
+        name = f" ({task_name})" if task_name else ""
+        super().__init__(f"task {task_id}{name} was cancelled")
+        self.task_id = task_id
+        self.task_name = task_name
+
+
 class TaskTimeout(TaskRunnerError):
     """An attempt ran past its task's ``timeout``.
 

@@ -82,7 +82,7 @@ def test_what_a_runner_publishes() -> None:
     async def sync_account(payload: dict[str, str]) -> None:
         pass
 
-    @runner.task(name="resize")
+    @runner.task(name="resize", keep_result=600)
     async def resize(payload: object) -> None:
         pass
 
@@ -101,7 +101,12 @@ def test_what_a_runner_publishes() -> None:
             unique=True,
             unique_for=5,
         ),
-        CatalogTask(name="resize", stream="taskrunner:g:tasks", reservation_timeout=reservation),
+        CatalogTask(
+            name="resize",
+            stream="taskrunner:g:tasks",
+            reservation_timeout=reservation,
+            keep_result=600,
+        ),
         CatalogTask(
             name="sync_account",
             stream="taskrunner:g:tasks",

@@ -344,8 +344,13 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "unique locks": ("U", 0),  # released when `once` finished
         "metric rings": ("0-1", 1),
         "dead-letter streams": ("0-1", 0),
+        "delayed id indexes": ("0-1", 1),  # the delayed task, by its id
+        "entry indexes": ("0-1", 0),
+        "stop requests": ("0-1", 0),
+        "results": ("R", 0),
+        "result notices": ("<= R", 0),
     }
-    assert doc["total"] == len(doc["keys"]) == 7
+    assert doc["total"] == len(doc["keys"]) == 8
     assert f"taskrunner:{GROUP}:delayed_tasks" in human
     assert "Key count" in human
 
@@ -354,11 +359,11 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
     assert len(refused.stderr.splitlines()) == 1
     assert "--yes" in refused.stderr
     assert (
-        json.loads(ok(cli(env, "keys", *redis, "--json")))["total"] == 4
+        json.loads(ok(cli(env, "keys", *redis, "--json")))["total"] == 5
     )  # untouched (leader and heartbeat went with the worker)
 
     out = ok(cli(env, "flush", *redis, "--yes"))
-    assert out.startswith("deleted 4 key(s)")
+    assert out.startswith("deleted 5 key(s)")
     assert f"taskrunner:{GROUP}:{queue}" in out
     # Not one key of the group is left, so the server no longer has the group.
     gone = cli(env, "keys", *redis, "--json")

@@ -34,7 +34,7 @@ async def test_the_context_of_a_plain_dispatch(autojump_clock: trio.testing.Mock
         seen.append(ctx)
 
     await trio.sleep(12.5)
-    message_id = await runner.dispatch("look")
+    message_id = (await runner.dispatch("look")).id
     async with serving(runner):
         await wait_until(lambda: bool(seen))
     (ctx,) = seen
@@ -60,7 +60,7 @@ async def test_a_delayed_task_keeps_its_id_and_dispatch_time_across_retries(
             raise RuntimeError("first")
 
     await trio.sleep(3.0)
-    task_id = await runner.dispatch_delayed("later", None, 10.0)
+    task_id = (await runner.dispatch_delayed("later", None, 10.0)).id
     async with serving(runner):
         await wait_until(lambda: runner.statistics().completed == 1)
     first, second = seen

@@ -11,8 +11,9 @@ import pytest
 import trio.testing
 
 from taskrunner import _keys
-from taskrunner._wire import CatalogDocument, decode_catalog, encode_catalog
+from taskrunner._wire import CatalogDocument, TaskState, decode_catalog, encode_catalog
 from taskrunner.backends import (
+    Cancellation,
     DeadLetter,
     DelayedMove,
     FireResult,
@@ -21,11 +22,15 @@ from taskrunner.backends import (
     KeyInfo,
     Lease,
     LimitedBy,
+    Outcome,
     Paused,
     QueueEntry,
+    Replay,
+    Replayed,
     RunOutcome,
     ScheduleState,
     SlotHold,
+    TaskSnapshot,
     TickFire,
     TimingIncrement,
 )
@@ -719,6 +724,92 @@ def _refused_move_moves(b: MemoryBackend) -> None:
     _wrap(b, "move_delayed", make)
 
 
+def _finish_never_expires(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def finish(group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+            kept = [attrs.evolve(o, keep=3600.0) if o.document else o for o in outcomes]
+            return int(await orig(group, ids, kept))
+
+        return finish
+
+    _wrap(b, "finish", make)
+
+
+def _finish_does_not_ack(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def finish(group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+            return int(await orig(group, [], outcomes))
+
+        return finish
+
+    _wrap(b, "finish", make)
+
+
+def _finish_keeps_stop_request(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def finish(group: str, ids: Sequence[str], outcomes: Sequence[Outcome]) -> int:
+            kept = [attrs.evolve(o, cancelled=False) for o in outcomes]
+            return int(await orig(group, ids, kept))
+
+        return finish
+
+    _wrap(b, "finish", make)
+
+
+def _wait_does_not_block(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def wait_result(group: str, task_id: str, block: float) -> Any:
+            return await orig(group, task_id, 0.0)
+
+        return wait_result
+
+    _wrap(b, "wait_result", make)
+
+
+def _result_wakes_one_waiter(b: MemoryBackend) -> None:
+    """The notice as a plain list popped by each waiter: the first takes it, the
+    others sleep on."""
+
+    def keep(group: str, task_id: str, document: bytes, keep: float, notify: float) -> None:
+        key = _keys.result(group, task_id)
+        b._results[key] = (document, trio.current_time() + keep)
+        lot = b._result_lots.get(key)
+        if lot is not None:
+            lot.unpark()
+
+    b._keep = keep  # type: ignore[method-assign]
+
+
+def _lookup_acked_is_queued(b: MemoryBackend) -> None:
+    """An acknowledged entry kept in the stream read as queued (no cursor check)."""
+
+    def make(orig: Any) -> Any:
+        async def lookup(group: str, task_id: str) -> TaskSnapshot | None:
+            found = await orig(group, task_id)
+            if found is None and b._stream(group).seq_of.get(task_id) is not None:
+                seq = b._stream(group).seq_of[task_id]
+                return TaskSnapshot(
+                    task_id=task_id, entry_id=task_id, payload=b._stream(group).entries[seq][1]
+                )
+            if found is None:
+                return TaskSnapshot(task_id=task_id, entry_id=task_id) if "-" in task_id else None
+            return found
+
+        return lookup
+
+    _wrap(b, "lookup", make)
+
+
+def _move_forgets_task_id(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def move_delayed(group: str, moves: Sequence[DelayedMove]) -> int:
+            return int(await orig(group, [attrs.evolve(m, task_id=None) for m in moves]))
+
+        return move_delayed
+
+    _wrap(b, "move_delayed", make)
+
+
 # Several queues, deferral, flow control ------------------------------------------
 
 
@@ -905,8 +996,8 @@ def _flush_keeps_schedules(b: MemoryBackend) -> None:
 
 def _defer_adds_anyway(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
-        async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
-            if await orig(group, entry_id, member, run_at):
+        async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> bool:
+            if await orig(group, entry_id, member, run_at, **kw):
                 return True
             await b.add_delayed(group, member, run_at)
             return False
@@ -1003,7 +1094,7 @@ def _resume_leaves_parked(b: MemoryBackend) -> None:
 
 
 def _defer_without_ack(b: MemoryBackend) -> None:
-    async def defer(group: str, entry_id: str, member: bytes, run_at: float) -> bool:
+    async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> bool:
         g = b._stream(group).groups.get(group)
         if g is None or entry_id not in g.pending:
             return False
@@ -1011,6 +1102,29 @@ def _defer_without_ack(b: MemoryBackend) -> None:
         return True
 
     b.defer = defer  # type: ignore[method-assign]
+
+
+def _defer_ignores_task_id(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def defer(group: str, entry_id: str, member: bytes, run_at: float, **kw: Any) -> bool:
+            return bool(await orig(group, entry_id, member, run_at))
+
+        return defer
+
+    _wrap(b, "defer", make)
+
+
+def _replay_keeps_notice(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def replay_dead_letters(group: str, replays: Sequence[Replay]) -> Any:
+            kept = {k: v for k, v in b._notices.items()}
+            done = await orig(group, replays)
+            b._notices.update(kept)
+            return done
+
+        return replay_dead_letters
+
+    _wrap(b, "replay_dead_letters", make)
 
 
 def _move_refuses_own_lock(b: MemoryBackend) -> None:
@@ -1022,6 +1136,76 @@ def _move_refuses_own_lock(b: MemoryBackend) -> None:
         return move_delayed
 
     _wrap(b, "move_delayed", make)
+
+
+def _cancel_keeps_queued_entry(b: MemoryBackend) -> None:
+    """Reports a queued task cancelled without deleting its entry."""
+
+    def make(orig: Any) -> Any:
+        async def cancel(group: str, task_id: str) -> Cancellation:
+            found = await b.lookup(group, task_id)
+            if found is not None and found.entry_id is not None and not found.pending:
+                return Cancellation(state=TaskState.QUEUED, raw=found.payload)
+            return await orig(group, task_id)  # type: ignore[no-any-return]
+
+        return cancel
+
+    _wrap(b, "cancel", make)
+
+
+def _cancel_keeps_lock(b: MemoryBackend) -> None:
+    b._delete_if = lambda key, value: False  # type: ignore[method-assign]
+
+
+def _every_run_asked_to_stop(b: MemoryBackend) -> None:
+    async def cancel_requested(group: str, entry_ids: Sequence[str]) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return list(entry_ids)
+
+    b.cancel_requested = cancel_requested  # type: ignore[method-assign]
+
+
+def _replay_keeps_dead_letter(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def replay_dead_letters(group: str, replays: Sequence[Replay]) -> list[Replayed]:
+            dead = list(b._stream(group).dead)
+            done: list[Replayed] = await orig(group, replays)
+            b._stream(group).dead[:] = dead  # the dead letters come back
+            return done
+
+        return replay_dead_letters
+
+    _wrap(b, "replay_dead_letters", make)
+
+
+def _replay_ignores_lock(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def replay_dead_letters(group: str, replays: Sequence[Replay]) -> list[Replayed]:
+            return list(await orig(group, [attrs.evolve(r, lock_key=None) for r in replays]))
+
+        return replay_dead_letters
+
+    _wrap(b, "replay_dead_letters", make)
+
+
+def _purge_ignores_ids(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def purge_dead_letters(group: str, ids: Sequence[str] | None = None) -> int:
+            return int(await orig(group, None))
+
+        return purge_dead_letters
+
+    _wrap(b, "purge_dead_letters", make)
+
+
+def _dead_letters_ignore_after(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def dead_letters(group: str, count: int = 100, *, after: str | None = None) -> Any:
+            return await orig(group, count)
+
+        return dead_letters
+
+    _wrap(b, "dead_letters", make)
 
 
 MUTANTS: dict[str, tuple[str, Mutant]] = {
@@ -1087,6 +1271,30 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
         _dead_letter_accepts_surrogates,
     ),
     "refused_move_moves": ("check_unencodable_text_is_refused", _refused_move_moves),
+    "finish_never_expires": ("check_finish_keeps_results", _finish_never_expires),
+    "finish_does_not_ack": ("check_finish_keeps_results", _finish_does_not_ack),
+    "wait_does_not_block": ("check_wait_result_wakes_every_waiter", _wait_does_not_block),
+    "result_wakes_one_waiter": ("check_wait_result_wakes_every_waiter", _result_wakes_one_waiter),
+    "lookup_acked_is_queued": ("check_lookup_follows_an_entry", _lookup_acked_is_queued),
+    "move_forgets_task_id": ("check_delayed_tasks_keep_their_id", _move_forgets_task_id),
+    "cancel_keeps_queued_entry": (
+        "check_cancel_removes_queued_and_scheduled_tasks",
+        _cancel_keeps_queued_entry,
+    ),
+    "cancel_keeps_lock": ("check_cancel_removes_queued_and_scheduled_tasks", _cancel_keeps_lock),
+    "every_run_asked_to_stop": (
+        "check_cancel_asks_a_running_task_to_stop",
+        _every_run_asked_to_stop,
+    ),
+    "finish_keeps_stop_request": (
+        "check_cancel_asks_a_running_task_to_stop",
+        _finish_keeps_stop_request,
+    ),
+    "replay_keeps_dead_letter": ("check_replay_dead_letters", _replay_keeps_dead_letter),
+    "replay_ignores_lock": ("check_replay_dead_letters", _replay_ignores_lock),
+    "replay_keeps_notice": ("check_replay_dead_letters", _replay_keeps_notice),
+    "purge_ignores_ids": ("check_purge_and_page_dead_letters", _purge_ignores_ids),
+    "dead_letters_ignore_after": ("check_purge_and_page_dead_letters", _dead_letters_ignore_after),
     "queues_share_a_stream": ("check_queues_are_separate_streams", _queues_share_a_stream),
     "read_many_ignores_quotas": (
         "check_read_many_by_quota_then_in_order",
@@ -1115,6 +1323,7 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "specs_replaced_whole": ("check_schedule_specs", _specs_replaced_whole),
     "flush_keeps_schedules": ("check_flush", _flush_keeps_schedules),
     "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
+    "defer_ignores_task_id": ("check_defer_indexes_the_retry", _defer_ignores_task_id),
     "defer_without_ack": ("check_defer", _defer_without_ack),
     "move_refuses_own_lock": ("check_move_delayed_keeps_own_lock", _move_refuses_own_lock),
 }

@@ -37,8 +37,10 @@ PRODUCER_EXAMPLES: dict[str, list[str]] = {
         "HTTP 200: cat.png queued",
         "HTTP 200: dog.png queued",
         "HTTP 200: owl.png queued",
+        "HTTP 200: thumbs/64/fox.png made",
         "worker: made cat.png at 128 px",
         "worker: made dog.png at 128 px",
+        "worker: made fox.png at 64 px",
         "worker: made owl.png at 128 px",
     ],
 }
@@ -68,6 +70,20 @@ EXPECTED: dict[str, list[str]] = {
         "task send_receipt: 3 runs",
         "group page: HTTP 200, links under the mount: True",
         "a POST to an action while read-only: 403",
+    ],
+    "results_and_cancel.py": [
+        "resize: thumbs/7.png at 128 px",
+        "get_task: succeeded, 1 attempt(s), result {'path': 'thumbs/7.png', 'width': 128}",
+        "charge failed: ValueError: card declined for 1250 cents",
+        "delayed: scheduled; cancel -> True",
+        "crunch: running; cancel -> True",
+        "crunch: result() raised TaskCancelled",
+        "cancel again -> False",
+        "dead letter: charge {'cents': 1250} (TaskMaxRetryExceeded)",
+        "dead letter: import_row 13 (TaskMaxRetryExceeded)",
+        "replayed: True",
+        "purged: 1; dead letters left: 0",
+        "rows imported: [12, 13, 14]",
     ],
     "periodic_tasks.py": [
         "cleanup for the 03-30 01:00 UTC tick",
@@ -142,14 +158,16 @@ EXPECTED: dict[str, list[str]] = {
         "main stream (+ consumer group state)",
         "taskrunner:billing:delayed_tasks   zset   size 1   ttl -      "
         "delayed tasks (score = run-at)",
+        "taskrunner:billing:delayed_ids     hash   size 1   ttl -      delayed tasks by task id",
         "taskrunner:unique:invoice:A-17     string size 32  ttl 60 s   unique-job lock",
-        "flushed 3 key(s); left: []",
+        "flushed 4 key(s); left: []",
     ],
     "inspect_fleet.py": [
         "groups on the store: ['billing']",
         "instance on worker-1, heartbeat 15 s left",
         "leader lease: held, 5.0 s left",
-        "keys of billing: 5 (stream 1, delayed_tasks 1, leader 1, catalog 1, heartbeat 1)",
+        "keys of billing: 6 (stream 1, delayed_tasks 1, delayed_index 1, leader 1, catalog 1, "
+        "heartbeat 1)",
     ],
     "go_interop.py": [
         "our message: unique_key 'echo:C-3', lock taskrunner:unique:echo:C-3 held: True",

@@ -343,6 +343,8 @@ ASYNC_METHODS: dict[str, tuple[Any, ...]] = {
     "get_timing_statistics": (),
     "get_number_of_replications": (),
     "wait_leadership_changed": (),
+    "get_task": ("0-1",),
+    "cancel": ("0-1",),
 }
 
 

@@ -60,7 +60,7 @@ async def test_a_run_is_a_consumer_span_child_of_its_dispatch(
 
     taskrunner.otel.instrument(runner, tracer_provider=provider)
     taskrunner.otel.instrument(runner, tracer_provider=provider)  # once is enough
-    message_id = await runner.dispatch("charge", 5)
+    message_id = (await runner.dispatch("charge", 5)).id
     (send,) = spans.get_finished_spans()
     ((_, raw, _),) = backend._stream("g").entries.values()  # as queued, unread
     carried = decode_message(raw).trace

@@ -12,7 +12,15 @@ import trio.testing
 
 from taskrunner._guards import BACKEND_METHODS
 from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
-from taskrunner.backends import Backend, DelayedMove, RunOutcome, SlotHold, TickFire
+from taskrunner.backends import (
+    Backend,
+    DelayedMove,
+    Outcome,
+    Replay,
+    RunOutcome,
+    SlotHold,
+    TickFire,
+)
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
 from taskrunner.testing import ContractCheck, PartitionedBackend, contract_parametrize
@@ -62,6 +70,14 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "publish_catalog": ("g", CatalogDocument(host="h", instance="me", expires=30.0), 30.0),
     "remove_catalog": ("g", "h"),
     "read_catalog": ("g",),
+    "finish": ("g", ["1-1"], [Outcome(entry_id="1-1", task_id="1-1", cancelled=True)]),
+    "wait_result": ("g", "1-1", 0.0),
+    "lookup": ("g", "1-1"),
+    "cancel": ("g", "1-1"),
+    "cancel_requested": ("g", ["1-1"]),
+    "find_dead_letters": ("g", ["1-1"]),
+    "replay_dead_letters": ("g", [Replay(dead_id="1-1", task_id="1-1", message=b"{}")]),
+    "purge_dead_letters": ("g",),
     "publish_schedule_specs": ("g", {"s": b"{}"}),
     "start_schedules": ("g", "me", ["s"], 1.0),
     "fire_ticks": ("g", "me", [TickFire(schedule="s", tick=1.0, message=b"{}")]),

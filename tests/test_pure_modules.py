@@ -13,10 +13,14 @@ import taskrunner
 
 PURE = [
     "_backoff",
+    "_dead",
+    "_enqueue",
     "_lease",
     "_limits",
+    "_outcomes",
     "_poison",
     "_priorities",
+    "_results",
     "_schedule",
     "_slots",
     "_stats",

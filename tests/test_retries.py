@@ -47,7 +47,7 @@ async def test_a_failed_attempt_comes_back_after_its_backoff(
         runs.append((trio.current_time(), ctx.attempt, ctx.message_id, ctx.task_id))
         raise RuntimeError("boom")
 
-    task_id = await runner.dispatch("flaky")
+    task_id = (await runner.dispatch("flaky")).id
     async with serving(runner):
         await wait_until(lambda: bool(handled))
         await wait_until(lambda: runner.statistics().ack_backlog == 0)
@@ -226,8 +226,16 @@ async def test_a_unique_task_keeps_its_lock_across_the_retry(
 class DeferLostReply(MemoryBackend):
     """``defer`` is applied, but its reply is lost (a connection that broke)."""
 
-    async def defer(self, group: str, entry_id: str, member: bytes, run_at: float) -> bool:
-        await super().defer(group, entry_id, member, run_at)
+    async def defer(
+        self,
+        group: str,
+        entry_id: str,
+        member: bytes,
+        run_at: float,
+        *,
+        task_id: str | None = None,
+    ) -> bool:
+        await super().defer(group, entry_id, member, run_at, task_id=task_id)
         raise BackendError("connection lost after the script ran")
 
 

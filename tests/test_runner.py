@@ -210,7 +210,7 @@ async def test_every_part_serves_with_the_configuration_given_to_configure(
     async def works(payload: None) -> None:
         pass
 
-    failing = await runner.dispatch("fails")
+    failing = (await runner.dispatch("fails")).id
     await runner.dispatch_many("works", [None] * 3)
     assert await backend.length("after") == 4
     assert await backend.length("before") == 0

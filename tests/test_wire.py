@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import InvalidTaskPayload, Task, TaskMessage, _wire
+from taskrunner import InvalidTaskPayload, InvalidTaskResult, Task, TaskMessage, _wire
 from taskrunner._schedule import build_move
 from taskrunner._serve import bulk_writer
 from taskrunner._stats import compute_stats
@@ -292,43 +293,63 @@ def test_malformed_members_are_refused(raw: bytes, reason: str) -> None:
 
 
 MOVED_ID = b',"id":"5f0c8c6e-4d52-4bd4-9a8e-0c2f6a3b7d11"}'
-"""A moved member's message carries the member's id as the task's (our optional field)."""
+"""What a moved member's message ends with: the member's id, the task's id (ours; Go
+ignores it), after Go's fields."""
+OUR_MOVED_UNIQUE_MESSAGE = OUR_UNIQUE_MESSAGE[:-1] + MOVED_ID
 
 
 def test_a_go_member_moves_to_the_message_go_would_dispatch() -> None:
     move = build_move(GO_MEMBER, {"echo": UNIQUE_ECHO}, token=TOKEN)
     assert move == DelayedMove(
         member=GO_MEMBER,
-        message=OUR_UNIQUE_MESSAGE[:-1] + MOVED_ID,
+        message=OUR_MOVED_UNIQUE_MESSAGE,
         lock_key="taskrunner:unique:echo:A-17",
         lock_token=TOKEN,
         lock_ttl=60,
+        task_id=DELAYED_ID,
     )
+    # Go's own fields are what Go would dispatch: a Go worker reads the same message.
+    moved = decode_message(move.message)
+    assert attrs.evolve(moved, extras=None) == decode_message(OUR_UNIQUE_MESSAGE)
 
 
 def test_our_member_moves_with_its_precomputed_key() -> None:
     # The key function is not called again: the member carries the message's key.
     task = echo(unique=True, unique_for=60, unique_key=lambda p: pytest.fail("called"))
     move = build_move(OUR_UNIQUE_MEMBER, {"echo": task}, token=TOKEN)
-    assert move.message == OUR_UNIQUE_MESSAGE[:-1] + MOVED_ID
+    assert move.message == OUR_MOVED_UNIQUE_MESSAGE
     assert move.lock_key == "taskrunner:unique:echo:A-17"
     plain = build_move(OUR_MEMBER, {"echo": echo()})
     assert plain == DelayedMove(
         member=OUR_MEMBER,
         message=(
             b'{"task_name":"echo","payload":{"n":3},"unique":false,"unique_for":0,'
-            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000' + MOVED_ID
-        ),
+            b'"unique_key":"","unique_lock_value":"","reservation_timeout":30000000000'
+        )
+        + MOVED_ID,
+        task_id=DELAYED_ID,
     )
 
 
 def test_a_member_of_a_task_not_registered_here_moves_with_go_zero_values() -> None:
     move = build_move(GO_MEMBER, {})
-    assert move.message == (
-        b'{"task_name":"echo","payload":{"key":"A-17"},"unique":false,"unique_for":0,'
-        b'"unique_key":"","unique_lock_value":"","reservation_timeout":0' + MOVED_ID
+    assert (
+        move.message
+        == (
+            b'{"task_name":"echo","payload":{"key":"A-17"},"unique":false,"unique_for":0,'
+            b'"unique_key":"","unique_lock_value":"","reservation_timeout":0'
+        )
+        + MOVED_ID
     )
     assert move.lock_key is None
+
+
+def test_a_member_that_keeps_results_moves_with_its_keep_result() -> None:
+    member = OUR_MEMBER[:-1] + b',"keep_result":60.0}'
+    assert decode_delayed(member).keep_result == 60.0
+    move = build_move(member, {"echo": echo()})
+    assert move.message.endswith(MOVED_ID[:-1] + b',"keep_result":60.0}')
+    assert decode_message(move.message).keep_result == 60.0
 
 
 async def test_in_memory_the_score_not_the_integer_time_schedules(
@@ -359,7 +380,7 @@ async def test_dispatch_delayed_on_redis_writes_go_s_member(redis_url: str) -> N
                 name="echo", action=_noop, unique=True, unique_for=60, unique_key=lambda p: p["key"]
             )
         )
-        delayed_id = await runner.schedule_for("echo", {"key": "A-17"}, 1796108038.335579)
+        delayed_id = (await runner.schedule_for("echo", {"key": "A-17"}, 1796108038.335579)).id
         raw = await backend.client.execute(
             "ZRANGE", "taskrunner:interop:delayed_tasks", 0, -1, "WITHSCORES"
         )
@@ -508,3 +529,58 @@ def test_the_docs_show_the_documents(page: str, documents: list[bytes]) -> None:
 def test_the_docs_show_the_metrics_hash_after_a_flush(page: str) -> None:
     block = "\n".join(f"{name.decode():<50}{value.decode()}" for name, value in FLUSHED.items())
     assert block in (DOCS / page).read_text()
+
+
+# The result document (ours) -----------------------------------------------------------
+
+RESULT_DOCUMENT = (
+    b'{"state":"succeeded","task":"resize","value":{"w":100,"h":80},"attempts":1,'
+    b'"enqueued_at":1796108038.123,"started_at":1796108038.125,"finished_at":1796108038.331}'
+)
+"""A kept result, as the key-layout page shows it."""
+
+
+def test_the_result_document_is_what_the_key_layout_page_shows() -> None:
+    doc = _wire.succeeded(
+        "resize",
+        {"w": 100, "h": 80},
+        attempts=1,
+        enqueued_at=1796108038.123,
+        started_at=1796108038.125,
+        finished_at=1796108038.331,
+    )
+    assert _wire.encode_result(doc) == RESULT_DOCUMENT
+    assert _wire.decode_result(RESULT_DOCUMENT) == doc
+    assert RESULT_DOCUMENT.decode() in (DOCS / "redis-key-layout.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("task", "value", "times"),
+    [
+        ("resize", {"w": 100, "h": 80}, (1796108038.123, 1796108038.125, 1796108038.331)),
+        ("resize", None, (None, None, 2.0)),
+        ("ünïcode", ["é", 1, 2.5, True, None], (1.0, None, 3.0)),
+        ("", 1, (1.0, 2.0, 3.0)),  # no task name: the document leaves it out
+        ("t", "x", (1.0, 2.0, 3)),  # an int time
+    ],
+)
+def test_the_fast_success_encoder_writes_the_document_bytes(
+    task: str, value: Any, times: tuple[Any, Any, Any]
+) -> None:
+    enqueued, started, finished = times
+    kwargs: dict[str, Any] = {
+        "attempts": 2,
+        "enqueued_at": enqueued,
+        "started_at": started,
+        "finished_at": finished,
+    }
+    expected = _wire.encode_result(_wire.succeeded(task, value, **kwargs))
+    assert _wire.encode_succeeded(task, value, **kwargs) == expected
+
+
+@pytest.mark.parametrize("value", [float("nan"), {1j}, object()])
+def test_the_fast_success_encoder_refuses_what_cannot_be_kept(value: Any) -> None:
+    with pytest.raises(InvalidTaskResult):
+        _wire.encode_succeeded(
+            "t", value, attempts=1, enqueued_at=1.0, started_at=None, finished_at=2.0
+        )

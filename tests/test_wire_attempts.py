@@ -120,6 +120,7 @@ def test_a_retry_member_moves_as_a_message_that_keeps_its_lock_token() -> None:
         lock_key="taskrunner:unique:echo:A-17",
         lock_token=TOKEN,
         lock_ttl=60,
+        task_id="5f0c8c6e-4d52-4bd4-9a8e-0c2f6a3b7d11",
     )
 
 

@@ -113,7 +113,7 @@ async def test_dead_letter_without_a_handler(autojump_clock: trio.testing.MockCl
     async def once(payload: dict[str, int]) -> None:
         raise KeyError("missing")
 
-    message_id = await runner.dispatch("once", {"n": 1})
+    message_id = (await runner.dispatch("once", {"n": 1})).id
     async with serving(runner):
         await wait_until(lambda: runner.statistics().acked == 1)
 

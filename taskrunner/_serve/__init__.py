@@ -20,12 +20,15 @@ dependency order:
 - ``sharing``: the other groups that read the stream;
 - ``acker``: batched acks (``Acker.run``);
 - ``refresher``: keeps long runs from being reclaimed;
+- ``canceller``: stops the runs ``TaskRunner.cancel`` asked to stop;
 - ``worker``: the workers nursery, one task per message (``Worker.execute``),
   and its drain;
 - ``fetcher``: reserve pool slots, claim or read, start (inside ``worker``);
-- ``pool``: the worker pool's capacity. It is state and has no ``run``.
+- ``pool``: the worker pool's capacity. It is state and has no ``run``;
+- ``finishing``: how a run's end is acknowledged (with its result, or as
+  cancelled), for the worker. It has no ``run`` either.
 
 Their decisions are pure functions in modules of their own, outside this
 package (``_lease``, ``_slots``, ``_schedule``, ``_tuning``, ``_stats``,
-``_backoff``, ``_poison``); nothing here is public.
+``_backoff``, ``_poison``, ``_outcomes``); nothing here is public.
 """

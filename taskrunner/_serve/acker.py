@@ -14,6 +14,13 @@ failure keeps them for the next try, any other drops them (the schedule's
 in-flight mark then lapses by its ``in_flight_ttl``). Other messages add
 nothing to a flush.
 
+A run that leaves something beside its ack (a task that keeps results, an
+entry moved from the delayed set, a cancelled run: a "tracked" outcome,
+:class:`~taskrunner.backends.Outcome`) is acknowledged with it, atomically,
+by :meth:`Tracking.finish <taskrunner.backends.Tracking.finish>`, in the same
+single call as the rest of its queue's batch; a batch without them is a plain
+``ack``, as it always was.
+
 A failed ack is retried with backoff when the failure may pass (a lost
 connection: ``BackendError.retryable``). One that retrying cannot fix (the
 store refused the request for what it holds) must not block every later ack
@@ -36,7 +43,7 @@ import trio
 
 from taskrunner._backoff import backoff_delay
 from taskrunner._config import ConfigHolder
-from taskrunner.backends import Backend, RunOutcome
+from taskrunner.backends import Backend, Outcome, RunOutcome
 from taskrunner.errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -62,6 +69,7 @@ class Acker:
         # (entry, (key, token)): each lock is released after its entry's ack
         self._locks: list[tuple[Entry, tuple[str, str]]] = []
         self._outcomes: list[RunOutcome] = []  # recorded after their entry's ack
+        self._tracked: list[tuple[Entry, Outcome]] = []  # recorded with their entry's ack
         self._wake = trio.Event()
         self.acked = 0
         self.dropped = 0
@@ -75,17 +83,21 @@ class Acker:
         entry_id: str,
         lock: tuple[str, str] | None = None,
         outcome: RunOutcome | None = None,
+        tracked: Outcome | None = None,
         *,
         queue: str | None = None,
     ) -> None:
-        """Queue ``entry_id`` (of ``queue``) for acknowledgement (and ``lock`` for
-        release after it, and a periodic run's ``outcome`` to record after it)."""
+        """Queue ``entry_id`` (of ``queue``) for acknowledgement (with ``tracked``,
+        recorded with the ack), ``lock`` for release after it, and a periodic run's
+        ``outcome`` to record after it."""
         entry = (queue, entry_id)
         self._ids.append(entry)
         if lock is not None:
             self._locks.append((entry, lock))
         if outcome is not None:
             self._outcomes.append(outcome)
+        if tracked is not None:
+            self._tracked.append((entry, tracked))
         self._wake.set()
 
     @property
@@ -118,7 +130,7 @@ class Acker:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + FINAL_FLUSH_TIMEOUT
                 try:
-                    while self._ids or self._locks or self._outcomes:
+                    while self._ids or self._locks or self._outcomes or self._tracked:
                         await self._flush()
                 except BackendError as exc:
                     log.error("final ack flush failed (%s)", exc)
@@ -129,24 +141,35 @@ class Acker:
                     len(self._ids),
                 )
 
+    async def _send(self, queue: str | None, ids: list[Entry], tracked: list[Outcome]) -> None:
+        """Ack ``ids`` (all of ``queue``), with their tracked outcomes if any."""
+        plain = [entry_id for _, entry_id in ids]
+        if tracked:
+            await self._backend.finish(self._group, plain, tracked, queue=queue)
+        else:
+            await self._backend.ack(self._group, plain, queue=queue)
+
     async def _flush(self) -> None:
         entries, self._ids = self._ids, []
         locks, self._locks = self._locks, []
         outcomes, self._outcomes = self._outcomes, []
+        tracked, self._tracked = self._tracked, []
         refused: set[Entry] = set()
         queues = list(dict.fromkeys(queue for queue, _ in entries))  # first seen first
         for at, queue in enumerate(queues):
             ids = [entry for entry in entries if entry[0] == queue]
             try:
-                await self._backend.ack(self._group, [i for _, i in ids], queue=queue)
+                await self._send(queue, ids, [o for e, o in tracked if e[0] == queue])
             except BackendError as exc:
                 if exc.retryable:  # acks are idempotent: this queue and the rest, next try
-                    self._put_back([e for e in entries if e[0] in queues[at:]], locks, refused)
+                    later = [e for e in entries if e[0] in queues[at:]]
+                    self._put_back(later, locks, tracked, refused)
                     self._outcomes[:0] = outcomes
                     raise
-                await self._ack_one_by_one(ids, entries, locks, queues[at:], exc, refused)
+                await self._ack_one_by_one(ids, entries, locks, tracked, queues[at:], exc, refused)
             except BaseException:
-                self._put_back([e for e in entries if e[0] in queues[at:]], locks, refused)
+                later = [e for e in entries if e[0] in queues[at:]]
+                self._put_back(later, locks, tracked, refused)
                 self._outcomes[:0] = outcomes
                 raise
             else:
@@ -191,6 +214,7 @@ class Acker:
         ids: list[Entry],
         entries: list[Entry],
         locks: list[tuple[Entry, tuple[str, str]]],
+        tracked: list[tuple[Entry, Outcome]],
         queues_left: list[str | None],
         error: BackendError,
         refused: set[Entry],
@@ -210,18 +234,18 @@ class Acker:
             return
         for index, entry in enumerate(ids):
             try:
-                await self._backend.ack(self._group, [entry[1]], queue=entry[0])
+                await self._send(entry[0], [entry], [o for e, o in tracked if e == entry])
             except BackendError as exc:
                 if not exc.retryable:
                     refused.add(entry)
                     self._drop(entry, exc)
                     continue
                 later = [e for e in entries if e[0] in queues_left[1:]]
-                self._put_back(ids[index:] + later, locks, refused)
+                self._put_back(ids[index:] + later, locks, tracked, refused)
                 raise
             except BaseException:
                 later = [e for e in entries if e[0] in queues_left[1:]]
-                self._put_back(ids[index:] + later, locks, refused)
+                self._put_back(ids[index:] + later, locks, tracked, refused)
                 raise
             self.acked += 1
 
@@ -229,10 +253,15 @@ class Acker:
         self,
         entries: list[Entry],
         locks: list[tuple[Entry, tuple[str, str]]],
+        tracked: list[tuple[Entry, Outcome]],
         refused: Collection[Entry] = (),
     ) -> None:
+        """Put ``entries`` back for the next flush, with their locks (unless refused)
+        and their tracked outcomes."""
+        back = set(entries)
         self._ids[:0] = entries
         self._locks[:0] = [lock for lock in locks if lock[0] not in refused]
+        self._tracked[:0] = [(e, o) for e, o in tracked if e in back]
 
     def _drop(self, entry: Entry, error: BackendError) -> None:
         self.dropped += 1

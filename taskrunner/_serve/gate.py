@@ -249,7 +249,12 @@ class Gate:
         member = self._member(entry, attempt, message, run_at)
         try:
             done = await self._backend.defer(
-                self._group, entry.id, member, run_at, queue=entry.queue
+                self._group,
+                entry.id,
+                member,
+                run_at,
+                queue=entry.queue,
+                task_id=message.id or entry.id,  # lookup and cancel find it while it waits
             )
         except BackendError as exc:
             log.warning(

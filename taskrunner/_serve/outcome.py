@@ -25,22 +25,31 @@ Theory of operation (the worker that runs the message is
 
 Every failed attempt is reported to ``on_error`` (a ``Retry`` the action
 raised is a request, not a failure: it is only logged) and counted.
+
+A run that ``TaskRunner.cancel`` stopped is acknowledged as cancelled, never
+retried. What an ack records beside the entry (the result document of a task
+that keeps results, the end of an entry-index mapping or of a stop request)
+is :mod:`taskrunner._serve.finishing`'s; a plain message that keeps no results
+is acknowledged with its entry and lock alone, as before.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from taskrunner import _wire
 from taskrunner._config import ConfigHolder
 from taskrunner._hooks import call_hook, call_hook_safely
+from taskrunner._outcomes import outcome
 from taskrunner._retry import Defer, GiveUp, next_step
 from taskrunner._serve.acker import Acker
+from taskrunner._serve.finishing import Finishing, lock_of, periodic_outcome
 from taskrunner._task import Delivery, Task
-from taskrunner._wire import TaskMessage, unique_lock
-from taskrunner.backends import Backend, RunOutcome
+from taskrunner._wire import TaskMessage
+from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import (
     BackendError,
     InvalidTaskPayload,
@@ -67,13 +76,6 @@ def brief(text: str, limit: int = REASON_CHARS) -> str:
     return text
 
 
-def lock_of(message: TaskMessage) -> tuple[str, str] | None:
-    """The unique lock ``(key, token)`` a message holds, if any."""
-    if message.unique and message.unique_lock_value:
-        return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
-    return None
-
-
 def dispatched_at(entry_id: str, message: TaskMessage) -> float:
     """When the task was first dispatched: the message's ``dispatched_at``, else
     its stream id's time."""
@@ -89,29 +91,6 @@ def member_queue(backend: Backend, group: str, queue: str | None) -> str | None:
     if queue is None or queue == backend.stream_keys(group).queue:
         return None
     return queue
-
-
-def periodic_outcome(
-    message: TaskMessage | None, entry_id: str, outcome: str, now: float
-) -> RunOutcome | None:
-    """What to record for a run of a periodic schedule that reached its final
-    ``outcome`` (``None`` for any other message: nothing is recorded, nothing costs).
-
-    The run is named by its task id (the fired entry's stream id, kept by its
-    retries), which is what the schedule's in-flight mark holds.
-    """
-    if message is None or message.extras is None:
-        return None
-    extras = message.extras
-    if extras.schedule is None or extras.tick is None:
-        return None
-    return RunOutcome(
-        schedule=extras.schedule,
-        tick=extras.tick,
-        message_id=extras.id or entry_id,
-        outcome=outcome,
-        at=now,
-    )
 
 
 class WorkerCounters:
@@ -132,6 +111,7 @@ class Outcomes:
         acker: Where finished messages are acked.
         nudge: Told the run-at time of every retry re-queued, so the scheduler
             moves it on time.
+        tasks: The registered tasks by name, read as it is (their ``keep_result``).
     """
 
     def __init__(
@@ -140,30 +120,80 @@ class Outcomes:
         backend: Backend,
         acker: Acker,
         nudge: Callable[[float], None],
+        tasks: Mapping[str, Task],
     ) -> None:
         self._config = config
         self._backend = backend
         self._acker = acker
         self._nudge = nudge
         self.counters = WorkerCounters()
+        self.finishing = Finishing(config, backend, acker, tasks)
         self.rng = random.Random()
         """Where retry jitter is drawn from (seed it in a test)."""
 
     def done(self, entry_id: str, message: TaskMessage, queue: str | None = None) -> None:
-        """The action returned: ack (the entry of ``queue``), then release the
-        message's lock."""
+        """The action of a task that keeps no results returned: ack (the entry of
+        ``queue``), then release the message's lock (a message with our extras may
+        end an entry-index mapping)."""
         self.counters.completed += 1
-        outcome = None
-        if message.extras is not None:  # a plain message pays one test
-            outcome = periodic_outcome(message, entry_id, "succeeded", self._backend.now())
-        self._acker.ack(entry_id, lock_of(message), outcome, queue=queue)
+        if message.extras is None:  # a plain message pays one test
+            self._acker.ack(entry_id, lock_of(message), queue=queue)
+        else:
+            self._acker.ack(
+                entry_id,
+                lock_of(message),
+                periodic_outcome(message, entry_id, "succeeded", self._backend.now()),
+                outcome(entry_id, message, None),
+                queue=queue,
+            )
+
+    def now(self) -> float:
+        """The backend's clock (a kept result's times)."""
+        return self._backend.now()
+
+    def succeeded(
+        self,
+        entry: QueueEntry,
+        task: Task,
+        message: TaskMessage,
+        keep: float,
+        started_at: float,
+        value: Any,
+    ) -> None:
+        """The action of a task that keeps results returned ``value``: ack with it.
+
+        Raises:
+            InvalidTaskResult: ``value`` cannot be kept; nothing was acknowledged.
+        """
+        self.finishing.succeeded(entry, task, message, keep, started_at, value)
+        self.counters.completed += 1
+
+    def cancelled(
+        self,
+        entry: QueueEntry,
+        message: TaskMessage | None,
+        keep: float | None,
+        started_at: float | None,
+    ) -> None:
+        """The run was asked to stop (``TaskRunner.cancel``): ack as cancelled."""
+        self.finishing.cancelled(entry, message, keep, started_at)
+
+    async def cancelled_meanwhile(self, entry: QueueEntry) -> bool:
+        """Whether a redelivered entry was asked to stop (then it is acked as cancelled)."""
+        return await self.finishing.cancelled_meanwhile(entry)
 
     def ack(self, entry_id: str, queue: str | None = None) -> None:
         """Ack an entry that holds no lock (another group's, on a shared stream)."""
         self._acker.ack(entry_id, None, queue=queue)
 
     async def attempt_failed(
-        self, task: Task, delivery: Delivery, error: Exception, *, dispatched_at: float
+        self,
+        task: Task,
+        delivery: Delivery,
+        error: Exception,
+        *,
+        dispatched_at: float,
+        started_at: float | None = None,
     ) -> None:
         """Attempt ``delivery.attempt`` raised ``error`` (a ``TaskTimeout`` past the
         timeout): report it, then retry or take the failure path."""
@@ -212,7 +242,7 @@ class Outcomes:
             if not step.permanent:
                 final = TaskMaxRetryExceeded(task.name, delivery.id, task.attempts, error)
                 final.__cause__ = error
-            await self.fail(delivery, final, reported=not requested)
+            await self.fail(delivery, final, reported=not requested, started_at=started_at)
         elif isinstance(step, Defer):
             await self._defer(task, delivery, step.delay, dispatched_at)
         else:
@@ -238,7 +268,12 @@ class Outcomes:
                 )
             )
             deferred = await self._backend.defer(
-                group, delivery.id, member, run_at, queue=delivery.queue
+                group,
+                delivery.id,
+                member,
+                run_at,
+                queue=delivery.queue,
+                task_id=message.id or delivery.id,
             )
         except (BackendError, InvalidTaskPayload) as exc:
             log.warning(
@@ -262,9 +297,15 @@ class Outcomes:
         self._nudge(run_at)
 
     async def fail(
-        self, delivery: Delivery, error: TaskRunnerError, *, reported: bool = False
+        self,
+        delivery: Delivery,
+        error: TaskRunnerError,
+        *,
+        reported: bool = False,
+        started_at: float | None = None,
     ) -> None:
-        """The failure path: handler or dead-letter, then ack; or leave pending."""
+        """The failure path: handler or dead-letter, then ack (with the failure, for a
+        task that keeps results); or leave pending."""
         reason = brief(f"{type(error).__name__}: {error}")
         if not reported:
             log.error(
@@ -302,6 +343,11 @@ class Outcomes:
                 return
             self.counters.dead_lettered += 1
             log.error("message %s moved to the dead-letter stream as %s", delivery.id, dead_id)
-        lock = lock_of(delivery.message) if delivery.message is not None else None
-        outcome = periodic_outcome(delivery.message, delivery.id, "failed", self._backend.now())
-        self._acker.ack(delivery.id, lock, outcome, queue=delivery.queue)
+        self.finishing.failed(
+            delivery.id,
+            delivery.delivery_count,
+            delivery.message,
+            error,
+            started_at,
+            queue=delivery.queue,
+        )

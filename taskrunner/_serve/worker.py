@@ -33,6 +33,21 @@ Unknown task on a stream that other consumer groups also read: the entry is
 theirs; it is acked for this group only (see :mod:`taskrunner._serve.sharing`).
 Cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
 
+Cancelled by ``TaskRunner.cancel`` (the canceller, :mod:`taskrunner._serve.canceller`,
+marks the run in :class:`~taskrunner._inflight.InFlight` and cancels its scope):
+the run is acked as cancelled, never retried, its lock released, and recorded
+as cancelled when its task keeps results; so is a run that failed, or returned,
+once asked to stop. A run has a scope to cancel when it has a deadline (a
+``timeout``); a run without one (entering a scope per run costs too much for
+the hot path) and a thread are not interrupted: they run to their end, and
+their outcome is discarded. A
+redelivered entry is checked for a stop request before anything else (it may
+have been cancelled while its worker was dead).
+
+Results. A task that keeps results (``keep_result``) is acked with its result
+document: the return value (a value that cannot be kept fails the run for
+good with ``InvalidTaskResult``), or the error of its final failure.
+
 Timeouts. Past its deadline an ``async`` action is cancelled and the attempt
 fails with :class:`~taskrunner.errors.TaskTimeout`. A thread cannot be
 cancelled: the attempt fails at the deadline all the same (its outcome is
@@ -87,6 +102,7 @@ from taskrunner.backends import QueueEntry
 from taskrunner.errors import (
     BackendError,
     InvalidTaskPayload,
+    InvalidTaskResult,
     TaskMaxRetryExceeded,
     TaskNotFound,
     TaskRunnerError,
@@ -113,6 +129,20 @@ def _delivery(entry: QueueEntry, consumer: str, message: TaskMessage | None) -> 
         message=message,
         queue=entry.queue,
     )
+
+
+@attrs.frozen
+class _Ending:
+    """What the outcome of a run that is not the hot path's needs to know."""
+
+    keep: float | None
+    """Seconds its task keeps results for, if it does."""
+    started_at: float
+    """When it started (the backend's clock; for a kept result)."""
+    value: Any
+    """What the action returned."""
+    stopped: bool
+    """It was asked to stop (``TaskRunner.cancel``)."""
 
 
 @attrs.frozen
@@ -206,7 +236,10 @@ class Worker:
             self._pool.release()
 
     async def _execute(self, entry: QueueEntry, consumer: str) -> None:
-        if entry.delivery_count > 1 and await self._over_limit(entry, consumer):
+        if entry.delivery_count > 1 and (
+            await self.outcomes.cancelled_meanwhile(entry)
+            or await self._over_limit(entry, consumer)
+        ):
             return
         prepared = self._prepare(entry, consumer)
         if isinstance(prepared, _Refused):
@@ -261,11 +294,15 @@ class Worker:
         thread = _Thread() if task.shape.sync else None
         # Nothing to build for a plain async action without middleware: awaited as it is.
         plain = thread is None and task.shape.context is None and not self.middlewares
-        # A run gets a cancel scope when it has a deadline: entering one costs about a
-        # third of the in-memory throughput of no-op tasks, too much for runs that do
-        # not need one.
+        extras = message.extras  # the message's keep_result, else the task's
+        keep = extras.keep_result if extras is not None else None
+        if keep is None:
+            keep = task.keep_result
+        # A run gets a cancel scope when it has a deadline (TaskRunner.cancel then
+        # interrupts it through it too): entering one costs about a third of the
+        # in-memory throughput of no-op tasks, too much for runs that do not need one.
         scope = None if timeout is None else trio.CancelScope(deadline=started + timeout)
-        deadline = math.inf if scope is None else scope.deadline
+        deadline = math.inf if timeout is None else started + timeout
         self._inflight.add(
             entry.id,
             consumer,
@@ -276,39 +313,61 @@ class Worker:
             queue=entry.queue,
             hold=hold.slot,
         )
+        begun = self.outcomes.now() if keep is not None else 0.0  # a result's started_at
         error: Exception | None = None
+        value: Any = None
+        stopped = False
         try:
             if scope is None:
                 if plain:
-                    await task.action(payload)
+                    value = await task.action(payload)
                 else:
-                    await self._call(entry, task, message, payload, deadline, thread)
+                    value = await self._call(entry, task, message, payload, deadline, thread)
             else:
                 with scope:
                     if plain:
-                        await task.action(payload)
+                        value = await task.action(payload)
                     else:
-                        await self._call(entry, task, message, payload, deadline, thread)
-                if scope.cancelled_caught:
-                    # Only the deadline cancels a run's scope: another part of the
-                    # runner cancelling a run would say so here.
+                        value = await self._call(entry, task, message, payload, deadline, thread)
+                if scope.cancelled_caught and not self._inflight.stop_requested(
+                    entry.id, queue=entry.queue
+                ):
+                    # The deadline, or TaskRunner.cancel (a stop request, said above),
+                    # cancels a run's scope.
                     assert timeout is not None
                     error = TaskTimeout(task.name, entry.id, timeout)
         except Exception as exc:
             error = exc
         finally:
             if thread is None:
-                self._inflight.remove(entry.id, queue=entry.queue)
+                stopped = self._inflight.remove(entry.id, queue=entry.queue)
                 if hold is not NO_HOLD:  # the run's end: its slot given back
                     await self._gate.release(hold)
             elapsed = trio.current_time() - started
             self._timings.record(task.name, elapsed)
             if self.observers:
                 self._notify(task.name, elapsed, error is None)
-        if error is None and thread is None:
-            self.outcomes.done(entry.id, message, entry.queue)  # step 4, the hot path's outcome
+        if error is None and thread is None and not stopped:
+            if keep is None:
+                self.outcomes.done(entry.id, message, entry.queue)  # step 4, the hot path's outcome
+                return
+            try:  # a kept result, with the ack
+                self.outcomes.succeeded(entry, task, message, keep, begun, value)
+            except InvalidTaskResult as invalid:
+                await self.outcomes.fail(
+                    _delivery(entry, consumer, message), invalid, started_at=begun
+                )
             return
-        await self._outcome(entry, consumer, task, message, error, thread, hold)
+        await self._outcome(
+            entry,
+            consumer,
+            task,
+            message,
+            error,
+            thread,
+            _Ending(keep, begun, value, stopped),
+            hold,
+        )
 
     # Step 4: the outcome -------------------------------------------------------------
     async def _outcome(
@@ -319,19 +378,37 @@ class Worker:
         message: TaskMessage,
         error: Exception | None,
         thread: _Thread | None,
+        ending: _Ending,
         hold: Hold,
     ) -> None:
-        """Ack, retry or the failure path; then wait for a thread past its timeout."""
+        """Cancelled, ack (with the result), retry or the failure path; then wait for a
+        thread past its timeout."""
         try:
-            if error is None:
-                self.outcomes.done(entry.id, message, entry.queue)
-            else:
+            # A thread's run is tracked until it returns: its stop request is read here.
+            stopped = ending.stopped or (
+                thread is not None and self._inflight.stop_requested(entry.id, queue=entry.queue)
+            )
+            if stopped:
+                self.outcomes.cancelled(entry, message, ending.keep, ending.started_at)
+            elif error is not None:
                 await self.outcomes.attempt_failed(
                     task,
                     _delivery(entry, consumer, message),
                     error,
                     dispatched_at=dispatched_at(entry.id, message),
+                    started_at=ending.started_at if ending.keep is not None else None,
                 )
+            elif ending.keep is None:
+                self.outcomes.done(entry.id, message, entry.queue)
+            else:
+                try:
+                    self.outcomes.succeeded(
+                        entry, task, message, ending.keep, ending.started_at, ending.value
+                    )
+                except InvalidTaskResult as invalid:
+                    await self.outcomes.fail(
+                        _delivery(entry, consumer, message), invalid, started_at=ending.started_at
+                    )
             if thread is not None and not thread.returned:
                 log.warning(
                     "task %s (message %s) ran past its timeout in a thread that is still "

@@ -193,32 +193,57 @@ from taskrunner._wire.metrics import task_fields as task_fields
 from taskrunner._wire.metrics import task_names_in as task_names_in
 from taskrunner._wire.metrics import task_timing as task_timing
 from taskrunner._wire.metrics import timing_increment as timing_increment
+from taskrunner._wire.results import NOTIFY_TTL as NOTIFY_TTL
+from taskrunner._wire.results import Removal as Removal
+from taskrunner._wire.results import ResultDocument as ResultDocument
+from taskrunner._wire.results import TaskState as TaskState
+from taskrunner._wire.results import cancelled as cancelled
+from taskrunner._wire.results import cancelled_head as cancelled_head
+from taskrunner._wire.results import decode_result as decode_result
+from taskrunner._wire.results import encode_result as encode_result
+from taskrunner._wire.results import encode_succeeded as encode_succeeded
+from taskrunner._wire.results import failed as failed
+from taskrunner._wire.results import notify_ttl as notify_ttl
+from taskrunner._wire.results import removal_of as removal_of
+from taskrunner._wire.results import succeeded as succeeded
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "NOTIFY_TTL",
     "SCHEDULE_TIMING_NAME",
     "UNIQUE_LOCK_PREFIX",
     "CatalogDocument",
     "CatalogTask",
     "DelayedTask",
     "MessageExtras",
+    "Removal",
+    "ResultDocument",
     "TaskMessage",
     "TaskSettings",
+    "TaskState",
     "TimingFields",
     "TimingIncrement",
     "add_timing",
+    "cancelled",
+    "cancelled_head",
     "catalog_tasks",
     "decode_catalog",
     "decode_delayed",
     "decode_message",
+    "decode_result",
     "encode_catalog",
     "encode_delayed",
     "encode_message",
+    "encode_result",
+    "encode_succeeded",
+    "failed",
     "message_unique_key",
     "new_delayed",
     "new_message",
+    "notify_ttl",
     "plain_encoder",
     "read_timing",
+    "removal_of",
     "reservation_ns",
     "reset_fields",
     "retry_delayed",
@@ -226,6 +251,7 @@ __all__ = [
     "schedule_timing",
     "schedule_timing_name",
     "served",
+    "succeeded",
     "task_fields",
     "task_names_in",
     "task_timing",

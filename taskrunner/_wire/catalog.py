@@ -68,7 +68,7 @@ def catalog_tasks(
             unique=task.unique,
             unique_for=task.unique_for if task.unique else 0.0,
             keyed=task.unique and task.unique_key is not None,
-            keep_result=None,
+            keep_result=task.keep_result,
         )
         for task in sorted(tasks, key=lambda task: task.name)
     )

@@ -41,6 +41,7 @@ class DelayedTask:
     trace: dict[str, str] | None = None
     schedule: str | None = None
     tick: float | None = None
+    keep_result: float | None = None
 
 
 def new_delayed(
@@ -53,6 +54,7 @@ def new_delayed(
     queue: str | None = None,
     dispatched_at: float | None = None,
     trace: dict[str, str] | None = None,
+    keep_result: float | None = None,
 ) -> DelayedTask:
     """The delayed member that runs ``task_name`` at ``run_at`` (the backend's seconds).
 
@@ -65,6 +67,7 @@ def new_delayed(
         queue: The queue it moves to; ``None``: the default queue (and no field).
         dispatched_at: When it was dispatched (the backend's clock).
         trace: The trace context of the dispatch, if traced.
+        keep_result: For a task that keeps results, its ``keep_result``.
     """
     return DelayedTask(
         id=id,
@@ -75,6 +78,7 @@ def new_delayed(
         queue=queue,
         dispatched_at=dispatched_at,
         trace=trace,
+        keep_result=keep_result,
     )
 
 
@@ -93,9 +97,10 @@ def retry_delayed(
 
     It keeps what the next attempt needs of the message: its task, payload,
     trace, unique key and lock token (a unique task keeps its lock across
-    the retry), with the task's ``id``, the ``attempts`` used so far, the
-    original ``dispatched_at``, a periodic run's ``schedule`` and ``tick``, and
-    the ``queue`` it goes back to (``None``: the default queue, and no field).
+    the retry), its ``keep_result``, with the task's ``id``, the ``attempts``
+    used so far, the original ``dispatched_at``, a periodic run's ``schedule``
+    and ``tick``, and the ``queue`` it goes back to (``None``: the default
+    queue, and no field).
     """
     return DelayedTask(
         id=id,
@@ -110,13 +115,14 @@ def retry_delayed(
         trace=message.trace,
         schedule=message.schedule,
         tick=message.tick,
+        keep_result=message.keep_result,
     )
 
 
 def encode_delayed(delayed: DelayedTask) -> bytes:
     """The member's JSON: Go's four fields, then ours when set (``unique_key``,
     ``unique_lock_value``, ``queue``, ``attempts``, ``dispatched_at``, ``trace``,
-    ``schedule`` and ``tick``).
+    ``schedule``, ``tick`` and ``keep_result``).
 
     Raises:
         InvalidTaskPayload: the payload is not JSON-serialisable.
@@ -142,6 +148,8 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
     if delayed.schedule is not None:
         doc["schedule"] = delayed.schedule
         doc["tick"] = delayed.tick
+    if delayed.keep_result is not None:
+        doc["keep_result"] = delayed.keep_result
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -177,4 +185,5 @@ def decode_delayed(raw: bytes) -> DelayedTask:
         trace=extras.trace,
         schedule=extras.schedule,
         tick=extras.tick,
+        keep_result=extras.keep_result,
     )

@@ -11,6 +11,7 @@ naming the field.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from taskrunner.errors import InvalidTaskPayload
@@ -33,6 +34,20 @@ def field(doc: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise InvalidTaskPayload(f"field {name!r} should be {kind.__name__}, got {value!r}")
     return value
+
+
+def seconds_field(doc: dict[str, Any], name: str) -> float | None:
+    """``doc[name]`` as a number of seconds > 0, ``None`` when missing or ``null``.
+
+    Raises:
+        InvalidTaskPayload: the value is not a finite number > 0.
+    """
+    value = doc.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InvalidTaskPayload(f"field {name!r} should be seconds > 0, got {value!r}")
+    return float(value)
 
 
 def json_object(raw: bytes) -> dict[str, Any]:

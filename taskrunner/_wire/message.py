@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from taskrunner._wire.encoding import dumps, field, json_object
+from taskrunner._wire.encoding import dumps, field, json_object, seconds_field
 from taskrunner.errors import InvalidTaskPayload
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -33,6 +33,9 @@ class MessageExtras:
     """The periodic schedule that fired the message (``tick`` is then set too)."""
     tick: float | None = None
     """The tick the run serves, unix seconds in the backend's clock."""
+    keep_result: float | None = None
+    """Seconds to keep the task's result for (the task's ``keep_result``), when it
+    keeps results."""
 
     def __bool__(self) -> bool:
         return bool(
@@ -41,6 +44,7 @@ class MessageExtras:
             or self.dispatched_at is not None
             or self.trace
             or self.schedule is not None
+            or self.keep_result is not None
         )
 
 
@@ -95,6 +99,11 @@ class TaskMessage:
         return self.extras.tick if self.extras is not None else None
 
     @property
+    def keep_result(self) -> float | None:
+        """Seconds to keep the task's result for, when it keeps results."""
+        return self.extras.keep_result if self.extras is not None else None
+
+    @property
     def reservation_timeout_seconds(self) -> float:
         return self.reservation_timeout / 1e9
 
@@ -117,6 +126,11 @@ class TaskSettings(Protocol):
     @property
     def reservation(self) -> float:
         """The reservation timeout in seconds; 0 (Go's zero value) when unknown."""
+        ...
+
+    @property
+    def keep_result(self) -> float | None:
+        """Seconds its results are kept for; ``None`` when it keeps none."""
         ...
 
 
@@ -142,6 +156,7 @@ def new_message(
     trace: dict[str, str] | None = None,
     schedule: str | None = None,
     tick: float | None = None,
+    keep_result: float | None = None,
 ) -> TaskMessage:
     """The message that runs ``task`` once.
 
@@ -157,9 +172,19 @@ def new_message(
         trace: The dispatch's trace context, when traced.
         schedule: The periodic schedule firing it (with ``tick``, the tick it serves).
         tick: The tick it serves (unix seconds), with ``schedule``.
+        keep_result: Seconds to keep the result for; ``None`` (the default)
+            takes the task's ``keep_result``.
     """
+    keep = task.keep_result if keep_result is None else keep_result
     extras = None
-    if attempts or id or dispatched_at is not None or trace or schedule is not None:
+    if (
+        attempts
+        or id
+        or dispatched_at is not None
+        or trace
+        or schedule is not None
+        or keep is not None
+    ):
         extras = MessageExtras(
             attempts=attempts,
             id=id,
@@ -167,6 +192,7 @@ def new_message(
             trace=trace,
             schedule=schedule,
             tick=tick,
+            keep_result=keep,
         )
     if not task.unique:
         return TaskMessage(
@@ -215,6 +241,8 @@ def encode_message(message: TaskMessage) -> bytes:
         if extras.schedule is not None:
             doc["schedule"] = extras.schedule
             doc["tick"] = extras.tick
+        if extras.keep_result is not None:
+            doc["keep_result"] = extras.keep_result
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -297,6 +325,7 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         or "dispatched_at" in doc
         or "trace" in doc
         or "schedule" in doc
+        or "keep_result" in doc
     ):
         extras = extras_of(doc) or None
     return TaskMessage(
@@ -340,6 +369,7 @@ def extras_of(doc: dict[str, Any]) -> MessageExtras:
         trace=trace or None,
         schedule=field(doc, "schedule", str, None),
         tick=_tick(doc),
+        keep_result=seconds_field(doc, "keep_result"),
     )
 
 

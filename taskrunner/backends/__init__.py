@@ -1,8 +1,8 @@
 """Backend interfaces and value types.
 
 - :class:`Backend` (:class:`MessageQueue` + :class:`SharedState` + :class:`Deferral` +
-  :class:`FlowControl` + :class:`TaskCatalog` + :class:`Schedules`): what a runner
-  serves on.
+  :class:`FlowControl` + :class:`TaskCatalog` + :class:`Schedules` +
+  :class:`Tracking`): what a runner serves on.
 - :class:`Inspection`: the operator reads and operations (``taskrunner.admin``, the CLI).
 - :mod:`taskrunner.backends.memory`: :class:`MemoryBackend`, in-process, on trio's clock.
 - :mod:`taskrunner.backends.redis`: Redis Streams, for production.
@@ -43,3 +43,9 @@ from taskrunner.backends._schedules import ScheduleRecords as ScheduleRecords
 from taskrunner.backends._schedules import Schedules as Schedules
 from taskrunner.backends._schedules import ScheduleState as ScheduleState
 from taskrunner.backends._schedules import TickFire as TickFire
+from taskrunner.backends._tracking import Cancellation as Cancellation
+from taskrunner.backends._tracking import Outcome as Outcome
+from taskrunner.backends._tracking import Replay as Replay
+from taskrunner.backends._tracking import Replayed as Replayed
+from taskrunner.backends._tracking import TaskSnapshot as TaskSnapshot
+from taskrunner.backends._tracking import Tracking as Tracking

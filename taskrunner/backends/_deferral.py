@@ -20,11 +20,24 @@ class Deferral(Protocol):
     """Moving a pending entry to the delayed set, atomically."""
 
     async def defer(
-        self, group: str, entry_id: str, member: bytes, run_at: float, *, queue: str | None = None
+        self,
+        group: str,
+        entry_id: str,
+        member: bytes,
+        run_at: float,
+        *,
+        queue: str | None = None,
+        task_id: str | None = None,
     ) -> bool:
         """Ack the pending entry ``entry_id`` of ``group`` on ``queue``'s stream and
         add ``member`` to the group's delayed set with run-at time ``run_at``, in
         one atomic step.
+
+        With ``task_id`` (the task's id, which the member carries as its ``id``),
+        the member is also indexed under it in the delayed id index, as
+        :meth:`~taskrunner.backends.SharedState.add_delayed` does, and the entry
+        index forgets the task if it mapped it to ``entry_id``: lookup and cancel
+        find the retry waiting in the delayed set.
 
         The ack is the same as :meth:`MessageQueue.ack
         <taskrunner.backends.MessageQueue.ack>`'s: the entry leaves the group's

@@ -51,12 +51,22 @@ class KeyKind(enum.StrEnum):
     """Its claim-delay ring (``ring:<prefix>:metrics:<queue>``)."""
     DELAYED_TASKS = "delayed_tasks"
     """The group's delayed set (``taskrunner:<group>:delayed_tasks``)."""
+    DELAYED_INDEX = "delayed_index"
+    """Its members by task id (``taskrunner:<group>:delayed_ids``)."""
+    ENTRY_INDEX = "entry_index"
+    """The stream entries of tasks moved from the delayed set (``taskrunner:<group>:entry_ids``)."""
+    STOP_REQUESTS = "stop_requests"
+    """Running entries asked to stop (``taskrunner:<group>:cancelled``)."""
     LEADER = "leader"
     """The group's leader lease (``taskrunner:leader:<base32(sha1(group))>``)."""
     TUNING = "tuning"
     """The published pool capacity (``taskrunner:<group>:worker_tuning_capacity``)."""
     METRICS = "metrics"
     """The timing-metrics hash (``taskrunner:<group>:metrics``)."""
+    RESULT = "result"
+    """A task's kept result (``taskrunner:<group>:result:<task id>``); one per task."""
+    RESULT_NOTICE = "result_notice"
+    """A task's result notice (``taskrunner:<group>:notify:<task id>``); one per task."""
     CATALOG = "catalog"
     """The tasks the group's serving runners serve (``taskrunner:<group>:catalog``)."""
     SCHEDULES = "schedules"
@@ -74,9 +84,14 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.DEAD_LETTER: "dead-letter stream",
     KeyKind.CLAIM_DELAY_RING: "claim-delay ring (newest 1000, ns)",
     KeyKind.DELAYED_TASKS: "delayed tasks (score = run-at)",
+    KeyKind.DELAYED_INDEX: "delayed tasks by task id",
+    KeyKind.ENTRY_INDEX: "stream entries of moved delayed tasks",
+    KeyKind.STOP_REQUESTS: "running tasks asked to stop",
     KeyKind.LEADER: "leader lease",
     KeyKind.TUNING: "published pool capacity",
     KeyKind.METRICS: "timing metrics",
+    KeyKind.RESULT: "a task's kept result",
+    KeyKind.RESULT_NOTICE: "a task's result notice (for waiters)",
     KeyKind.CATALOG: "task catalog (what serving runners serve)",
     KeyKind.SCHEDULES: "periodic schedules' states",
     KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
@@ -90,9 +105,14 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.DEAD_LETTER: "stream",
     KeyKind.CLAIM_DELAY_RING: "list",
     KeyKind.DELAYED_TASKS: "zset",
+    KeyKind.DELAYED_INDEX: "hash",
+    KeyKind.ENTRY_INDEX: "hash",
+    KeyKind.STOP_REQUESTS: "zset",
     KeyKind.LEADER: "string",
     KeyKind.TUNING: "string",
     KeyKind.METRICS: "hash",
+    KeyKind.RESULT: "string",
+    KeyKind.RESULT_NOTICE: "list",
     KeyKind.CATALOG: "hash",
     KeyKind.SCHEDULES: "hash",
     KeyKind.SCHEDULE_SPECS: "hash",
@@ -133,16 +153,22 @@ class KeyCounts:
     """How many keys of each kind a group has on the store (see :class:`KeyKind`).
 
     ``heartbeat`` and ``unique_lock`` count every group's (those keys are not per
-    group); every other count is 0 or 1.
+    group); ``result`` and ``result_notice`` are one per task of the group; every
+    other count is 0 or 1.
     """
 
     stream: int = 0
     dead_letter: int = 0
     claim_delay_ring: int = 0
     delayed_tasks: int = 0
+    delayed_index: int = 0
+    entry_index: int = 0
+    stop_requests: int = 0
     leader: int = 0
     tuning: int = 0
     metrics: int = 0
+    result: int = 0
+    result_notice: int = 0
     catalog: int = 0
     schedules: int = 0
     schedule_specs: int = 0
@@ -191,14 +217,17 @@ class Lease:
 def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
     """The fixed key names of ``group`` whose stream keys are ``keys``, in layout order.
 
-    Heartbeats and unique locks are not per group: a listing finds them by
-    pattern (:func:`kind_of`).
+    Heartbeats and unique locks are not per group, and results and their notices
+    are per task: a listing finds them by pattern (:func:`kind_of`).
     """
     return {
         keys.stream: KeyKind.STREAM,
         keys.dead_letter: KeyKind.DEAD_LETTER,
         keys.claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
         _keys.delayed_tasks(group): KeyKind.DELAYED_TASKS,
+        _keys.delayed_index(group): KeyKind.DELAYED_INDEX,
+        _keys.entry_index(group): KeyKind.ENTRY_INDEX,
+        _keys.cancelled(group): KeyKind.STOP_REQUESTS,
         _keys.leader(group): KeyKind.LEADER,
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
         _keys.metrics(group): KeyKind.METRICS,
@@ -214,16 +243,34 @@ UNIQUE_LOCK_PATTERN = f"{_wire.UNIQUE_LOCK_PREFIX}*"
 """``SCAN MATCH`` pattern for every unique lock."""
 
 
-def kind_of(name: str, fixed: Mapping[str, KeyKind]) -> KeyKind | None:
+def kind_of(name: str, fixed: Mapping[str, KeyKind], group: str | None = None) -> KeyKind | None:
     """The kind of key ``name``: one of ``fixed`` (:func:`group_keys`), a heartbeat, a
-    unique lock, or ``None`` (not a key of the layout)."""
+    unique lock, a result or result notice of ``group`` (when given), or ``None``
+    (not a key of the layout)."""
     if name in fixed:
         return fixed[name]
     if name.startswith(HEARTBEAT_PREFIX):
         return KeyKind.HEARTBEAT
     if name.startswith(_wire.UNIQUE_LOCK_PREFIX):
         return KeyKind.UNIQUE_LOCK
+    if group is not None:
+        if name.startswith(_keys.result(group, "")):
+            return KeyKind.RESULT
+        if name.startswith(_keys.notify(group, "")):
+            return KeyKind.RESULT_NOTICE
     return None
+
+
+PER_TASK_KINDS = (KeyKind.RESULT, KeyKind.RESULT_NOTICE)
+"""The kinds of key there is one of per task of a group (found by pattern)."""
+
+
+def per_task_patterns(group: str) -> tuple[tuple[KeyKind, str], ...]:
+    """``(kind, SCAN MATCH pattern)`` of the per-task keys of ``group``."""
+    return (
+        (KeyKind.RESULT, _keys.result_pattern(group)),
+        (KeyKind.RESULT_NOTICE, _keys.notify_pattern(group)),
+    )
 
 
 NOT_GROUPS = ("unique:", "replication:", "leader:")
@@ -234,10 +281,14 @@ _GROUP_TAILS = (
     ":metrics",
     ":delayed_tasks",
     ":worker_tuning_capacity",
+    ":delayed_ids",
+    ":entry_ids",
+    ":cancelled",
     ":catalog",
     ":schedules",
     ":schedule_specs",
 )
+_PER_TASK_HEADS = (":result:", ":notify:")
 
 
 def group_named_by(name: str, queue: str) -> str | None:
@@ -245,8 +296,11 @@ def group_named_by(name: str, queue: str) -> str | None:
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
     stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules`` and ``:schedule_specs``.
-    The leader lease is named by a hash of the group, so it names none.
+    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules``, ``:schedule_specs``,
+    ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a task's
+    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids
+    hold no colon). The leader lease is named by a hash of the group, so it names
+    none.
     """
     head = f"{_keys.PREFIX}:"
     if not name.startswith(head):
@@ -256,6 +310,10 @@ def group_named_by(name: str, queue: str) -> str | None:
             group = name[len(head) : len(name) - len(tail)]
             if group and not group.startswith(NOT_GROUPS):
                 return group
+    for middle in _PER_TASK_HEADS:
+        group, found, task_id = name[len(head) :].rpartition(middle)
+        if found and group and task_id and ":" not in task_id and not group.startswith(NOT_GROUPS):
+            return group
     return None
 
 

@@ -31,11 +31,12 @@ from taskrunner.backends._inspection import (
 )
 from taskrunner.backends._memory_catalog import MemoryCatalog
 from taskrunner.backends._memory_schedules import MemorySchedules
-from taskrunner.backends._memory_stream import MemoryStream
+from taskrunner.backends._memory_state import seconds_left
+from taskrunner.backends._memory_tracking import MemoryTracking
 from taskrunner.backends._schedules import STATE_FIELDS
 
 
-class MemoryInspection(MemoryStream, MemorySchedules, MemoryCatalog):
+class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
     async def ping(self) -> float:
@@ -50,7 +51,12 @@ class MemoryInspection(MemoryStream, MemorySchedules, MemoryCatalog):
             if stream.entries or stream.groups:
                 names.append(key)
         names += [_keys.delayed_tasks(g) for g, members in self._delayed.items() if members]
+        names += [_keys.delayed_index(g) for g, index in self._delayed_index.items() if index]
+        names += [_keys.entry_index(g) for g, index in self._entry_index.items() if index]
+        names += [_keys.cancelled(g) for g, stops in self._stop_requests.items() if stops]
         names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
+        names += [k for k in list(self._results) if self._live(self._results, k)]
+        names += [k for k in list(self._notices) if self._live(self._notices, k)]
         names += [_keys.catalog(g) for g in list(self._catalogs) if self.catalog_size(g)]
         names += [_keys.schedules(g) for g in self._schedule_states if self._state_fields(g)]
         names += [_keys.schedule_specs(g) for g, specs in self._schedule_specs.items() if specs]
@@ -87,6 +93,12 @@ class MemoryInspection(MemoryStream, MemorySchedules, MemoryCatalog):
                 found[keys.claim_delay_ring] = len(stream.ring), None
         if self._delayed.get(group):
             found[_keys.delayed_tasks(group)] = len(self._delayed[group]), None
+        if self._delayed_index.get(group):
+            found[_keys.delayed_index(group)] = len(self._delayed_index[group]), None
+        if self._entry_index.get(group):
+            found[_keys.entry_index(group)] = len(self._entry_index[group]), None
+        if self._stop_requests.get(group):
+            found[_keys.cancelled(group)] = len(self._stop_requests[group]), None
         if self._metrics.get(group):
             found[_keys.metrics(group)] = len(self._metrics[group]), None
         catalog = self.catalog_size(group)
@@ -116,6 +128,21 @@ class MemoryInspection(MemoryStream, MemorySchedules, MemoryCatalog):
                 found.append(
                     KeyInfo(name=name, kind=kind, type="string", size=size, ttl=self.ttl(name))
                 )
+        for name in self.result_keys(group):
+            document, expires = self._results[name]
+            found.append(
+                KeyInfo(
+                    name=name, kind=KeyKind.RESULT, type="string", size=len(document),
+                    ttl=seconds_left(expires),
+                )
+            )  # fmt: skip
+        for name in self.notify_keys(group):
+            found.append(
+                KeyInfo(
+                    name=name, kind=KeyKind.RESULT_NOTICE, type="list", size=1,
+                    ttl=seconds_left(self._notices[name][1]),
+                )
+            )  # fmt: skip
         return sorted(found, key=lambda key: key.order)
 
     async def list_keys(self, group: str) -> list[KeyInfo]:
@@ -164,8 +191,18 @@ class MemoryInspection(MemoryStream, MemorySchedules, MemoryCatalog):
                 stream.ring.clear()
             elif name == _keys.delayed_tasks(group):
                 self._delayed.pop(group, None)
+            elif name == _keys.delayed_index(group):
+                self._delayed_index.pop(group, None)
+            elif name == _keys.entry_index(group):
+                self._entry_index.pop(group, None)
+            elif name == _keys.cancelled(group):
+                self._stop_requests.pop(group, None)
             elif name == _keys.metrics(group):
                 self._metrics.pop(group, None)
+            elif name in self._results:
+                del self._results[name]
+            elif name in self._notices:
+                del self._notices[name]
             elif name == _keys.catalog(group):
                 self._catalogs.pop(group, None)
             elif name == _keys.schedules(group):

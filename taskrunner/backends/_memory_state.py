@@ -17,6 +17,7 @@ backend meets the error it would meet on Redis.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import trio
@@ -25,6 +26,17 @@ from taskrunner import _keys, _wire
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._protocols import DelayedMove
 from taskrunner.errors import InvalidCommandArgument
+
+
+def seconds_left(expires_at: float) -> float:
+    """Seconds until ``expires_at`` on trio's clock, rounded down to the microsecond.
+
+    ``(now + ttl) - now`` is not always ``ttl`` in floating point (30 s set at
+    7.5 s reads back as 30.000000000000004): rounding down keeps a key from ever
+    reporting more time left than it was given, as Redis's whole-millisecond
+    ``PTTL`` never does.
+    """
+    return math.floor((expires_at - trio.current_time()) * 1e6) / 1e6
 
 
 def check_text(method: str, argument: str, *values: str) -> None:
@@ -49,6 +61,9 @@ class MemoryState:
         self._add_entry = add_entry
         self._strings: dict[str, tuple[str, float]] = {}  # key -> (value, expires_at)
         self._delayed: dict[str, dict[bytes, float]] = {}
+        # Per group: task id -> member (delayed_ids), task id -> stream id (entry_ids).
+        self._delayed_index: dict[str, dict[str, bytes]] = {}
+        self._entry_index: dict[str, dict[str, str]] = {}
         self._metrics: dict[str, dict[str, float]] = {}
 
     def now(self) -> float:
@@ -90,7 +105,7 @@ class MemoryState:
         """Seconds left on a live key, or ``None``."""
         if self._get(key) is None:
             return None
-        return self._strings[key][1] - trio.current_time()
+        return seconds_left(self._strings[key][1])
 
     # Leases ---------------------------------------------------------------
     async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
@@ -113,8 +128,13 @@ class MemoryState:
         return self._get(_keys.leader(group))
 
     # Delayed set ----------------------------------------------------------
-    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
+    async def add_delayed(
+        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+    ) -> None:
         await trio.lowlevel.checkpoint()
+        if task_id is not None:
+            check_text("add_delayed", "task_id", task_id)
+            self._delayed_index.setdefault(group, {})[task_id] = member
         self._delayed.setdefault(group, {})[member] = run_at
 
     async def due_delayed(
@@ -134,6 +154,7 @@ class MemoryState:
         for move in moves:  # all refused before any moves, as one script call on Redis
             check_text("move_delayed", "lock_key", move.lock_key or "")
             check_text("move_delayed", "lock_token", move.lock_token)
+            check_text("move_delayed", "task_id", move.task_id or "")
         members = self._delayed.get(group, {})
         moved = 0
         for move in moves:  # no checkpoint inside: atomic, like the Lua script
@@ -145,7 +166,9 @@ class MemoryState:
             ):
                 continue
             del members[move.member]
-            self._add_entry(group, move.message, move.queue)
+            entry_id = self._add_entry(group, move.message, move.queue)
+            if move.task_id and self._delayed_index.get(group, {}).pop(move.task_id, None):
+                self._entry_index.setdefault(group, {})[move.task_id] = entry_id
             moved += 1
         return moved
 
@@ -190,7 +213,7 @@ class MemoryState:
         holder = self._get(key)
         if holder is None:
             return None
-        return holder, self._strings[key][1] - trio.current_time()
+        return holder, seconds_left(self._strings[key][1])
 
     async def remove_heartbeat(self, host: str, instance_id: str) -> None:
         await trio.lowlevel.checkpoint()

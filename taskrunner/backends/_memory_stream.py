@@ -66,6 +66,8 @@ class _Stream:
     lot: trio.lowlevel.ParkingLot = attrs.Factory(trio.lowlevel.ParkingLot)
     ring: deque[float] = attrs.Factory(lambda: deque(maxlen=RING_SIZE))
     dead: list[DeadLetter] = attrs.Factory(list)
+    dead_seq: int = 0
+    """The last dead-letter sequence number given (ids stay unique once some are deleted)."""
 
     def group(self, name: str) -> _Group:
         g = self.groups.get(name)
@@ -368,18 +370,28 @@ class MemoryStream:
         await trio.lowlevel.checkpoint()
         check_text("dead_letter", "message_id", message_id)
         check_text("dead_letter", "error", error)
-        dead = self._stream(group, queue).dead
-        dead_id = f"{int(trio.current_time() * 1000)}-{len(dead) + 1}"
-        dead.append(
+        stream = self._stream(group, queue)
+        stream.dead_seq += 1
+        dead_id = f"{int(trio.current_time() * 1000)}-{stream.dead_seq}"
+        stream.dead.append(
             DeadLetter(id=dead_id, message_id=message_id, group=group, payload=payload, error=error)
         )
         return dead_id
 
     async def dead_letters(
-        self, group: str, count: int = 100, *, queue: str | None = None
+        self,
+        group: str,
+        count: int = 100,
+        *,
+        after: str | None = None,
+        queue: str | None = None,
     ) -> list[DeadLetter]:
         await trio.lowlevel.checkpoint()
-        return self._stream(group, queue).dead[:count]
+        dead = self._stream(group, queue).dead
+        if after is not None:
+            bound = _id_key(after)
+            dead = [d for d in dead if _id_key(d.id) > bound]
+        return dead[:count]
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

@@ -8,8 +8,10 @@ locks, the published pool size), a :class:`~taskrunner.backends.Deferral`
 the delayed set, atomically), a :class:`~taskrunner.backends.FlowControl`
 (pauses, concurrency slots, rate limits), a
 :class:`~taskrunner.backends.TaskCatalog` (the tasks serving runners serve,
-for producers that send tasks by name) and a :class:`Schedules` (the periodic
-schedules' fenced fires and state, :mod:`taskrunner.backends._schedules`).
+for producers that send tasks by name), a :class:`Schedules` (the periodic
+schedules' fenced fires and state, :mod:`taskrunner.backends._schedules`) and a
+:class:`~taskrunner.backends.Tracking` (results, lookup by task id,
+cancellation, dead-letter replay: :mod:`taskrunner.backends._tracking`).
 That is all a runner needs to serve. The
 operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and
 ``flush`` commands) also need an :class:`Inspection`: reads and operations
@@ -51,6 +53,7 @@ from taskrunner.backends._deferral import Deferral
 from taskrunner.backends._flow import FlowControl
 from taskrunner.backends._inspection import Heartbeat, KeyCounts, KeyInfo, Lease
 from taskrunner.backends._schedules import Schedules
+from taskrunner.backends._tracking import Tracking
 
 
 @attrs.frozen(kw_only=True)
@@ -130,6 +133,10 @@ class DelayedMove:
     :attr:`lock_ttl` again."""
     lock_token: str = ""
     lock_ttl: float = 0.0
+    task_id: str | None = None
+    """The member's id (the task's id), when it has one: moving it ends its entry
+    in the delayed id index and, if it had one there, maps the task id to the new
+    stream entry (the entry index)."""
     queue: str | None = None
     """The queue whose stream the message is added to; ``None``: the default queue."""
 
@@ -316,10 +323,16 @@ class MessageQueue(Protocol):
         ...
 
     async def dead_letters(
-        self, group: str, count: int = 100, *, queue: str | None = None
+        self,
+        group: str,
+        count: int = 100,
+        *,
+        after: str | None = None,
+        queue: str | None = None,
     ) -> list[DeadLetter]:
         """The oldest ``count`` entries of the group's dead-letter stream (shared,
-        like the stream, with the other groups that read it)."""
+        like the stream, with the other groups that read it); with ``after``, the
+        oldest ones whose id comes after it (to read the stream page by page)."""
         ...
 
 
@@ -349,8 +362,19 @@ class SharedState(Protocol):
         ...
 
     # Delayed set --------------------------------------------------------
-    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
-        """Add a member (DelayedTask JSON) to the group's delayed set."""
+    async def add_delayed(
+        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+    ) -> None:
+        """Add a member (DelayedTask JSON) to the group's delayed set.
+
+        With ``task_id`` (the member's id), also index it under that id
+        (``taskrunner:<group>:delayed_ids``), in the same atomic step, so
+        :meth:`Tracking.lookup <taskrunner.backends.Tracking.lookup>` and
+        :meth:`~taskrunner.backends.Tracking.cancel` find it.
+
+        Cancellation: the member (and its index entry) may have been added; a
+        repeat is harmless.
+        """
         ...
 
     async def due_delayed(
@@ -368,8 +392,10 @@ class SharedState(Protocol):
         """Atomically, for each move: if the member is still in the set and its
         lock (if any) can be taken (it is free, or held with the move's own
         token, whose lifetime then starts again), remove the member and add its
-        message to the group's stream of the move's queue. A process that dies
-        mid-call moves all or none.
+        message to the stream of the move's queue; for a move with a ``task_id``
+        that the delayed id index holds, replace that index entry by one of the
+        entry index (task id -> the new stream id). A process that dies mid-call
+        moves all or none.
 
         Returns:
             How many members were moved.
@@ -449,11 +475,20 @@ class SharedState(Protocol):
 
 
 @runtime_checkable
-class Backend(MessageQueue, SharedState, Deferral, FlowControl, TaskCatalog, Schedules, Protocol):
+class Backend(
+    MessageQueue,
+    SharedState,
+    Deferral,
+    FlowControl,
+    TaskCatalog,
+    Schedules,
+    Tracking,
+    Protocol,
+):
     """What a :class:`taskrunner.TaskRunner` needs: a queue, shared state, the step
     that re-queues a waiting run (:class:`Deferral`), flow control, the task
-    catalog it publishes what it serves in, and the periodic schedules' state
-    (:class:`~taskrunner.backends.Schedules`)."""
+    catalog it publishes what it serves in, the periodic schedules' state
+    (:class:`~taskrunner.backends.Schedules`), and the tracking of tasks by id."""
 
     async def aclose(self) -> None:
         """Release connections. Idempotent."""
@@ -509,13 +544,14 @@ class Inspection(Protocol):
 
     async def list_keys(self, group: str) -> list[KeyInfo]:
         """Every key of the layout that exists now for ``group``, with its type,
-        size and TTL: the group's fixed keys, then every heartbeat and unique
-        lock (not per group: every group's), each kind in the order of
-        :class:`~taskrunner.backends._inspection.KeyKind`, heartbeats and locks
-        by name.
+        size and TTL: the group's fixed keys, its tasks' kept results and result
+        notices, then every heartbeat and unique lock (not per group: every
+        group's), each kind in the order of
+        :class:`~taskrunner.backends._inspection.KeyKind`, the keys found by
+        pattern by name.
 
-        Cost: two pattern walks (heartbeats, unique locks) and one round trip
-        for every key found.
+        Cost: four pattern walks (results, notices, heartbeats, unique locks)
+        and one round trip for every key found.
         """
         ...
 
@@ -523,8 +559,8 @@ class Inspection(Protocol):
         """How many keys of each kind :meth:`list_keys` would list now; on a
         store nobody changes meanwhile, ``KeyCounts.of(await list_keys(group))``.
 
-        Cost: the same two walks, then one round trip for the fixed keys only:
-        nothing is read per heartbeat or unique lock.
+        Cost: the same four walks, then one round trip for the fixed keys only:
+        nothing is read per result, notice, heartbeat or unique lock.
         """
         ...
 
@@ -548,8 +584,9 @@ class Inspection(Protocol):
         entries and cursor go). When other consumer groups read the same stream
         (an explicit shared prefix), the stream, the dead-letter stream and the
         claim-delay ring are kept for them; otherwise they are deleted too, with
-        the group's delayed set, lease, tuning value and metrics hash. Other
-        groups' keys are never touched. Unique locks and (with ``heartbeats``)
+        the group's delayed set and its id indexes, stop requests, lease, tuning
+        value, metrics hash, and its tasks' results and notices. Other groups'
+        keys are never touched. Unique locks and (with ``heartbeats``)
         heartbeat keys are not per group: every one is deleted.
 
         Returns:

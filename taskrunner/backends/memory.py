@@ -19,10 +19,11 @@ from taskrunner.backends._memory_flow import MemoryFlow
 from taskrunner.backends._memory_inspect import MemoryInspection
 from taskrunner.backends._memory_state import MemoryState
 from taskrunner.backends._memory_stream import MemoryStream
+from taskrunner.backends._memory_tracking import MemoryTracking as MemoryTracking
 
 
 class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
-    """Queue and shared state in process memory, and their
+    """Queue, shared state and task tracking in process memory, and their
     :class:`~taskrunner.backends.Inspection`.
 
     Args:
@@ -47,6 +48,7 @@ class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
             ),
         )
         MemoryFlow.__init__(self)
+        self._init_tracking()
         MemoryCatalog.__init__(self)
         self._init_schedules()
 

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from taskrunner import __version__
 from taskrunner.cli import (
     dashboard,
+    dead,
     demo,
     dispatch,
     flush,
@@ -33,6 +34,7 @@ from taskrunner.cli import (
     pause,
     schedules,
     stats,
+    tasks,
     top,
     worker,
 )
@@ -56,6 +58,9 @@ COMMANDS: tuple[Command, ...] = (
     dispatch.COMMAND,
     stats.COMMAND,
     top.COMMAND,
+    tasks.INSPECT,
+    tasks.CANCEL,
+    dead.COMMAND,
     pause.PAUSE,
     pause.RESUME,
     keys.COMMAND,

@@ -101,10 +101,10 @@ async def _dispatch(
 ) -> str:
     try:
         if at is not None:
-            return await runner.schedule_for(task, payload, at)
+            return str(await runner.schedule_for(task, payload, at))
         if delay is not None:
-            return await runner.dispatch_delayed(task, payload, delay)
-        return await runner.dispatch(task, payload)
+            return str(await runner.dispatch_delayed(task, payload, delay))
+        return str(await runner.dispatch(task, payload))
     finally:
         with trio.move_on_after(5, shield=True):
             await runner.backend.aclose()

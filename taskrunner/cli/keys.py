@@ -33,6 +33,9 @@ LAYOUT = (
     # what the formula means for one group)
     (KeyKind.STREAM, "streams", "G", "1"),
     (KeyKind.DELAYED_TASKS, "ZSETs", "<= G", "0-1"),
+    (KeyKind.DELAYED_INDEX, "delayed id indexes", "<= G", "0-1"),
+    (KeyKind.ENTRY_INDEX, "entry indexes", "<= G", "0-1"),
+    (KeyKind.STOP_REQUESTS, "stop requests", "<= G", "0-1"),
     (KeyKind.LEADER, "leader keys", "<= G", "0-1"),
     (KeyKind.TUNING, "tuning keys", "<= G", "0-1"),
     (KeyKind.METRICS, "metrics hashes", "<= G", "0-1"),
@@ -43,6 +46,8 @@ LAYOUT = (
     (KeyKind.UNIQUE_LOCK, "unique locks", "U", "U"),
     (KeyKind.CLAIM_DELAY_RING, "metric rings", "<= G", "0-1"),
     (KeyKind.DEAD_LETTER, EXTRA, "<= G", "0-1"),
+    (KeyKind.RESULT, "results", "R", "R"),
+    (KeyKind.RESULT_NOTICE, "result notices", "<= R", "<= R"),
 )
 CATEGORIES = {kind: category for kind, category, _, _ in LAYOUT}
 """The "Key count" category of each kind of key."""
@@ -51,6 +56,11 @@ NOTES = {
     "unique locks": "in-flight unique jobs, every group on this Redis",
     EXTRA: "not in the original library's layout",
     CATALOGS: "not in the original library's layout; Python runners only",
+    "delayed id indexes": "ours: lookup and cancel by task id",
+    "entry indexes": "ours: lookup and cancel by task id",
+    "stop requests": "ours: cancelled running tasks",
+    "results": "ours: kept results of this group's tasks",
+    "result notices": "ours: for result waiters, at most 60 s each",
 }
 
 

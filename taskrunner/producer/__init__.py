@@ -10,13 +10,16 @@ FastAPI, Starlette, aiohttp)::
 
     producer = Producer.from_url("redis://localhost:6379/0", consumer_group="shop")
     handle = producer.dispatch("resize", {"w": 100})
+    handle.result(timeout=10)   # when the task keeps results (keep_result)
+    producer.cancel(handle.id)
 
 See docs/dispatching.md ("Dispatching from your application").
 """
 
+from taskrunner.errors import ResultTimeout as ResultTimeout
 from taskrunner.producer._async import AsyncProducer as AsyncProducer
 from taskrunner.producer._async import AsyncProducerHandle as AsyncProducerHandle
 from taskrunner.producer._sync import Producer as Producer
 from taskrunner.producer._sync import ProducerHandle as ProducerHandle
 
-__all__ = ["AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle"]
+__all__ = ["AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle", "ResultTimeout"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -27,16 +28,22 @@ import attrs
 import redis.asyncio
 
 from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
-from taskrunner.errors import BackendError, TaskAlreadyDispatched
+from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
+    ADD_DELAYED_SOURCE,
     CONNECT_TIMEOUT,
     SOCKET_TIMEOUT,
+    TRACK_SOURCE,
     ProducerCore,
+    check_timeout,
     lock_px,
     log_kept_lock,
+    raw_bytes,
     text,
     translated,
+    wait_slice,
+    was_cancelled,
 )
 from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sync import RELEASE_SOURCE
@@ -55,6 +62,21 @@ class AsyncProducerHandle:
 
     def __str__(self) -> str:
         return self.id
+
+    # The contract names the bound (``await h.result(timeout=10)``), as TaskHandle's.
+    async def result(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109
+        *,
+        type: type[Any] | None = None,
+    ) -> Any:
+        """Wait for the task's outcome and return its value (the task must keep
+        results: ``keep_result``): :meth:`AsyncProducer.result`."""
+        return await self._producer.result(self.id, timeout, type=type, task_name=self.task_name)
+
+    async def cancel(self) -> bool:
+        """Cancel the task: :meth:`AsyncProducer.cancel`."""
+        return await self._producer.cancel(self.id)
 
 
 class AsyncProducer:
@@ -113,8 +135,13 @@ class AsyncProducer:
         self._client = client
         self._connect = connect
         self._pid = os.getpid()
-        self._release = client.register_script(RELEASE_SOURCE)
+        self._scripts(client)
         self._closed = False
+
+    def _scripts(self, client: redis.asyncio.Redis) -> None:
+        self._release = client.register_script(RELEASE_SOURCE)
+        self._track = client.register_script(TRACK_SOURCE)
+        self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
 
     @classmethod
     def from_url(
@@ -183,7 +210,7 @@ class AsyncProducer:
             # The parent's sockets are the parent's: dropped, never closed here.
             self._pid = os.getpid()
             self._client = self._connect()
-            self._release = self._client.register_script(RELEASE_SOURCE)
+            self._scripts(self._client)
             self._core.catalog = CatalogView()
         return self._client
 
@@ -276,9 +303,65 @@ class AsyncProducer:
         client = self._redis()
         await self._read_catalog(client, name)
         member_id, member = self._core.delayed(name, payload, run_at)
+        keys, args = self._core.add_delayed_call(member_id, member, run_at)
         with translated():
-            await client.zadd(self._core.destination.delayed, {member: run_at})
+            await self._add_delayed_script(keys=keys, args=args, client=client)
         return AsyncProducerHandle(member_id, name, self)
+
+    # Results and cancellation -----------------------------------------------
+    async def result(
+        self,
+        task_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (the redis wait is told it)
+        *,
+        type: type[Any] | None = None,
+        task_name: str = "",
+    ) -> Any:
+        """Wait for the outcome of task ``task_id`` and return its value, as
+        ``Producer.result`` does: a ``GET``, then ``BLMOVE`` of its notice, which
+        writes nothing (a wait that times out or is cancelled leaves nothing behind).
+
+        Raises:
+            TaskFailed: its last attempt failed (the error it records).
+            TaskCancelled: it was cancelled.
+            ResultTimeout: no outcome within ``timeout`` (also a ``TimeoutError``).
+            InvalidTaskPayload: the value does not fit ``type``.
+            BackendError: Redis could not be reached.
+            ValueError: a bad ``timeout``.
+        """
+        limit = check_timeout(timeout)
+        client = self._redis()
+        key, notice = self._core.result_keys(task_id)
+        deadline = time.monotonic() + limit
+        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        with translated():
+            raw = raw_bytes(await client.get(key))
+            while raw is None and (left := deadline - time.monotonic()) > 0:
+                wait = min(left, wait_slice(socket_timeout))
+                reply = await client.execute_command(  # type: ignore[no-untyped-call]
+                    "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
+                )
+                raw = raw_bytes(reply)
+            if raw is None:  # one last look: a notice can expire before a slow waiter blocks
+                raw = raw_bytes(await client.get(key))
+        if raw is None:
+            raise ResultTimeout(task_id, task_name, limit)
+        return self._core.outcome(task_id, raw, type)
+
+    async def cancel(self, task_id: str) -> bool:
+        """Cancel task ``task_id`` wherever it is (see ``Producer.cancel``).
+
+        Returns:
+            ``False`` when the task is finished or unknown.
+
+        Raises:
+            BackendError: Redis could not be reached.
+        """
+        client = self._redis()
+        keys, args = self._core.cancel_call(task_id)
+        with translated():
+            reply = await self._track(keys=keys, args=args, client=client)
+        return was_cancelled(reply)
 
     # Closing ----------------------------------------------------------------
     async def aclose(self) -> None:

@@ -1,4 +1,4 @@
-"""The part of a producer that does no I/O, shared by :class:`~taskrunner.producer.Producer`
+r"""The part of a producer that does no I/O, shared by :class:`~taskrunner.producer.Producer`
 and :class:`~taskrunner.producer.AsyncProducer`: from a call's arguments to the bytes to send.
 
 Each public method of a producer is: ask this core what to send (it refuses
@@ -9,6 +9,15 @@ so. redis-py's errors become taskrunner's at this boundary
 (:func:`translated`), so a failed add tells whether it may have happened
 (``BackendError.maybe_applied``), which decides whether a unique lock is
 given back.
+
+Results and cancellation use the runner's keys and scripts (see
+docs/redis-key-layout.md, "Results, lookup and cancellation"): a handle's
+``result`` reads the task's result key (``GET``), then blocks on its notice with
+``BLMOVE notice notice RIGHT LEFT`` (in slices shorter than the client's
+socket timeout), which writes nothing, so a waiter that gives up leaves
+nothing behind; ``cancel`` is one call of the runner's ``lua/track.lua``; a
+delayed dispatch is one call of ``lua/add_delayed.lua``, which indexes the
+member under its id so that the task can be looked up and cancelled.
 """
 
 from __future__ import annotations
@@ -20,11 +29,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
+from importlib import resources
 from typing import Any
 
 import attrs
 import redis.exceptions
 
+from taskrunner import _keys
 from taskrunner._enqueue import (
     Enqueue,
     LockRequest,
@@ -33,7 +44,9 @@ from taskrunner._enqueue import (
     enqueue,
     unix_seconds,
 )
+from taskrunner._results import outcome_of
 from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
+from taskrunner.backends._tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
 from taskrunner.backends.redis._pyredis import translate_error
 from taskrunner.producer._plan import (
@@ -55,6 +68,47 @@ CONNECT_TIMEOUT = 5.0
 SOCKET_TIMEOUT = 30.0
 """Defaults for clients a producer makes from a URL (those of the runner's redis-py
 transport), so that no call waits forever on a dead server."""
+WAIT_SLICE = 20.0
+"""Longest single ``BLMOVE`` of a result wait (a longer wait takes several), below
+:data:`SOCKET_TIMEOUT`."""
+LUA = resources.files("taskrunner.backends.redis") / "lua"
+TRACK_SOURCE = (LUA / "track.lua").read_text()
+"""The runner's lookup-and-cancel script (``lua/track.lua``)."""
+ADD_DELAYED_SOURCE = (LUA / "add_delayed.lua").read_text()
+"""The runner's add-and-index of a delayed member (``lua/add_delayed.lua``)."""
+
+
+def wait_slice(socket_timeout: float | None) -> float:
+    """The longest ``BLMOVE`` a client with this socket timeout can wait for."""
+    if socket_timeout is None:
+        return WAIT_SLICE
+    return max(0.05, min(WAIT_SLICE, socket_timeout / 2))
+
+
+def check_timeout(timeout: float | None) -> float:
+    """``timeout`` as seconds to wait (``None``: without end).
+
+    Raises:
+        ValueError: negative, or not a number.
+    """
+    if timeout is None:
+        return math.inf
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ValueError(f"timeout must be seconds >= 0 or None, got {timeout!r}")
+    return float(timeout)
+
+
+def raw_bytes(reply: Any) -> bytes | None:
+    """A ``GET``/``BLMOVE`` reply as bytes (``None`` stays), whatever the client decodes."""
+    if reply is None:
+        return None
+    return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+def was_cancelled(reply: Any) -> bool:
+    """Whether ``lua/track.lua``'s cancel reply says something was cancelled."""
+    state = reply[0] if reply else b"none"
+    return _bytes(state) in CANCELLED_STATES
 
 
 def lock_px(seconds: float) -> int:
@@ -205,6 +259,32 @@ class ProducerCore:
             queue=None if self.destination.queue == DEFAULT_QUEUE else self.destination.queue,
         )
         return member_id, member
+
+    def result_keys(self, task_id: str) -> tuple[str, str]:
+        """``(result key, notice key)`` of task ``task_id``."""
+        group = self.destination.consumer_group
+        return _keys.result(group, task_id), _keys.notify(group, task_id)
+
+    def cancel_call(self, task_id: str) -> tuple[list[str], list[str | bytes]]:
+        """``(KEYS, ARGV)`` of ``lua/track.lua`` cancelling ``task_id`` (now, unix time)."""
+        group = self.destination.consumer_group
+        return (
+            track_keys(self.destination.stream, group, task_id),
+            cancel_arguments(group, task_id, time.time()),
+        )
+
+    def add_delayed_call(
+        self, member_id: str, member: bytes, run_at: float
+    ) -> tuple[list[str], list[str | bytes]]:
+        """``(KEYS, ARGV)`` of ``lua/add_delayed.lua`` adding ``member`` at ``run_at``."""
+        group = self.destination.consumer_group
+        keys = [self.destination.delayed, _keys.delayed_index(group)]
+        return keys, [repr(float(run_at)), member, member_id]
+
+    @staticmethod
+    def outcome(task_id: str, raw: bytes, result_type: type[Any] | None) -> Any:
+        """The value a kept result gives (see :func:`taskrunner._results.outcome_of`)."""
+        return outcome_of(task_id, raw, result_type)
 
     def run_at_after(self, delay: float | timedelta) -> float:
         """The run-at time (unix seconds, the Redis backend's clock) ``delay`` from now."""

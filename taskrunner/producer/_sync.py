@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from importlib import resources
@@ -28,16 +29,22 @@ import attrs
 import redis
 
 from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
-from taskrunner.errors import BackendError, TaskAlreadyDispatched
+from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
+    ADD_DELAYED_SOURCE,
     CONNECT_TIMEOUT,
     SOCKET_TIMEOUT,
+    TRACK_SOURCE,
     ProducerCore,
+    check_timeout,
     lock_px,
     log_kept_lock,
+    raw_bytes,
     text,
     translated,
+    wait_slice,
+    was_cancelled,
 )
 from taskrunner.producer._plan import CatalogView
 
@@ -58,6 +65,15 @@ class ProducerHandle:
 
     def __str__(self) -> str:
         return self.id
+
+    def result(self, timeout: float | None = None, *, type: type[Any] | None = None) -> Any:
+        """Wait for the task's outcome and return its value (the task must keep
+        results: ``keep_result``): :meth:`Producer.result`."""
+        return self._producer.result(self.id, timeout, type=type, task_name=self.task_name)
+
+    def cancel(self) -> bool:
+        """Cancel the task: :meth:`Producer.cancel`."""
+        return self._producer.cancel(self.id)
 
 
 class Producer:
@@ -117,8 +133,13 @@ class Producer:
         self._client = client
         self._connect = connect  # set when the client is ours
         self._pid = os.getpid()
-        self._release = client.register_script(RELEASE_SOURCE)
+        self._scripts(client)
         self._closed = False
+
+    def _scripts(self, client: redis.Redis) -> None:
+        self._release = client.register_script(RELEASE_SOURCE)
+        self._track = client.register_script(TRACK_SOURCE)
+        self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
 
     @classmethod
     def from_url(
@@ -187,7 +208,7 @@ class Producer:
         self._pid = os.getpid()
         if self._connect is not None:
             self._client = self._connect()
-            self._release = self._client.register_script(RELEASE_SOURCE)
+            self._scripts(self._client)
         self._core.catalog = CatalogView()
 
     def _read_catalog(self, client: redis.Redis, name: str) -> None:
@@ -327,9 +348,86 @@ class Producer:
         client = self._redis()
         self._read_catalog(client, name)
         member_id, member = self._core.delayed(name, payload, run_at)
+        keys, args = self._core.add_delayed_call(member_id, member, run_at)
         with translated():
-            client.zadd(self._core.destination.delayed, {member: run_at})
+            self._add_delayed_script(keys=keys, args=args, client=client)
         return ProducerHandle(member_id, name, self)
+
+    # Results and cancellation -----------------------------------------------
+    def result(
+        self,
+        task_id: str,
+        timeout: float | None = None,
+        *,
+        type: type[Any] | None = None,
+        task_name: str = "",
+    ) -> Any:
+        """Wait for the outcome of task ``task_id`` and return its value.
+
+        The task must keep results (its runners registered it with
+        ``keep_result=seconds``): the runner that runs it keeps its outcome in
+        Redis, where this waits for it. Waiting is a ``GET`` of the result,
+        then a blocking ``BLMOVE`` of its notice (on a connection of the pool),
+        which writes nothing: a wait that times out leaves nothing behind.
+
+        Args:
+            task_id: The task (``handle.id``).
+            timeout: Seconds to wait; ``None`` waits until the outcome comes.
+            type: Structure the value into this attrs class or dataclass (cattrs);
+                by default the value is its JSON form.
+            task_name: For the error messages.
+
+        Returns:
+            What the action returned.
+
+        Raises:
+            TaskFailed: its last attempt failed (the error it records).
+            TaskCancelled: it was cancelled.
+            ResultTimeout: no outcome within ``timeout`` (also a ``TimeoutError``).
+            InvalidTaskPayload: the value does not fit ``type``.
+            BackendError: Redis could not be reached.
+            ValueError: a bad ``timeout``.
+        """
+        limit = check_timeout(timeout)
+        client = self._redis()
+        key, notice = self._core.result_keys(task_id)
+        deadline = time.monotonic() + limit
+        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        with translated():
+            raw = raw_bytes(client.get(key))
+            while raw is None and (left := deadline - time.monotonic()) > 0:
+                wait = min(left, wait_slice(socket_timeout))
+                # BLMOVE of the one-element notice onto itself: the document, left
+                # in place for every other waiter. Sub-second timeouts need Redis 6.
+                reply = client.execute_command(  # type: ignore[no-untyped-call]
+                    "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
+                )
+                raw = raw_bytes(reply)
+            if raw is None:  # one last look: a notice can expire before a slow waiter blocks
+                raw = raw_bytes(client.get(key))
+        if raw is None:
+            raise ResultTimeout(task_id, task_name, limit)
+        return self._core.outcome(task_id, raw, type)
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel task ``task_id``, wherever it is, as ``TaskRunner.cancel`` does (one
+        call of the runner's ``lua/track.lua``): a queued task is deleted from the
+        stream before any worker reads it, a delayed one removed from the delayed
+        set (each has its unique lock released and, when it keeps results, is
+        recorded as cancelled); a running one is asked to stop, and the runner
+        running it stops it within about a second.
+
+        Returns:
+            ``False`` when the task is finished or unknown.
+
+        Raises:
+            BackendError: Redis could not be reached.
+        """
+        client = self._redis()
+        keys, args = self._core.cancel_call(task_id)
+        with translated():
+            reply = self._track(keys=keys, args=args, client=client)
+        return was_cancelled(reply)
 
     # Closing ----------------------------------------------------------------
     def close(self) -> None:

@@ -152,6 +152,17 @@ from taskrunner.testing._stream_checks import (  # noqa: F401 - importing regist
     check_read_respects_count,
     check_read_returns_entries_in_order,
 )
+from taskrunner.testing._tracking_checks import (  # noqa: F401 - importing registers the checks
+    check_cancel_asks_a_running_task_to_stop,
+    check_cancel_removes_queued_and_scheduled_tasks,
+    check_defer_indexes_the_retry,
+    check_delayed_tasks_keep_their_id,
+    check_finish_keeps_results,
+    check_lookup_follows_an_entry,
+    check_purge_and_page_dead_letters,
+    check_replay_dead_letters,
+    check_wait_result_wakes_every_waiter,
+)
 
 if TYPE_CHECKING:
     import pytest
@@ -180,6 +191,7 @@ _MODULE_ORDER = (
     "_flow_checks",
     "_catalog_checks",
     "_schedule_checks",
+    "_tracking_checks",
     "_inspection_checks",
 )
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
@@ -190,7 +202,7 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     )
 )  # fmt: skip
 """Every check, in a stable order (stream and queues first, then shared state,
-deferral and flow control, the catalog, schedules, then inspection)."""
+deferral and flow control, the catalog, schedules, tracking, then inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
 )

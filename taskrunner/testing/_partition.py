@@ -29,6 +29,7 @@ from taskrunner._wire import CatalogDocument, TimingIncrement
 from taskrunner.backends import (
     Admission,
     Backend,
+    Cancellation,
     DeadLetter,
     DelayedMove,
     FireResult,
@@ -38,13 +39,17 @@ from taskrunner.backends import (
     KeyCounts,
     KeyInfo,
     Lease,
+    Outcome,
     ParkOutcome,
     QueueEntry,
     QueueMetrics,
+    Replay,
+    Replayed,
     RunOutcome,
     ScheduleRecords,
     ScheduleState,
     SlotHold,
+    TaskSnapshot,
     TickFire,
 )
 from taskrunner.errors import BackendError
@@ -190,10 +195,16 @@ class PartitionedBackend(Backend, Inspection):
         )
 
     async def dead_letters(
-        self, group: str, count: int = 100, *, queue: str | None = None
+        self,
+        group: str,
+        count: int = 100,
+        *,
+        after: str | None = None,
+        queue: str | None = None,
     ) -> list[DeadLetter]:
         return await self._through(
-            "dead_letters", partial(self.backend.dead_letters, group, count, queue=queue)
+            "dead_letters",
+            partial(self.backend.dead_letters, group, count, after=after, queue=queue),
         )
 
     # SharedState -----------------------------------------------------------------
@@ -213,8 +224,13 @@ class PartitionedBackend(Backend, Inspection):
     async def lease_owner(self, group: str) -> str | None:
         return await self._through("lease_owner", partial(self.backend.lease_owner, group))
 
-    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
-        await self._through("add_delayed", partial(self.backend.add_delayed, group, member, run_at))
+    async def add_delayed(
+        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+    ) -> None:
+        await self._through(
+            "add_delayed",
+            partial(self.backend.add_delayed, group, member, run_at, task_id=task_id),
+        )
 
     async def due_delayed(
         self, group: str, until: float, limit: int, offset: int = 0
@@ -274,10 +290,20 @@ class PartitionedBackend(Backend, Inspection):
 
     # Deferral ----------------------------------------------------------------------
     async def defer(
-        self, group: str, entry_id: str, member: bytes, run_at: float, *, queue: str | None = None
+        self,
+        group: str,
+        entry_id: str,
+        member: bytes,
+        run_at: float,
+        *,
+        queue: str | None = None,
+        task_id: str | None = None,
     ) -> bool:
         return await self._through(
-            "defer", partial(self.backend.defer, group, entry_id, member, run_at, queue=queue)
+            "defer",
+            partial(
+                self.backend.defer, group, entry_id, member, run_at, queue=queue, task_id=task_id
+            ),
         )
 
     # FlowControl -------------------------------------------------------------------
@@ -382,6 +408,50 @@ class PartitionedBackend(Backend, Inspection):
 
     async def read_schedules(self, group: str) -> ScheduleRecords:
         return await self._through("read_schedules", partial(self.backend.read_schedules, group))
+
+    # Tracking ----------------------------------------------------------------------
+    async def finish(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        *,
+        queue: str | None = None,
+    ) -> int:
+        return await self._through(
+            "finish", partial(self.backend.finish, group, ids, outcomes, queue=queue)
+        )
+
+    async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
+        return await self._through(
+            "wait_result", partial(self.backend.wait_result, group, task_id, block)
+        )
+
+    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
+        return await self._through("lookup", partial(self.backend.lookup, group, task_id))
+
+    async def cancel(self, group: str, task_id: str) -> Cancellation:
+        return await self._through("cancel", partial(self.backend.cancel, group, task_id))
+
+    async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:
+        return await self._through(
+            "cancel_requested", partial(self.backend.cancel_requested, group, entry_ids)
+        )
+
+    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
+        return await self._through(
+            "find_dead_letters", partial(self.backend.find_dead_letters, group, ids)
+        )
+
+    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
+        return await self._through(
+            "replay_dead_letters", partial(self.backend.replay_dead_letters, group, replays)
+        )
+
+    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
+        return await self._through(
+            "purge_dead_letters", partial(self.backend.purge_dead_letters, group, ids)
+        )
 
     # Inspection --------------------------------------------------------------------
     def _inspection(self) -> Inspection:

@@ -78,3 +78,10 @@ class Point:
 @runner.task(name="point")
 async def point(payload: Point) -> None:
     await backend.client.execute("RPUSH", DONE, json.dumps([payload.x, payload.y]))
+
+
+@runner.task(name="kept", keep_result=60.0)
+async def kept(payload: dict[str, Any]) -> dict[str, Any]:
+    if payload.get("fail"):
+        raise ValueError(f"asked to fail: {payload['fail']}")
+    return {"doubled": payload["n"] * 2}

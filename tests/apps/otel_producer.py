@@ -27,7 +27,7 @@ async def main(url: str, queue: str) -> None:
         async def traced(payload: dict[str, int]) -> None: ...
 
         taskrunner.otel.instrument(runner, tracer_provider=provider)
-        message_id = await runner.dispatch("traced", {"n": 1})
+        message_id = (await runner.dispatch("traced", {"n": 1})).id
     (span,) = exporter.get_finished_spans()
     context = span.get_span_context()
     print(

@@ -133,7 +133,7 @@ async def test_a_strict_producer_knows_what_live_runners_serve(redis_url: str) -
             )
             with pytest.raises(TaskAlreadyDispatched):  # the runner's key for this payload
                 trio.from_thread.run(runner.dispatch, "sync_account", {"id": "b"})
-            theirs = _message(client, trio.from_thread.run(runner.dispatch, "resize", {"w": 5}))
+            theirs = _message(client, trio.from_thread.run(runner.dispatch, "resize", {"w": 5}).id)
             assert theirs["reservation_timeout"] == FAST["reclaim_delay"] / 3 * 1e9
             resize = _message(client, producer.dispatch("resize", {"w": 5}).id)
             assert resize == theirs

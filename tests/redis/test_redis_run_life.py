@@ -67,7 +67,7 @@ async def test_retries_go_through_the_delayed_set_and_count(backend: RedisBacken
         runs.append((trio.current_time(), ctx.attempt, ctx.task_id, ctx.message_id))
         raise RuntimeError("boom")
 
-    task_id = await runner.dispatch("flaky", {"n": 1})
+    task_id = (await runner.dispatch("flaky", {"n": 1})).id
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
         await wait_until(lambda: bool(handled))
@@ -95,7 +95,7 @@ async def test_the_retry_member_on_the_server(backend: RedisBackend) -> None:
     async def later(payload: dict[str, int]) -> None:
         raise RuntimeError("wait a minute")
 
-    message_id = await runner.dispatch("later", {"n": 7})
+    message_id = (await runner.dispatch("later", {"n": 7})).id
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
 

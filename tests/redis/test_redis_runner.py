@@ -255,6 +255,11 @@ DOCUMENTED = [
     "taskrunner:{group}:worker_tuning_capacity",
     "taskrunner:{group}:metrics",
     "taskrunner:{group}:catalog",
+    "taskrunner:{group}:delayed_ids",
+    "taskrunner:{group}:entry_ids",
+    "taskrunner:{group}:cancelled",
+    "taskrunner:{group}:result:*",
+    "taskrunner:{group}:notify:*",
     "taskrunner:{group}:schedules",
     "taskrunner:{group}:schedule_specs",
     "taskrunner:leader:*",
@@ -285,16 +290,27 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
     async def unique(payload: int) -> None:
         await trio.sleep(30)  # holds its lock past the snapshot; cancelled at shutdown
 
+    @runner.task(keep_result=60)
+    async def kept(payload: int) -> int:
+        if payload == 1:
+            await trio.sleep(30)  # moved from the delayed set: in the entry index meanwhile
+        return payload
+
     runner.add_schedule("beat", task="work", every=1.0, payload=1)
     await runner.dispatch_many("work", range(50))
-    await runner.dispatch("unique", 1)
+    held = await runner.dispatch("unique", 1)
     await runner.dispatch_delayed("work", 99, 60)  # stays in the delayed set
+    done = await runner.dispatch("kept", 0)  # leaves a result and its notice
+    await runner.dispatch_delayed("kept", 1, 0.1)
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
-        await wait_until(lambda: runner.statistics().completed >= 49)
+        await wait_until(lambda: runner.statistics().completed >= 50)
+        assert await done.result(timeout=5) == 0
         await trio.sleep(1.5)  # metrics flushed, tuning published
         keys = await _all_keys(backend)
         nursery.cancel_scope.cancel()
+    assert await runner.cancel(held.id), "left pending by the hard stop: a stop request"
+    keys = sorted({*keys, *await _all_keys(backend)})
 
     patterns = [p.format(queue=backend.queue, group="g") for p in DOCUMENTED]
     undocumented = [k for k in keys if not any(fnmatch.fnmatchcase(k, p) for p in patterns)]
@@ -311,6 +327,11 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         "taskrunner:g:schedule_specs",
         "taskrunner:replication:h",
         "taskrunner:unique:unique:1",
+        "taskrunner:g:delayed_ids",
+        "taskrunner:g:entry_ids",
+        "taskrunner:g:cancelled",
+        f"taskrunner:g:result:{done.id}",
+        f"taskrunner:g:notify:{done.id}",
     }
     assert expected <= set(keys), expected - set(keys)
     assert any(k.startswith("taskrunner:leader:") for k in keys)

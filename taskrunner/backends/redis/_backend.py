@@ -21,11 +21,15 @@ from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
 from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._state import RedisState
+from taskrunner.backends.redis._tracking import RedisTracking
 
 
-class RedisBackend(RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSchedules):
+class RedisBackend(
+    RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSchedules, RedisTracking
+):
     """Queue, shared state, deferral through the delayed set, flow control, task
-    catalog and periodic schedules on Redis (>= 6.2; 7+ recommended), and their
+    catalog, periodic schedules and task tracking on Redis (>= 6.2; 7+
+    recommended), and their
     :class:`~taskrunner.backends.Inspection`.
 
     Args:
@@ -54,6 +58,7 @@ class RedisBackend(RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSc
     ) -> None:
         RedisQueue.__init__(self, client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
         RedisState.__init__(self, client, stream_of=self._stream)
+        self._init_tracking()
         self.client = client
         self._owns_client = owns_client
 
@@ -110,6 +115,7 @@ class RedisBackend(RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSc
     async def aclose(self) -> None:
         """Close the dedicated connections, and the client if this backend made it."""
         await self._close_readers()
+        await self._close_waiters()
         if self._owns_client:
             await self.client.aclose()
 

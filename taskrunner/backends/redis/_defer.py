@@ -19,21 +19,34 @@ class RedisDefer(RedisQueue, RedisState):
     """A :class:`~taskrunner.backends.Deferral` on Redis streams."""
 
     async def defer(
-        self, group: str, entry_id: str, member: bytes, run_at: float, *, queue: str | None = None
+        self,
+        group: str,
+        entry_id: str,
+        member: bytes,
+        run_at: float,
+        *,
+        queue: str | None = None,
+        task_id: str | None = None,
     ) -> bool:
-        """One script call: ``XACK``, then ``XDEL`` when deleting on ack, then ``ZADD``,
-        only if the ``XACK`` acked the entry.
+        """One script call: ``XACK``, then ``XDEL`` when deleting on ack, then ``ZADD``
+        (and, with ``task_id``, the id indexes), only if the ``XACK`` acked the entry.
 
         Cancellation: the script ran entirely or not at all; a repeat returns
         False and adds nothing.
         """
-        keys = [self._stream(group, queue), _keys.delayed_tasks(group)]
+        keys = [
+            self._stream(group, queue),
+            _keys.delayed_tasks(group),
+            _keys.delayed_index(group),
+            _keys.entry_index(group),
+        ]
         args: list[CommandArg] = [
             group,
             entry_id,
             member,
             _float_arg(run_at),
             "1" if self.delete_on_ack else "0",
+            task_id or "",
         ]
         try:
             reply = await DEFER(self._client, keys, args)

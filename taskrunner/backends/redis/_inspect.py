@@ -34,6 +34,7 @@ from taskrunner.backends._inspection import (
     group_keys,
     group_named_by,
     keys_to_flush,
+    per_task_patterns,
 )
 from taskrunner.backends.redis._connection import CommandArg, Reply
 from taskrunner.backends.redis._errors import ResponseError, WrongTypeError
@@ -57,7 +58,7 @@ _PATTERNS = (
     (KeyKind.UNIQUE_LOCK, UNIQUE_LOCK_PATTERN),
 )
 """The kinds of key that are not per group, found by pattern."""
-_SCANNED = frozenset(kind for kind, _ in _PATTERNS)
+_SCANNED = frozenset([*(kind for kind, _ in _PATTERNS), KeyKind.RESULT, KeyKind.RESULT_NOTICE])
 
 
 def _text(value: bytes | str) -> str:
@@ -109,7 +110,7 @@ class RedisInspection(RedisQueue, RedisState):
         list: the fixed ones (present or not), then every heartbeat and lock found."""
         fixed = group_keys(self.stream_keys(group), group)
         found: list[tuple[CommandArg, str, KeyKind]] = [(n, n, k) for n, k in fixed.items()]
-        for kind, pattern in _PATTERNS:
+        for kind, pattern in (*_PATTERNS, *per_task_patterns(group)):
             for raw in sorted(await scan(self._client, pattern)):
                 name = _text(raw)
                 if name not in fixed:

@@ -98,6 +98,18 @@ def _entry_payload(fields: Sequence[Any] | None) -> bytes | None:
     return value if isinstance(value, bytes) else None
 
 
+def dead_letter_of(raw_id: bytes, flat: Sequence[Any]) -> DeadLetter:
+    """A dead letter from its ``XRANGE`` row (id and flat fields)."""
+    fields = _pairs(flat)
+    return DeadLetter(
+        id=_text(raw_id),
+        message_id=_text(fields.get(b"message_id", b"")),
+        group=_text(fields.get(b"group", b"")),
+        payload=fields.get(_PAYLOAD),
+        error=_text(fields.get(b"error", b"")),
+    )
+
+
 def _id_ms(entry_id: str) -> int:
     return int(entry_id.partition("-")[0])
 
@@ -296,25 +308,38 @@ class RedisQueue:
     async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
         if not ids:
             return 0
-        keys = self.stream_keys(group, queue)
-        commands: list[tuple[CommandArg, ...]] = [("XACK", keys.stream, group, *ids)]
+        stream = self.stream_keys(group, queue).stream
+        commands: list[tuple[CommandArg, ...]] = [("XACK", stream, group, *ids)]
         if self.delete_on_ack:
-            commands.append(("XDEL", keys.stream, *ids))
-        ring = self._ring_commands(keys.claim_delay_ring)
+            commands.append(("XDEL", stream, *ids))
+        acked: int = (await self._with_ring(group, commands))[0]
+        return acked
+
+    async def _with_ring(self, group: str, commands: list[tuple[CommandArg, ...]]) -> list[Any]:
+        """Send ``commands`` with the buffered claim delays of ``group``'s ring, in
+        one pipeline: the acks' round trip.
+
+        Returns:
+            The replies of ``commands``.
+
+        Raises:
+            ResponseError: the first error reply of ``commands`` (the ring push is
+                best effort: its errors are logged, see :meth:`_ring_failed`).
+        """
+        ring_key = self.stream_keys(group).claim_delay_ring
+        ring = self._ring_commands(ring_key)
         try:
             replies = await self._client.pipeline(commands + ring, raise_on_error=False)
         except BaseException:
             if ring:  # not known to have landed; keep the newest for next time
-                pending = self._delays.setdefault(keys.claim_delay_ring, [])
+                pending = self._delays.setdefault(ring_key, [])
                 pending[:0] = list(ring[0][2:])  # type: ignore[arg-type]
             raise
-        # Only XACK/XDEL decide the outcome; the ring push is best effort.
-        self._ring_failed(keys.claim_delay_ring, replies[len(commands) :])
+        self._ring_failed(ring_key, replies[len(commands) :])
         for reply in replies[: len(commands)]:
             if isinstance(reply, ResponseError):
                 raise reply
-        acked: int = replies[0]
-        return acked
+        return replies[: len(commands)]
 
     # Claiming and refreshing ------------------------------------------------
     async def claim_stale(
@@ -532,24 +557,18 @@ class RedisQueue:
         return _text(reply)
 
     async def dead_letters(
-        self, group: str, count: int = 100, *, queue: str | None = None
+        self,
+        group: str,
+        count: int = 100,
+        *,
+        after: str | None = None,
+        queue: str | None = None,
     ) -> list[DeadLetter]:
+        start = "-" if after is None else f"({after}"
         rows = await self._client.execute(
-            "XRANGE", self.stream_keys(group, queue).dead_letter, "-", "+", "COUNT", count
+            "XRANGE", self.stream_keys(group, queue).dead_letter, start, "+", "COUNT", count
         )
-        out = []
-        for raw_id, flat in rows:
-            fields = _pairs(flat)
-            out.append(
-                DeadLetter(
-                    id=_text(raw_id),
-                    message_id=_text(fields.get(b"message_id", b"")),
-                    group=_text(fields.get(b"group", b"")),
-                    payload=fields.get(_PAYLOAD),
-                    error=_text(fields.get(b"error", b"")),
-                )
-            )
-        return out
+        return [dead_letter_of(raw_id, flat) for raw_id, flat in rows]
 
     async def _close_readers(self) -> None:
         readers, self._readers = list(self._readers.values()), {}

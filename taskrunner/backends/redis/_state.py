@@ -68,6 +68,8 @@ HEARTBEAT = load_script("heartbeat.lua")
 else the value it holds."""
 MOVE_DELAYED = load_script("move_delayed.lua")
 """Move a batch of delayed members to the stream; returns how many moved."""
+ADD_DELAYED = load_script("add_delayed.lua")
+"""``ZADD`` a member and ``HSET`` it in the delayed id index under its task id."""
 ADD_TIMINGS = load_script("add_timings.lua")
 """Add a flush's timings to the metrics hash, keeping every field an integer."""
 
@@ -163,13 +165,22 @@ class RedisState:
 
     # Delayed set ----------------------------------------------------------
 
-    async def add_delayed(self, group: str, member: bytes, run_at: float) -> None:
+    async def add_delayed(
+        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+    ) -> None:
         """Add a member to the group's delayed set (``ZADD``; an existing member
-        gets the new run-at time).
+        gets the new run-at time); with ``task_id``, also index it under that id, in
+        one script call (``lua/add_delayed.lua``).
 
         Cancellation: the member may have been added; a repeat is harmless.
         """
-        await self._client.execute("ZADD", _keys.delayed_tasks(group), _float_arg(run_at), member)
+        zset, score = _keys.delayed_tasks(group), _float_arg(run_at)
+        if task_id is None:
+            await self._client.execute("ZADD", zset, score, member)
+            return
+        await ADD_DELAYED(
+            self._client, [zset, _keys.delayed_index(group)], [score, member, task_id]
+        )
 
     async def due_delayed(
         self, group: str, until: float, limit: int, offset: int = 0
@@ -211,7 +222,11 @@ class RedisState:
         """
         if not moves:
             return 0
-        keys: list[CommandArg] = [_keys.delayed_tasks(group)]
+        keys: list[CommandArg] = [
+            _keys.delayed_tasks(group),
+            _keys.delayed_index(group),
+            _keys.entry_index(group),
+        ]
         stream_index: dict[str | None, int] = {}
         for move in moves:  # the streams first, each once
             if move.queue not in stream_index:
@@ -230,6 +245,7 @@ class RedisState:
                 lock_index,
                 move.lock_token,
                 _ms(move.lock_ttl),
+                move.task_id or "",
                 stream_index[move.queue],
             ]
         reply = await MOVE_DELAYED(self._client, keys, args)

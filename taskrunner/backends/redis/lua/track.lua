@@ -1,0 +1,188 @@
+-- Find a task by its id, and with ARGV[4] = 'cancel' cancel it, as one step.
+--
+-- KEYS[1] its result key (taskrunner:<group>:result:<task id>)
+-- KEYS[2] the delayed-task ZSET (taskrunner:<group>:delayed_tasks)
+-- KEYS[3] the delayed id index (taskrunner:<group>:delayed_ids, task id -> member)
+-- KEYS[4] the entry index (taskrunner:<group>:entry_ids, task id -> stream id)
+-- KEYS[5] the stream
+-- KEYS[6] the stop requests (taskrunner:<group>:cancelled, stream id -> time)
+-- KEYS[7] its result notice (taskrunner:<group>:notify:<task id>)
+-- ARGV[1] the task id
+-- ARGV[2] the consumer group
+-- ARGV[3] '1' when the task id has the shape of a stream id (<ms>-<seq>), else '0'
+-- ARGV[4] 'lookup' or 'cancel'
+-- cancel only:
+-- ARGV[5] now (seconds, the caller's clock): the stop request's score
+-- ARGV[6] seconds a stop request is remembered (older ones are dropped)
+-- ARGV[7] the cancelled result document up to its task name (the script appends
+--         the name as a JSON string and '}')
+-- ARGV[8] the longest a result notice lives, in seconds
+-- ARGV[9] the unique-lock key prefix ('taskrunner:unique:')
+--
+-- Where the task is, first match wins: its kept result; its member of the delayed
+-- set (through the id index); its stream entry (the id index's, else the task id
+-- itself when it is a stream id): pending in the group = running; not pending
+-- and not yet delivered to the group = queued; delivered and acknowledged (kept
+-- in the stream) = done, nothing kept.
+--
+-- lookup returns one of
+--   {'result', document}
+--   {'delayed', member, score}
+--   {'entry', stream id, payload or false, pending (1/0), delivery count,
+--    consumer or false, asked to stop (1/0)}
+--   false: not found
+-- cancel returns {'none'} (done or not found), or, with the member or the
+-- entry's payload (false if it has none):
+--   {'scheduled', member}: ZREM of the member and HDEL of its index entry
+--   {'queued', payload}:   XDEL of the entry (no group reads it after) and HDEL
+--                          of its entry-index mapping
+--   {'running', payload}:  ZADD of the stream id to the stop requests
+-- A removed member or entry has its unique lock released (compare-and-delete
+-- with its token: a non-empty unique_lock_value, and unique not false; the key is
+-- the prefix and its unique_key, or its task's name when that is empty) and, if
+-- it has a keep_result > 0, is recorded as cancelled for that long (result
+-- document and notice), as taskrunner._wire.removal_of reads it.
+local task_id, group = ARGV[1], ARGV[2]
+
+local function id_parts(id)
+    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    return ms or '', seq or ''
+end
+
+local function number_less_or_equal(a, b) -- decimal strings, exactly
+    if #a ~= #b then
+        return #a < #b
+    end
+    return a <= b
+end
+
+local function id_less_or_equal(a, b)
+    local ams, aseq = id_parts(a)
+    local bms, bseq = id_parts(b)
+    if ams ~= bms then
+        return number_less_or_equal(ams, bms)
+    end
+    return number_less_or_equal(aseq, bseq)
+end
+
+local function delivered(entry)
+    local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[5])
+    if not ok then
+        return false
+    end
+    for _, row in ipairs(groups) do
+        local fields = {}
+        for i = 1, #row, 2 do
+            fields[row[i]] = row[i + 1]
+        end
+        if fields['name'] == group then
+            return id_less_or_equal(entry, fields['last-delivered-id'])
+        end
+    end
+    return false
+end
+
+local function find()
+    local document = redis.call('GET', KEYS[1])
+    if document then
+        return {'result', document}
+    end
+    local member = redis.call('HGET', KEYS[3], task_id)
+    if member then
+        local score = redis.call('ZSCORE', KEYS[2], member)
+        if score then
+            return {'delayed', member, score}
+        end
+    end
+    local entry = redis.call('HGET', KEYS[4], task_id)
+    if not entry and ARGV[3] == '1' then
+        entry = task_id
+    end
+    if not entry then
+        return false
+    end
+    local payload = false
+    local ok, rows = pcall(redis.call, 'XRANGE', KEYS[5], entry, entry)
+    if not ok then
+        return false -- not a valid stream id (or not a stream): no such entry
+    end
+    if #rows > 0 then
+        local fields = rows[1][2]
+        for i = 1, #fields, 2 do
+            if fields[i] == 'payload' then
+                payload = fields[i + 1]
+            end
+        end
+    end
+    local got, pending = pcall(redis.call, 'XPENDING', KEYS[5], group, entry, entry, 1)
+    if got and #pending > 0 then
+        local stopping = redis.call('ZSCORE', KEYS[6], entry) and 1 or 0
+        return {'entry', entry, payload, 1, pending[1][4], pending[1][2], stopping}
+    end
+    if #rows == 0 or delivered(entry) then
+        return false
+    end
+    return {'entry', entry, payload, 0, 0, false, 0}
+end
+
+local found = find()
+if ARGV[4] ~= 'cancel' then
+    return found
+end
+
+local function undo(raw)
+    if not raw then
+        return
+    end
+    local ok, doc = pcall(cjson.decode, raw)
+    if not ok or type(doc) ~= 'table' then
+        return
+    end
+    local name = doc['task_name']
+    if type(name) ~= 'string' then
+        name = doc['task']
+    end
+    if type(name) ~= 'string' then
+        name = ''
+    end
+    local token = doc['unique_lock_value']
+    if type(token) == 'string' and token ~= '' and doc['unique'] ~= false then
+        local key = doc['unique_key']
+        if type(key) ~= 'string' or key == '' then
+            key = name
+        end
+        local lock = ARGV[9] .. key
+        if redis.call('GET', lock) == token then
+            redis.call('DEL', lock)
+        end
+    end
+    local keep = doc['keep_result']
+    if type(keep) == 'number' and keep > 0 then
+        local document = ARGV[7] .. cjson.encode(name) .. '}'
+        redis.call('SET', KEYS[1], document, 'PX', math.ceil(keep * 1000))
+        redis.call('DEL', KEYS[7])
+        redis.call('RPUSH', KEYS[7], document)
+        redis.call('PEXPIRE', KEYS[7], math.ceil(math.min(keep, tonumber(ARGV[8])) * 1000))
+    end
+end
+
+if not found or found[1] == 'result' then
+    return {'none'}
+end
+if found[1] == 'delayed' then
+    redis.call('ZREM', KEYS[2], found[2])
+    redis.call('HDEL', KEYS[3], task_id)
+    undo(found[2])
+    return {'scheduled', found[2]}
+end
+local entry, payload = found[2], found[3]
+if found[4] == 1 then
+    local now = tonumber(ARGV[5])
+    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (now - tonumber(ARGV[6])))
+    redis.call('ZADD', KEYS[6], ARGV[5], entry)
+    return {'running', payload}
+end
+redis.call('XDEL', KEYS[5], entry)
+redis.call('HDEL', KEYS[4], task_id)
+undo(payload)
+return {'queued', payload}
