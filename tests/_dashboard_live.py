@@ -6,9 +6,11 @@ of group ``g`` on their own :class:`~taskrunner.backends.redis.RedisBackend` and
 dashboard (hypercorn's trio worker) on a free port; the test calls into that trio
 run with :meth:`LiveFleet.call` (``trio.from_thread``).
 
-The runners read two queues, ``tasks`` (``echo``, ``hold``, ``fail``, ``ping``) and
-``bulk`` (``batch``, whose runs :attr:`LiveFleet.batches` records), and declare one
-periodic schedule, ``ping-every-2s`` (``ping`` every 2 seconds).
+The runners read two queues, ``tasks`` (``echo``, ``hold``, ``fail``, ``flaky``,
+``ping``) and ``bulk`` (``batch``, whose runs :attr:`LiveFleet.batches` records), and
+declare one periodic schedule, ``ping-every-2s`` (``ping`` every 2 seconds). ``echo``,
+``hold`` and ``flaky`` keep their results; ``hold`` waits for :meth:`release_held` and
+has a timeout, so a cancel interrupts it; ``flaky`` fails while :attr:`LiveFleet.broken`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class LiveFleet:
         self.runners: list[TaskRunner] = []
         self.batches: list[Any] = []
         """The payloads ``batch`` ran, in order (appended in the fleet's thread)."""
+        self.broken = True
+        """Whether ``flaky`` fails (set from the test's thread)."""
+        self.mended: list[Any] = []
+        """The payloads ``flaky`` ran without failing."""
         self.release = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._ready = threading.Event()
@@ -59,14 +65,21 @@ class LiveFleet:
             RedisBackend.from_url(self.url),
         )
 
-        @runner.task("echo")
+        @runner.task("echo", keep_result=300)
         async def echo(value: Any) -> Any:
             await trio.sleep(0.01)
             return value
 
-        @runner.task("hold")
+        @runner.task("hold", keep_result=300, timeout=3600)
         async def hold(value: Any) -> Any:
             await self.release.wait()
+            return value
+
+        @runner.task("flaky", max_retry=1, keep_result=300)
+        async def flaky(value: Any) -> Any:
+            if self.broken:
+                raise RuntimeError(f"flaky is broken ({value})")
+            self.mended.append(value)
             return value
 
         @runner.task("fail", max_retry=1)

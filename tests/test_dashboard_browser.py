@@ -179,14 +179,92 @@ def test_payloads_and_errors_render_as_text_and_no_script_runs(fleet: LiveFleet,
     screenshot(page, "dead")
 
 
-def test_the_task_page_says_what_is_missing(fleet: LiveFleet, page: Any) -> None:
+def test_a_task_is_looked_up_by_id_from_the_group_page(fleet: LiveFleet, page: Any) -> None:
+    (done_id,) = fleet.dispatch("echo", [{"order": 7, "note": XSS[1]}])
+    (held_id,) = fleet.dispatch("hold", ["held"])
     page.goto(f"{fleet.base}/groups/{GROUP}")
-    page.fill("input[name=id]", "1-0")
+    page.fill("input[name=id]", done_id)
     page.click("text=Look up")
-    page.wait_for_url(re.compile(rf"/groups/{GROUP}/tasks/1-0$"))
-    assert page.inner_text("h1") == "Task 1-0"
-    assert page.locator(".unavailable").count() == 1
+    page.wait_for_url(re.compile(rf"/groups/{GROUP}/tasks/{re.escape(done_id)}$"))
+    assert page.inner_text("h1") == f"Task {done_id}"
+    page.wait_for_selector("#task-state:text-is('succeeded')")
+    assert page.inner_text("[data-bind='task_name']") == "echo"
+    assert page.inner_text("[data-bind='attempts']") == "1"
+    assert json.loads(page.inner_text("[data-bind='result']")) == {"order": 7, "note": XSS[1]}
+    assert page.locator("#task img").count() == 0  # the result's markup is text
+    assert page.evaluate("window.__xss") is None
     screenshot(page, "task")
+
+    # A running task, then the same page once it finished, by live updates alone.
+    page.goto(f"{fleet.base}/groups/{GROUP}/tasks/{held_id}")
+    page.evaluate("window.__same_page = true")
+    page.wait_for_selector("#task-state:text-is('running')")
+    assert page.inner_text("[data-bind='consumer']").startswith(f"{GROUP}_")
+    fleet.release_held()
+    page.wait_for_selector("#task-state:text-is('succeeded')")
+    assert json.loads(page.inner_text("[data-bind='result']")) == "held"
+    assert page.evaluate("window.__same_page") is True
+
+    page.goto(f"{fleet.base}/groups/{GROUP}/tasks/1-0")
+    assert "No task 1-0 in group g" in page.inner_text("main")
+
+
+def test_a_running_task_is_cancelled_from_its_page(acting_fleet: LiveFleet, page: Any) -> None:
+    log_in(page, acting_fleet.base)
+    (held_id,) = acting_fleet.dispatch("hold", ["to be cancelled"])
+    page.goto(f"{acting_fleet.base}/groups/{GROUP}/tasks/{held_id}")
+    page.wait_for_selector("#task-state:text-is('running')")
+    page.click("#cancel")
+    page.wait_for_url(re.compile(r"\?done=cancelled$"))
+    assert "Cancel requested." in page.inner_text(".notice")
+    page.evaluate("window.__same_page = true")
+    # Runners look up stop requests once a second: the page shows the outcome live.
+    page.wait_for_selector("#task-state:text-is('cancelled')")
+    assert not page.is_visible("#cancel")  # nothing left to cancel
+    assert page.evaluate("window.__same_page") is True
+    screenshot(page, "task-cancelled")
+
+
+def test_dead_letters_are_replayed_and_purged(acting_fleet: LiveFleet, page: Any) -> None:
+    base = f"{acting_fleet.base}/groups/{GROUP}/dead"
+    log_in(page, acting_fleet.base)
+    ids = acting_fleet.dispatch("flaky", ["a", "b", "c"])
+    # A second tab watches the list: it sees every change by live updates only.
+    watcher = page.context.new_page()
+    watcher.set_default_timeout(TIMEOUT_MS)
+    watcher.goto(base)
+    watcher.evaluate("window.__same_page = true")
+    watcher.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 3")
+    assert sorted(cell_texts(watcher, "#dead tbody tr td:nth-child(2)")) == sorted(ids)
+
+    acting_fleet.broken = False
+    page.goto(base)
+    replayed = page.locator("#dead tbody tr").first
+    replayed_task = replayed.locator("td:nth-child(2)").inner_text()
+    replayed.locator("input[type=checkbox]").check()
+    page.click("button:text-is('Replay selected')")
+    page.wait_for_url(re.compile(r"\?done=replayed$"))
+    assert "Dead letters dispatched again." in page.inner_text(".notice")
+    watcher.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 2")
+    assert replayed_task not in cell_texts(watcher, "#dead tbody tr td:nth-child(2)")
+    # It ran again, as the same task: its page follows it to its result.
+    page.goto(f"{acting_fleet.base}/groups/{GROUP}/tasks/{replayed_task}")
+    page.wait_for_selector("#task-state:text-is('succeeded')")
+    assert len(acting_fleet.mended) == 1
+
+    page.goto(base)
+    page.locator("#dead tbody tr").first.locator("input[type=checkbox]").check()
+    page.click("button:text-is('Purge selected')")
+    page.wait_for_url(re.compile(r"\?done=purged$"))
+    watcher.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 1")
+    page.click("button:text-is('Purge all')")
+    page.wait_for_url(re.compile(r"\?done=purged$"))
+    assert page.locator("#dead tbody tr").count() == 0
+    watcher.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 0")
+    assert watcher.inner_text("[data-bind='shown']") == "0"
+    assert len(acting_fleet.mended) == 1  # purged, not run
+    assert watcher.evaluate("window.__same_page") is True
+    watcher.close()
 
 
 def test_the_schedules_page_shows_next_and_last_fire_and_outcome_live(

@@ -1,10 +1,7 @@
 """The pages and actions of features other issues bring (task lookup and cancel,
 dead-letter replay and purge: 14; schedules: 15), on a MemoryBackend. Pauses and
-several queues are in tests/test_dashboard_queues.py.
-
-A test of issue 14's features runs once they are part of taskrunner
-(``taskrunner.admin`` has their API) and is skipped before, saying so; the
-dashboard's own behaviour without them ("not available", 501) is tested here.
+several queues are in tests/test_dashboard_queues.py; the same in a real browser in
+tests/test_dashboard_browser.py.
 """
 
 from __future__ import annotations
@@ -14,22 +11,13 @@ import re
 from typing import Any
 
 import httpx
-import pytest
 import trio
 from _fleet import make_runner, serving
 
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.dashboard import create_app
-from taskrunner.dashboard._features import has_admin
 
 TOKEN = "a-test-token-of-some-length"
-
-needs_results = pytest.mark.skipif(
-    not has_admin("get_task"), reason="task lookup comes with issue 14 (results)"
-)
-needs_replay = pytest.mark.skipif(
-    not has_admin("replay_dead_letters"), reason="dead-letter replay comes with issue 14"
-)
 
 
 def client(app: Any) -> httpx.AsyncClient:
@@ -45,32 +33,6 @@ async def logged_in(http: httpx.AsyncClient) -> str:
     return found.group(1)
 
 
-async def test_without_the_features_the_pages_say_so_and_actions_are_501(
-    autojump_clock: Any,
-) -> None:
-    backend = MemoryBackend()
-    async with client(create_app(backend, allow_actions=True, token=TOKEN)) as http:
-        csrf = await logged_in(http)
-        checks = {
-            "get_task": ("/groups/g/tasks/1-0/cancel", "cancel is not available"),
-            "replay_dead_letters": ("/groups/g/dead/replay", "dead-letter replay is not"),
-            "purge_dead_letters": ("/groups/g/dead/purge", "dead-letter purge is not"),
-        }
-        for name, (path, message) in checks.items():
-            if has_admin(name):
-                continue
-            answer = await http.post(path, data={"csrf": csrf, "all": "1"})
-            assert answer.status_code == 501, path
-            assert message in answer.text
-        if not has_admin("get_task"):
-            twin = (await http.get("/api/groups/g/tasks/1-0")).json()
-            assert twin == {
-                "available": False,
-                "reason": "task lookup is not available: taskrunner.admin has no get_task()",
-            }
-
-
-@needs_results
 async def test_the_task_page_shows_a_task_and_cancels_it(autojump_clock: Any) -> None:
     backend = MemoryBackend()
     runner = make_runner(backend, host="h1")
@@ -79,7 +41,7 @@ async def test_the_task_page_shows_a_task_and_cancels_it(autojump_clock: Any) ->
     async def echo(value: Any) -> Any:
         return value
 
-    queued = str(getattr(await runner.dispatch("echo", "<b>queued</b>"), "id", ""))
+    queued = (await runner.dispatch("echo", "<b>queued</b>")).id
     async with client(create_app(backend, allow_actions=True, token=TOKEN)) as http:
         doc = (await http.get(f"/api/groups/g/tasks/{queued}")).json()
         assert (doc["state"], doc["task_name"], doc["cancellable"]) == ("queued", "echo", True)
@@ -92,7 +54,7 @@ async def test_the_task_page_shows_a_task_and_cancels_it(autojump_clock: Any) ->
         assert done.status_code == 303
         assert done.headers["location"].endswith("?done=cancelled")
         async with serving(runner):
-            ran = str(getattr(await runner.dispatch("echo", 7), "id", ""))
+            ran = (await runner.dispatch("echo", 7)).id
             await trio.sleep(3)
             cancelled = (await http.get(f"/api/groups/g/tasks/{queued}")).json()
             succeeded = (await http.get(f"/api/groups/g/tasks/{ran}")).json()
@@ -101,7 +63,40 @@ async def test_the_task_page_shows_a_task_and_cancels_it(autojump_clock: Any) ->
     assert succeeded["cancellable"] is False
 
 
-@needs_replay
+async def test_an_unknown_task_is_a_404_saying_why_it_may_be(autojump_clock: Any) -> None:
+    async with client(create_app(MemoryBackend())) as http:
+        page = await http.get("/groups/g/tasks/1-0")
+        twin = await http.get("/api/groups/g/tasks/1-0")
+        cancel = await http.post("/groups/g/tasks/1-0/cancel")
+    assert page.status_code == 404
+    assert "No task 1-0 in group g: unknown, or done without a kept result" in page.text
+    assert (twin.status_code, twin.json()) == (404, {"error": "not found"})
+    assert cancel.status_code == 403  # read-only
+
+
+async def test_cancelling_a_finished_task_says_there_is_nothing_to_cancel(
+    autojump_clock: Any,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend, host="h1")
+
+    @runner.task("echo", keep_result=60)
+    async def echo(value: Any) -> Any:
+        return value
+
+    async with (
+        serving(runner),
+        client(create_app(backend, allow_actions=True, token=TOKEN)) as http,
+    ):
+        done_id = (await runner.dispatch("echo", 1)).id
+        await trio.sleep(2)
+        csrf = await logged_in(http)
+        page = (await http.get(f"/groups/g/tasks/{done_id}")).text
+        assert 'data-show="cancellable" hidden' in page  # no cancel for a done task
+        done = await http.post(f"/groups/g/tasks/{done_id}/cancel", data={"csrf": csrf})
+    assert done.headers["location"] == f"/groups/g/tasks/{done_id}?done=not-cancelled"
+
+
 async def test_dead_letters_are_replayed_and_purged(autojump_clock: Any) -> None:
     backend = MemoryBackend()
     message = json.dumps({"task_name": "echo", "payload": 1}).encode()
@@ -110,17 +105,37 @@ async def test_dead_letters_are_replayed_and_purged(autojump_clock: Any) -> None
     async with client(create_app(backend, allow_actions=True, token=TOKEN)) as http:
         csrf = await logged_in(http)
         letters = (await http.get("/api/groups/g/dead")).json()["letters"]
+        assert [d["task_id"] for d in letters] == ["1-0", "2-0", "3-0"]
         first = letters[0]["id"]
         page = (await http.get("/groups/g/dead")).text
         assert "Replay selected" in page
+        assert 'href="/groups/g/tasks/1-0"' in page  # each row links to its task
         done = await http.post("/groups/g/dead/replay", data={"csrf": csrf, "ids": first})
-        assert done.status_code == 303
+        assert done.headers["location"] == "/groups/g/dead?done=replayed"
         assert await backend.length("g") == 1
         left = (await http.get("/api/groups/g/dead")).json()["letters"]
         assert [d["id"] for d in left] == [d["id"] for d in letters[1:]]
+        again = await http.post("/groups/g/dead/replay", data={"csrf": csrf, "ids": first})
+        assert again.headers["location"] == "/groups/g/dead?done=none-replayed"
+        assert await backend.length("g") == 1  # replayed once, however often asked
         done = await http.post("/groups/g/dead/purge", data={"csrf": csrf, "all": "1"})
-        assert done.status_code == 303
+        assert done.headers["location"] == "/groups/g/dead?done=purged"
         assert (await http.get("/api/groups/g/dead")).json()["letters"] == []
+        done = await http.post("/groups/g/dead/purge", data={"csrf": csrf, "all": "1"})
+        assert done.headers["location"] == "/groups/g/dead?done=none-purged"
+
+
+async def test_replay_all_dispatches_every_dead_letter_again(autojump_clock: Any) -> None:
+    backend = MemoryBackend()
+    for n in range(3):
+        message = json.dumps({"task_name": "echo", "payload": n}).encode()
+        await backend.dead_letter("g", f"{n + 1}-0", message, "ValueError: boom")
+    async with client(create_app(backend, allow_actions=True, token=TOKEN)) as http:
+        csrf = await logged_in(http)
+        done = await http.post("/groups/g/dead/replay", data={"csrf": csrf, "all": "1"})
+        assert done.headers["location"] == "/groups/g/dead?done=replayed"
+        assert (await http.get("/api/groups/g/dead")).json()["letters"] == []
+    assert await backend.length("g") == 3
 
 
 async def test_the_schedules_page_shows_next_and_last_fire_and_outcome(

@@ -63,7 +63,12 @@ DONE = {
     "cancelled": "Cancel requested.",
     "not-cancelled": "Nothing to cancel: the task is done or unknown.",
     "replayed": "Dead letters dispatched again.",
+    "none-replayed": (
+        "Nothing was replayed: gone already, without a payload, or its unique task is "
+        "queued or running."
+    ),
     "purged": "Dead letters deleted.",
+    "none-purged": "Nothing was deleted: none of them was there.",
     "paused": "Queue paused: runners stop reading it within about a second.",
     "resumed": "Queue resumed.",
     "task-paused": "Task paused: runners park its runs within about a second.",
@@ -238,10 +243,6 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
                 value = await read(request)
             except BackendError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=503, headers=SECURITY_HEADERS)
-            except _features.Unavailable as exc:
-                return JSONResponse(
-                    {"available": False, "reason": str(exc)}, headers=SECURITY_HEADERS
-                )
             if value is None:
                 return JSONResponse(
                     {"error": "not found"}, status_code=404, headers=SECURITY_HEADERS
@@ -302,16 +303,6 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
             value = await task_data(request)
         except BackendError as exc:
             return d.problem(request, 503, str(exc))
-        except _features.Unavailable as exc:
-            return d.page(
-                request,
-                "task.html",
-                api=None,
-                group=group,
-                task_id=task_id,
-                t=None,
-                unavailable=str(exc),
-            )
         status = 200 if value is not None else 404
         return d.page(
             request,
@@ -321,7 +312,6 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
             group=group,
             task_id=task_id,
             t=value,
-            unavailable=None,
         )
 
     async def cancel(request: Request) -> Response:
@@ -331,8 +321,6 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
             done = await _features.cancel_task(d.backend, group, task_id)
         except _Forbidden as exc:
             return d.problem(request, 403, str(exc))
-        except _features.Unavailable as exc:
-            return d.problem(request, 501, str(exc))
         except BackendError as exc:
             return d.problem(request, 503, str(exc))
         return d.back(
@@ -350,16 +338,7 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
             value = await dead_data(request)
         except BackendError as exc:
             return d.problem(request, 503, str(exc))
-        can_replay = _features.has_admin("replay_dead_letters")
-        can_purge = _features.has_admin("purge_dead_letters")
-        return d.page(
-            request,
-            "dead.html",
-            api=_path("groups", value.group, "dead"),
-            dead=value,
-            can_replay=can_replay,
-            can_purge=can_purge,
-        )
+        return d.page(request, "dead.html", api=_path("groups", value.group, "dead"), dead=value)
 
     def dead_action(
         run: Callable[[Backend, str, list[str] | None], Awaitable[int]], done: str
@@ -369,14 +348,14 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
             try:
                 fields = await d.form(request)
                 ids = None if fields.get("all") == ["1"] else fields.get("ids", [])
-                await run(d.backend, group, ids)
+                count = await run(d.backend, group, ids)
             except _Forbidden as exc:
                 return d.problem(request, 403, str(exc))
-            except _features.Unavailable as exc:
-                return d.problem(request, 501, str(exc))
             except BackendError as exc:
                 return d.problem(request, 503, str(exc))
-            return d.back(request, _path("groups", group, "dead"), done)
+            return d.back(
+                request, _path("groups", group, "dead"), done if count else "none-" + done
+            )
 
         return handler
 

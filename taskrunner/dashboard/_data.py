@@ -38,11 +38,11 @@ from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._stats import compute_stats
 from taskrunner._wire import CatalogDocument
-from taskrunner.backends import Backend, DeadLetter, Heartbeat, Inspection
+from taskrunner.admin import DeadLetterInfo
+from taskrunner.backends import Backend, Heartbeat, Inspection
 from taskrunner.dashboard import _features, _queues
 from taskrunner.dashboard._queues import QueueRead
 from taskrunner.dashboard._sampler import Sample, Sampler, rates
-from taskrunner.errors import InvalidTaskPayload
 
 __all__ = [
     "DeadPage",
@@ -436,10 +436,13 @@ async def read_group(
 @attrs.frozen(kw_only=True)
 class DeadRow:
     id: str
+    task_id: str
+    """The task's id (its page is ``/groups/{group}/tasks/{task_id}``)."""
     message_id: str
     task_name: str | None
     """From the message, when it is one."""
     error: str
+    dead_at: float
     payload: str
     """The task's payload as JSON text when the message decodes, else the raw entry
     (undecodable bytes replaced); cut at :data:`PAYLOAD_SHOWN` characters."""
@@ -454,32 +457,31 @@ class DeadPage:
     """At most :data:`DEAD_SHOWN`: the oldest ones."""
 
 
-def dead_row(dead: DeadLetter) -> DeadRow:
+def dead_row(dead: DeadLetterInfo) -> DeadRow:
     """What a page shows of one dead letter (pure; never raises on a bad payload)."""
-    task_name = None
-    try:
-        message = _wire.decode_message(dead.payload)
-    except InvalidTaskPayload:
-        text = "" if dead.payload is None else dead.payload.decode("utf-8", "replace")
+    if dead.task_name is None:  # not a message: the entry as it was
+        text = "" if dead.raw is None else dead.raw.decode("utf-8", "replace")
     else:
-        task_name = message.task_name
-        text = json.dumps(message.payload, ensure_ascii=False, indent=2)
+        text = json.dumps(dead.payload, ensure_ascii=False, indent=2)
     cut = len(text) > PAYLOAD_SHOWN
     return DeadRow(
         id=dead.id,
+        task_id=dead.task_id,
         message_id=dead.message_id,
-        task_name=task_name,
-        error=dead.error,
+        task_name=dead.task_name,
+        error=dead.reason,
+        dead_at=dead.dead_at,
         payload=text[:PAYLOAD_SHOWN],
         cut=cut,
     )
 
 
 async def read_dead(backend: Backend, group: str) -> DeadPage:
-    """The oldest :data:`DEAD_SHOWN` dead letters of ``group``'s stream.
+    """The oldest :data:`DEAD_SHOWN` dead letters of ``group``'s stream (its backend's
+    own queue's).
 
     Raises:
         BackendError: the store could not be read.
     """
-    letters = await backend.dead_letters(group, DEAD_SHOWN)
+    letters = await _features.dead_letters(backend, group, DEAD_SHOWN)
     return DeadPage(group=group, letters=tuple(dead_row(d) for d in letters), shown=len(letters))

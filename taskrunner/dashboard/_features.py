@@ -2,33 +2,32 @@
 on: task lookup and cancel, dead-letter replay and purge (issue 14), schedules
 (issue 15), pauses (issue 18).
 
-Theory of operation. Those features live in :mod:`taskrunner.admin`. Schedules
-and pauses are called directly (every :class:`~taskrunner.backends.Backend`
-has them). Task lookup, cancel, replay and purge come with issue 14: until it
-is part of taskrunner, each of those functions looks its API up when called
-and raises :class:`Unavailable` (one line naming what is missing), so the
-pages say "not available here" instead of failing. What each returns is a
-frozen value the pages render and the ``/api/`` twins serve.
+Theory of operation. Those features live in :mod:`taskrunner.admin`, which works
+with a backend and a group name alone (no runner), and every
+:class:`~taskrunner.backends.Backend` implements what they need; each function
+here is one typed call to it, turning what it returns into the frozen value the
+pages render and the ``/api/`` twins serve where they need one (:class:`TaskView`:
+the result and payload as JSON text). Keeping the calls here means a change of
+those APIs is a change to this module alone.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from taskrunner import admin
-from taskrunner.admin import ScheduleRow
+from taskrunner import TaskInfo, TaskState, admin
+from taskrunner.admin import DeadLetterInfo, ScheduleRow
 from taskrunner.backends import Backend, Paused
 
 __all__ = [
     "ScheduleRow",
     "TaskView",
-    "Unavailable",
     "cancel_task",
-    "has_admin",
+    "dead_letters",
     "pause_queue",
     "pause_task",
     "paused",
@@ -38,19 +37,8 @@ __all__ = [
     "replay_dead",
     "resume_queue",
     "resume_task",
+    "task_view",
 ]
-
-
-class Unavailable(Exception):
-    """A feature this taskrunner or this backend does not have (the message says which)."""
-
-
-def _admin(name: str, feature: str) -> Callable[..., Any]:
-    found = getattr(admin, name, None)
-    if found is None:
-        raise Unavailable(f"{feature} is not available: taskrunner.admin has no {name}()")
-    fn: Callable[..., Any] = found
-    return fn
 
 
 def _json_text(value: Any) -> str | None:
@@ -64,9 +52,12 @@ def _json_text(value: Any) -> str | None:
 class TaskView:
     id: str
     state: str
+    """A :class:`~taskrunner.TaskState` value: ``queued``, ``scheduled``, ``running``,
+    ``succeeded``, ``failed`` or ``cancelled``."""
     task_name: str | None
     attempts: int
     error: str | None
+    """``Type: message`` of a failed task's error."""
     result: str | None
     """JSON text of the kept result."""
     payload: str | None
@@ -81,24 +72,14 @@ class TaskView:
     """Queued, scheduled or running: a cancel can still stop it."""
 
 
-DONE_STATES = frozenset({"succeeded", "failed", "cancelled"})
+DONE_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 
 
-async def read_task(backend: Backend, group: str, task_id: str) -> TaskView | None:
-    """Task ``task_id`` of ``group`` (``admin.get_task``); ``None`` when unknown.
-
-    Raises:
-        Unavailable: no task lookup here.
-        BackendError: the store could not be read.
-    """
-    get_task = _admin("get_task", "task lookup")
-    info = await get_task(backend, group, task_id)
-    if info is None:
-        return None
-    state = str(getattr(info.state, "value", info.state))
+def task_view(info: TaskInfo) -> TaskView:
+    """What the task page shows of ``info`` (pure)."""
     return TaskView(
         id=info.id,
-        state=state,
+        state=info.state.value,
         task_name=info.task_name,
         attempts=info.attempts,
         error=None if info.error is None else str(info.error),
@@ -110,48 +91,67 @@ async def read_task(backend: Backend, group: str, task_id: str) -> TaskView | No
         run_at=info.run_at,
         consumer=info.consumer,
         cancelling=info.cancelling,
-        cancellable=state not in DONE_STATES,
+        cancellable=info.state not in DONE_STATES,
     )
 
 
-async def cancel_task(backend: Backend, group: str, task_id: str) -> bool:
-    """Cancel ``task_id`` (``admin.cancel``): ``False`` when done or unknown.
+async def read_task(backend: Backend, group: str, task_id: str) -> TaskView | None:
+    """Task ``task_id`` of ``group`` (``admin.get_task``); ``None`` when unknown (or
+    done without a kept result).
 
     Raises:
-        Unavailable: no cancel here.
+        BackendError: the store could not be read.
     """
-    cancel = _admin("cancel", "cancel")
-    done: bool = await cancel(backend, group, task_id)
-    return done
+    info = await admin.get_task(backend, group, task_id)
+    return None if info is None else task_view(info)
+
+
+async def cancel_task(backend: Backend, group: str, task_id: str) -> bool:
+    """Cancel ``task_id`` wherever it is (``admin.cancel``): ``False`` when it is done
+    or unknown.
+
+    Raises:
+        BackendError: the store could not be reached.
+    """
+    return await admin.cancel(backend, group, task_id)
 
 
 # Dead letters (issue 14) --------------------------------------------------------
 
 
-async def replay_dead(backend: Backend, group: str, ids: Sequence[str] | None) -> int:
-    """Replay the dead letters ``ids``, or all (``None``); how many were dispatched again.
+async def dead_letters(backend: Backend, group: str, count: int) -> list[DeadLetterInfo]:
+    """The oldest ``count`` dead letters of ``group``'s stream (``admin.dead_letters``).
 
     Raises:
-        Unavailable: no replay here.
+        BackendError: the store could not be read.
+    """
+    return await admin.dead_letters(backend, group, count=count)
+
+
+async def replay_dead(backend: Backend, group: str, ids: Sequence[str] | None) -> int:
+    """Replay the dead letters ``ids``, or all (``None``); how many were dispatched
+    again (one that is gone, whose unique task is queued or running, or that has no
+    payload is not).
+
+    Raises:
+        BackendError: the store could not be reached (some may have been replayed).
     """
     if ids is None:
-        replay_all = _admin("replay_all_dead_letters", "dead-letter replay")
-        results = await replay_all(backend, group, confirm=True)
+        results = await admin.replay_all_dead_letters(backend, group, confirm=True)
     else:
-        replay = _admin("replay_dead_letters", "dead-letter replay")
-        results = await replay(backend, group, list(ids))
-    return sum(1 for r in results if r.entry_id is not None)
+        results = await admin.replay_dead_letters(backend, group, list(ids))
+    return sum(1 for r in results if r.replayed)
 
 
 async def purge_dead(backend: Backend, group: str, ids: Sequence[str] | None) -> int:
     """Delete the dead letters ``ids``, or all (``None``); how many were deleted.
 
     Raises:
-        Unavailable: no purge here.
+        BackendError: the store could not be reached.
     """
-    purge = _admin("purge_dead_letters", "dead-letter purge")
-    count: int = await purge(backend, group, None if ids is None else list(ids), confirm=True)
-    return count
+    return await admin.purge_dead_letters(
+        backend, group, None if ids is None else list(ids), confirm=True
+    )
 
 
 # Schedules (issue 15) -----------------------------------------------------------
@@ -219,8 +219,3 @@ async def resume_task(backend: Backend, group: str, task: str) -> bool:
         BackendError: the store could not be reached.
     """
     return await admin.resume(backend, group, task=task)
-
-
-def has_admin(name: str) -> bool:
-    """Whether :mod:`taskrunner.admin` has ``name`` (so a page offers its action)."""
-    return getattr(admin, name, None) is not None
