@@ -11,9 +11,9 @@ published tuning capacity, the task catalog, the paused set, and the first 100
 dead letters. Nothing reads a stream's entries but the dead letters'.
 
 The history (charts, the tuner's capacity) is the :class:`~._sampler.Sampler`'s:
-the store keeps none. Features that come with other issues (task lookup and
-cancel, dead-letter replay and purge, schedules, pauses) are read in
-:mod:`._features`, the one module that calls their APIs.
+the store keeps none. What :mod:`taskrunner.admin` offers (task lookup and
+cancel, dead letters, replay and purge, schedules, pauses) is called in
+:mod:`._features`, the one module of those calls.
 
 An *instance* of a group is a host that publishes in the group's task catalog
 (every serving Python runner does, from its start) or has a consumer in the
