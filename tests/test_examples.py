@@ -63,6 +63,14 @@ DOCS_DIR = EXAMPLES.parent / "docs"
 RUN_TIMEOUT = 30
 
 EXPECTED: dict[str, list[str]] = {
+    "dashboard_mount.py": [
+        "home: the shop",
+        "groups: ['shop']",
+        "instance web-1: leader True, serves send_receipt",
+        "task send_receipt: 3 runs",
+        "group page: HTTP 200, links under the mount: True",
+        "a POST to an action while read-only: 403",
+    ],
     "results_and_cancel.py": [
         "resize: thumbs/7.png at 128 px",
         "get_task: succeeded, 1 attempt(s), result {'path': 'thumbs/7.png', 'width': 128}",

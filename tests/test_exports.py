@@ -170,6 +170,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "taskrunner.prometheus": {"DURATION_BUCKETS", "RunnerCollector", "Snapshot", "serve_metrics"},
     "taskrunner.cli": {"main"},
+    "taskrunner.dashboard": {"TOKEN_ENV", "Sampler", "create_app", "redact_url"},
     "taskrunner.otel": {"OUTCOME", "instrument"},
 }
 """Every public module, and its public names."""
@@ -220,6 +221,7 @@ PACKAGES = [
     "taskrunner",
     "taskrunner.backends",
     "taskrunner.backends.redis",
+    "taskrunner.dashboard",
     "taskrunner.producer",
     "taskrunner.testing",
 ]

@@ -119,6 +119,31 @@ def test_a_command_that_needs_rich_names_the_extra(
     )
 
 
+DASHBOARD = ("starlette", "hypercorn", "jinja2")
+
+
+def test_import_taskrunner_imports_none_of_the_dashboard_extra() -> None:
+    code = (
+        "import sys, taskrunner, taskrunner.cli, taskrunner.admin; "
+        f"print([m for m in {DASHBOARD!r} if m in sys.modules])"
+    )
+    result = run(None, [sys.executable, "-c", code])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("module", DASHBOARD)
+def test_the_dashboard_names_its_extra(module: str) -> None:
+    result = run(None, without((module,), "dashboard", "--url", "redis://127.0.0.1:1/0"))
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line == (
+        f"taskrunner dashboard: error: {module} is not installed; it comes with the "
+        "'dashboard' extra: python -m pip install 'trio-taskrunner[dashboard]'"
+    )
+
+
 def test_metrics_port_names_the_prometheus_extra(redis_url: str) -> None:
     env = app_env(redis_url, "extras-metrics")
     result = run(env, without(OPTIONAL, "worker", "cli_app:runner", "--metrics-port", "9999"))

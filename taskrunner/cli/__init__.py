@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 from taskrunner import __version__
 from taskrunner.cli import (
+    dashboard,
     dead,
     demo,
     dispatch,
@@ -65,6 +66,7 @@ COMMANDS: tuple[Command, ...] = (
     keys.COMMAND,
     schedules.COMMAND,
     flush.COMMAND,
+    dashboard.COMMAND,
 )
 
 
