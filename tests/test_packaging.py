@@ -56,8 +56,8 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: tuple[zipfile.ZipFile,
     assert "taskrunner/dashboard/static/live.js" in expected
     assert {p for p in expected if p.endswith(".lua")}, "no Lua scripts found in the sources"
     assert expected - names == set()
-    assert "trio_taskrunner-0.1.0.dist-info/licenses/LICENSE" in names
-    assert {n.split("/")[0] for n in names} == {"taskrunner", "trio_taskrunner-0.1.0.dist-info"}
+    assert "trio_taskrunner-0.2.0.dist-info/licenses/LICENSE" in names
+    assert {n.split("/")[0] for n in names} == {"taskrunner", "trio_taskrunner-0.2.0.dist-info"}
 
 
 def test_the_metadata_is_complete(wheel: tuple[zipfile.ZipFile, str]) -> None:
