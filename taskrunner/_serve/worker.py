@@ -90,6 +90,7 @@ from taskrunner._inflight import InFlight
 from taskrunner._middleware import CallNext, Middleware, run_chain
 from taskrunner._poison import delivery_limit
 from taskrunner._serve import fetcher
+from taskrunner._serve.crew import Crew, Slot
 from taskrunner._serve.fetcher import FetcherContext
 from taskrunner._serve.gate import NO_HOLD, Gate, Hold
 from taskrunner._serve.outcome import Outcomes, brief, dispatched_at
@@ -218,8 +219,9 @@ class Worker:
     def counters(self) -> Any:
         return self.outcomes.counters
 
-    async def execute(self, entry: QueueEntry, consumer: str) -> None:
-        """Run one message; frees its pool slot when done, whatever happens.
+    async def execute(self, entry: QueueEntry, consumer: str, slot: Slot) -> None:
+        """Run one message in ``slot``; frees its pool slot when done, whatever happens,
+        unless it leaves its ending to the slot (stopped: see :mod:`taskrunner._serve.crew`).
 
         Never raises but for cancellation: one entry must not stop ``serve``.
         """
@@ -234,7 +236,7 @@ class Worker:
             if isinstance(prepared, _Refused):
                 await self._refuse(prepared)
             else:
-                await self._run(entry, consumer, *prepared)
+                await self._run(entry, consumer, slot, *prepared)
         except Exception:
             # Only a bug gets here (ours, or an exception whose str() raises...).
             # The entry stays pending and comes back after reclaim_delay, past its
@@ -243,7 +245,8 @@ class Worker:
                 "unexpected error while handling message %s; leaving it pending", entry.id
             )
         finally:
-            self._pool.release()
+            if slot.ending is None:
+                self._pool.release()
 
     # Step 2: prepare -------------------------------------------------------------
     # (Synchronous, as the run is: every coroutine layer on the hot path costs.)
@@ -278,7 +281,13 @@ class Worker:
 
     # Step 3: run -------------------------------------------------------------------
     async def _run(
-        self, entry: QueueEntry, consumer: str, task: Task, message: TaskMessage, payload: Any
+        self,
+        entry: QueueEntry,
+        consumer: str,
+        slot: Slot,
+        task: Task,
+        message: TaskMessage,
+        payload: Any,
     ) -> None:
         hold = NO_HOLD
         if task.limited or self._gate.pausing:
@@ -296,9 +305,8 @@ class Worker:
         keep = extras.keep_result if extras is not None else None
         if keep is None:
             keep = task.keep_result
-        # A run gets a cancel scope when it has a deadline (TaskRunner.cancel then
-        # interrupts it through it too): entering one costs about a third of the
-        # in-memory throughput of no-op tasks, too much for runs that do not need one.
+        # TaskRunner.cancel cancels the slot's long-lived scope (see _serve.crew); a
+        # timeout gets a scope of its own, with its deadline.
         scope = None if timeout is None else trio.CancelScope(deadline=started + timeout)
         deadline = math.inf if timeout is None else started + timeout
         self._inflight.add(
@@ -307,7 +315,7 @@ class Worker:
             task.reservation,
             started,
             deadline=deadline,
-            scope=scope,
+            slot=slot,
             queue=entry.queue,
             hold=hold.slot,
         )
@@ -327,24 +335,41 @@ class Worker:
                         value = await task.action(payload)
                     else:
                         value = await self._call(entry, task, message, payload, deadline, thread)
-                if scope.cancelled_caught and not self._inflight.stop_requested(
-                    entry.id, queue=entry.queue
-                ):
-                    # The deadline, or TaskRunner.cancel (a stop request, said above),
-                    # cancels a run's scope.
+                if scope.cancelled_caught:
                     assert timeout is not None
                     error = TaskTimeout(task.name, entry.id, timeout)
         except Exception as exc:
             error = exc
         finally:
-            if thread is None:
+            if slot.stopped:
+                # Stopped (only a stop request cancels the slot's scope, and only while
+                # its entry runs): the rest of the run awaits, so it waits until the
+                # worker has left the spent scope.
+                if thread is not None:
+                    self._inflight.settle(entry.id, queue=entry.queue)
+                slot.ending = partial(
+                    self._stopped,
+                    entry,
+                    task,
+                    message,
+                    thread,
+                    _Ending(keep, begun, None, True),
+                    hold,
+                    started,
+                )
+            elif thread is None:
                 stopped = self._inflight.remove(entry.id, queue=entry.queue)
                 if hold is not NO_HOLD:  # the run's end: its slot given back
                     await self._gate.release(hold)
-            elapsed = trio.current_time() - started
-            self._timings.record(task.name, elapsed)
-            if self.observers:
-                self._notify(task.name, elapsed, error is None)
+            else:  # its outcome is decided now: no stop interrupts what follows
+                self._inflight.settle(entry.id, queue=entry.queue)
+            if slot.ending is None:
+                elapsed = trio.current_time() - started
+                self._timings.record(task.name, elapsed)
+                if self.observers:
+                    self._notify(task.name, elapsed, error is None)
+        if slot.ending is not None:
+            return
         if error is None and thread is None and not stopped:
             if keep is None:
                 self.outcomes.done(entry.id, message, entry.queue)  # step 4, the hot path's outcome
@@ -368,6 +393,38 @@ class Worker:
         )
 
     # Step 4: the outcome -------------------------------------------------------------
+    async def _stopped(
+        self,
+        entry: QueueEntry,
+        task: Task,
+        message: TaskMessage,
+        thread: _Thread | None,
+        ending: _Ending,
+        hold: Hold,
+        started: float,
+    ) -> None:
+        """The end of a run stopped by ``TaskRunner.cancel`` (awaited outside the worker's
+        spent scope): acked as cancelled; a thread, which runs on, keeps the run's pool
+        and concurrency slots until it returns."""
+        try:
+            self.outcomes.cancelled(entry, message, ending.keep, ending.started_at)
+            elapsed = trio.current_time() - started
+            self._timings.record(task.name, elapsed)
+            if self.observers:
+                self._notify(task.name, elapsed, False)
+            if thread is not None and not thread.returned:
+                log.info(
+                    "task %s (message %s) was cancelled in a thread that is still running: "
+                    "its pool slot frees when it returns",
+                    task.name,
+                    entry.id,
+                )
+                await thread.done.wait()
+        finally:
+            self._inflight.remove(entry.id, queue=entry.queue)
+            if hold is not NO_HOLD:
+                await self._gate.release(hold)
+
     async def _outcome(
         self,
         entry: QueueEntry,
@@ -552,12 +609,14 @@ async def run(
             starts, and again to report it).
     """
     async with trio.open_nursery() as workers:
+        crew = Crew(fetching.execute, workers, fetching.pool)
         async with trio.open_nursery() as fetchers:
             for fetcher_id in range(1, fetching.config.num_fetchers + 1):
-                await fetchers.start(fetcher.run, fetching, workers, fetcher_id)
+                await fetchers.start(fetcher.run, fetching, crew.start, fetcher_id)
             task_status.started(workers.cancel_scope)
             await stop.wait()
             fetchers.cancel_scope.cancel()
+        crew.close()
         seconds = grace()
         running = fetching.pool.in_use
         if running:
