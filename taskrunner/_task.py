@@ -13,11 +13,11 @@ from typing import Any
 
 import attrs
 
-from taskrunner._action import ActionShape, action_shape
 from taskrunner._codec import ExtraKeys, payload_type_of, result_type_of
 from taskrunner._config import is_utf8_text, queue_name_problem
-from taskrunner._limits import RateLimit
-from taskrunner._retry import DEFAULT_BACKOFF, Backoff
+from taskrunner._execution.action import ActionShape, action_shape
+from taskrunner._execution.retry import DEFAULT_BACKOFF, Backoff
+from taskrunner._flow.limits import RateLimit
 from taskrunner._wire import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
 

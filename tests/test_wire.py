@@ -22,10 +22,10 @@ import trio.testing
 from _fleet import make_runner, serving, wait_until
 
 from taskrunner import InvalidTaskPayload, InvalidTaskResult, Task, TaskMessage, _wire
-from taskrunner._schedule import build_move
+from taskrunner._fleet.stats import compute_stats
+from taskrunner._fleet.timings import TimingRecorder
+from taskrunner._schedules.delayed import build_move
 from taskrunner._serve import bulk_writer
-from taskrunner._stats import compute_stats
-from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (
     MAX_MESSAGE_BYTES,
     DelayedTask,

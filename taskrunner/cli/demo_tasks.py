@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 import trio
 
+from taskrunner._fleet.stats import Stats
 from taskrunner._runner import TaskRunner
-from taskrunner._stats import Stats
 from taskrunner._task import Task
 from taskrunner.errors import TaskAlreadyDispatched
 

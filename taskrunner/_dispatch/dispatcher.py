@@ -7,7 +7,7 @@ Everything that can be refused (unknown task, payload that does not encode or
 does not fit the typed payload, a bad delay) is refused before anything is
 queued. A unique task's lock is taken before its message is added and given
 back if the add certainly did not happen. The decisions are the pure rules of
-:mod:`taskrunner._enqueue`, which the producers (``taskrunner.producer``)
+:mod:`taskrunner._dispatch.enqueue`, which the producers (``taskrunner.producer``)
 follow too; this class is their trio shell over a backend. Every dispatch
 returns a :class:`~taskrunner.TaskHandle`: the stream id of the entry added,
 or the id of the delayed member (indexed under it, so it can be looked up and
@@ -34,7 +34,7 @@ import trio
 from taskrunner import _wire
 from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder, queue_name_problem
-from taskrunner._enqueue import (
+from taskrunner._dispatch.enqueue import (
     Enqueue,
     LockRequest,
     delay_seconds,
@@ -43,10 +43,10 @@ from taskrunner._enqueue import (
     give_back_lock,
     unix_seconds,
 )
-from taskrunner._handle import TaskHandle
+from taskrunner._dispatch.handle import TaskHandle
+from taskrunner._dispatch.tracker import Tracker
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
-from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
@@ -105,7 +105,7 @@ class Dispatcher:
     def _plain(self, task: Task, payload: Any) -> bytes:
         """The message of a plain (not unique, not traced) dispatch of ``task``: one
         encoder per task, so only the payload is encoded per call (the bytes of
-        :func:`~taskrunner._enqueue.enqueue`)."""
+        :func:`~taskrunner._dispatch.enqueue.enqueue`)."""
         cached = self._encoders.get(task.name)
         if cached is None or cached[0] is not task:  # first use, or registered anew
             cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))

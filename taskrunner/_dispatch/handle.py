@@ -1,7 +1,7 @@
 """Tasks by id: the handle ``dispatch`` returns, and what ``get_task`` reports.
 
 Theory of operation. A :class:`TaskHandle` is a task id and the part of the
-runner that can follow it (:class:`taskrunner._tracker.Tracker`): its
+runner that can follow it (:class:`taskrunner._dispatch.tracker.Tracker`): its
 ``result`` waits for the task's kept result, its ``cancel`` cancels it. A
 :class:`TaskInfo` is what :func:`task_info` makes of the backend's snapshot of
 a task (:class:`~taskrunner.backends.TaskSnapshot`): a pure function, so the
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from taskrunner import _wire
-from taskrunner._guards import require_trio
+from taskrunner._dispatch.guards import require_trio
 from taskrunner._wire import TaskState
 from taskrunner.backends import TaskSnapshot
 from taskrunner.errors import InvalidTaskPayload
 
 if TYPE_CHECKING:
-    from taskrunner._tracker import Tracker
+    from taskrunner._dispatch.tracker import Tracker
 
 __all__ = ["TaskError", "TaskHandle", "TaskInfo", "task_info"]
 
