@@ -119,7 +119,7 @@ class Dispatcher:
         return enqueue(
             task,
             wire_payload,
-            unique_key=_wire.unique_key_for(task, payload),
+            unique_key=task.message_unique_key(payload),
             token=uuid.uuid4().hex,
             trace=trace,
         )
@@ -268,7 +268,7 @@ class Dispatcher:
             run_at,
             id=delayed_id,
             # Computed now, on the payload as given: the scheduler only has its JSON.
-            unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            unique_key=task.message_unique_key(payload) if task.unique else None,
             # The default queue's member has no field: it is what it always was.
             queue=None if queue == self._backend.stream_keys(group).queue else queue,
             dispatched_at=self._backend.now(),
