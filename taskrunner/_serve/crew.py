@@ -17,7 +17,7 @@ the queue is empty, then waits idle; a worker idle while more are alive than
 the pool's capacity leaves (after the pool shrank), and after
 :meth:`Crew.close` every idle worker leaves, so the workers nursery drains.
 
-A stopped run (:meth:`InFlight.stop <taskrunner._inflight.InFlight.stop>`
+A stopped run (:meth:`InFlight.stop <taskrunner._execution.inflight.InFlight.stop>`
 cancels the scope of its slot) leaves its ending in :attr:`Slot.ending`
 (an await inside a cancelled scope would be cancelled too); the worker
 awaits it once outside the spent scope, and frees the run's pool slot then.
@@ -54,7 +54,7 @@ class Slot:
 
     def stop(self) -> None:
         """Stop the run in this slot (:meth:`InFlight.stop
-        <taskrunner._inflight.InFlight.stop>`)."""
+        <taskrunner._execution.inflight.InFlight.stop>`)."""
         self.stopped = True
         self.scope.cancel()
 
