@@ -247,7 +247,7 @@ async def test_a_thread_past_its_timeout_keeps_its_concurrency_slot_until_it_ret
         await wait_until(lambda: runner.statistics().dead_lettered == 1, limit=THREAD_TIMEOUT * 2)
         assert running == ["first"], "past its timeout, the thread still runs"
         await trio.sleep(60)  # a dozen reservation timeouts: the slot's lease is renewed
-        assert running == ["first"], "a second run started beside the thread"
+        assert most == [1], "a second run started beside the thread"
         assert runner.statistics().parked + runner.statistics().deferred >= 1
         release.set()
         await wait_until(lambda: runner.statistics().completed == 1, limit=THREAD_TIMEOUT)
