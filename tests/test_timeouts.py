@@ -242,8 +242,9 @@ async def test_a_thread_past_its_timeout_keeps_its_concurrency_slot_until_it_ret
             running.remove(payload)
 
     await runner.dispatch("limited", "first")
-    await runner.dispatch("limited", "second")
     async with serving(runner):
+        await wait_until(lambda: running == ["first"])
+        await runner.dispatch("limited", "second")
         await wait_until(lambda: runner.statistics().dead_lettered == 1, limit=THREAD_TIMEOUT * 2)
         assert running == ["first"], "past its timeout, the thread still runs"
         await trio.sleep(60)  # a dozen reservation timeouts: the slot's lease is renewed
