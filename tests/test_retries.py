@@ -304,7 +304,8 @@ async def test_a_dead_letter_names_the_task_id_after_retries_through_the_delayed
     handle = await runner.dispatch("always_fails")
     async with serving(runner):
         await wait_until(lambda: runner.statistics().dead_lettered == 1)
-    assert len(entries) == 3 and entries[0] == handle.id
+    assert len(entries) == 3
+    assert entries[0] == handle.id
     (dead,) = await backend.dead_letters("g")
     assert dead.message_id == entries[-1] != handle.id, "the last entry's id"
     assert dead.task_id == handle.id, "the task's first id"
