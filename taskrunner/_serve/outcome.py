@@ -360,4 +360,5 @@ class Outcomes:
             error,
             started_at,
             queue=delivery.queue,
+            raw=delivery.raw,
         )
