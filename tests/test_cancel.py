@@ -8,6 +8,7 @@ each runner on a connection of its own, in real time with short timings.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import uuid
@@ -299,6 +300,39 @@ async def test_a_thread_cancelled_is_recorded_cancelled_and_keeps_its_slot_until
         await handle.result(timeout=1)  # the thread's return was discarded
     assert runner.statistics().cancelled == 1
     assert runner.statistics().completed == 1
+
+
+async def test_a_queued_task_whose_message_does_not_say_it_keeps_results_is_recorded(
+    env: Env, env_clock: trio.testing.MockClock | None
+) -> None:
+    """Issue 24: a producer that is not strict writes no ``keep_result`` (it does not
+    know it); cancelled while queued, its task is recorded ``CANCELLED`` all the same,
+    for as long as the catalog says its task keeps results."""
+    runner = env.runner(num_workers=1)
+    started: list[str] = []
+
+    @runner.task(name="busy")
+    async def busy(payload: None) -> None:
+        started.append("busy")
+        await trio.sleep(3600)
+
+    @runner.task(name="remind", keep_result=60)
+    async def remind(payload: int) -> None:
+        started.append(f"remind {payload}")
+
+    async with serving(runner):
+        blocker = await runner.dispatch("busy")
+        await env.wait_until(lambda: started == ["busy"])  # the pool of one is taken
+        raw = json.dumps({"task_name": "remind", "payload": 9}).encode()
+        (entry_id,) = await env.store.add(env.group, [raw])  # as a plain producer writes it
+        assert await runner.cancel(entry_id) is True
+        info = await runner.get_task(entry_id)
+        assert info is not None
+        assert info.state is TaskState.CANCELLED, "recorded from the catalog's keep_result"
+        assert await env.store.wait_result(env.group, entry_id, 1.0) is not None, "a waiter wakes"
+        assert await runner.cancel(blocker.id) is True
+        await trio.sleep(2)
+    assert started == ["busy"], "the cancelled task never ran"
 
 
 async def test_a_task_cancelled_the_instant_a_fetcher_read_it_is_stopped(

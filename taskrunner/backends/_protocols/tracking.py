@@ -90,6 +90,7 @@ def track_keys(stream: str, group: str, task_id: str) -> list[str]:
         stream,
         _keys.cancelled(group),
         _keys.notify(group, task_id),
+        _keys.catalog(group),
     ]
 
 

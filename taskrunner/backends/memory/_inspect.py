@@ -36,6 +36,9 @@ from taskrunner.backends.memory._tracking import MemoryTracking
 class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
+    # A cancel reads the catalog this class holds (MemoryTracking's own says nothing).
+    catalog_keep_result = MemoryCatalog.catalog_keep_result
+
     async def ping(self) -> float:
         start = trio.current_time()
         await trio.lowlevel.checkpoint()
