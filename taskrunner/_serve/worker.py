@@ -1,8 +1,10 @@
-"""The workers: one trio task per message, each running one attempt of its task.
+"""The workers: each message run as one attempt of its task, by a worker of the crew.
 
 :func:`run` is the workers nursery of ``serve``: it starts the fetchers inside
-it (:mod:`taskrunner._serve.fetcher`), each of which starts
-:meth:`Worker.execute` once per message it read, in this nursery, so the pool
+it (:mod:`taskrunner._serve.fetcher`), each of which hands every message it
+read to the crew (:mod:`taskrunner._serve.crew`), whose long-lived worker
+tasks run :meth:`Worker.execute` once per message, each in its worker's
+cancel scope (a :class:`~taskrunner._serve.crew.Slot`), so the pool
 (:mod:`taskrunner._serve.pool`) bounds how many run at once. Once stopped,
 the fetchers are cancelled at once and the running tasks get the grace to
 finish; the nursery drains before the services around it stop.
@@ -18,10 +20,9 @@ Running one message is four steps, one method each:
    rate limit or while something is paused (two flags: no await otherwise),
    the gate (:mod:`taskrunner._serve.gate`) admits the run, or parks or
    defers it (it runs later, and this delivery is not an attempt); then the
-   attempt, in a cancel scope of its own
-   whose deadline is the task's ``timeout`` when it has one (registered in
-   :class:`~taskrunner._execution.inflight.InFlight` by message id; a run without a
-   timeout has none, which keeps the hot path cheap): the middlewares, if any,
+   attempt, registered in :class:`~taskrunner._execution.inflight.InFlight` by
+   message id with its slot (what a cancel stops), in a cancel scope of its own
+   whose deadline is the task's ``timeout`` when it has one: the middlewares, if any,
    around the action, given a :class:`~taskrunner.TaskContext` if it takes
    one; a plain ``def`` action in a worker thread. With no middleware and no
    context the action is awaited directly, so the hot path builds nothing
@@ -34,13 +35,15 @@ theirs; it is acked for this group only (see :mod:`taskrunner._serve.sharing`).
 Cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
 
 Cancelled by ``TaskRunner.cancel`` (the canceller, :mod:`taskrunner._serve.canceller`,
-marks the run in :class:`~taskrunner._execution.inflight.InFlight` and cancels its scope):
-the run is acked as cancelled, never retried, its lock released, and recorded
-as cancelled when its task keeps results; so is a run that failed, or returned,
-once asked to stop. A run has a scope to cancel when it has a deadline (a
-``timeout``); a run without one (entering a scope per run costs too much for
-the hot path) and a thread are not interrupted: they run to their end, and
-their outcome is discarded. A
+marks the run in :class:`~taskrunner._execution.inflight.InFlight` and stops its
+slot, which cancels the worker's scope): every async run is interrupted, with
+or without a timeout. The cancellation leaves the run inside a spent scope,
+where any await would be cancelled too, so the rest of the run is left to the
+slot (:meth:`Worker._stopped`, awaited once the worker left that scope): the
+run is acked as cancelled, never retried, its lock released, and recorded as
+cancelled when its task keeps results. A thread is not interrupted: its run is
+acked as cancelled at once, and it keeps its pool slot (and concurrency slot)
+until it returns; its outcome is discarded. A
 redelivered entry is checked for a stop request before anything else (it may
 have been cancelled while its worker was dead).
 
