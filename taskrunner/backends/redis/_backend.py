@@ -21,6 +21,7 @@ from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._replicas import RedisReplicas
 from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._sentinel import SentinelRedisClient
 from taskrunner.backends.redis._sentinel_config import SentinelConfig, is_sentinel_url
@@ -29,7 +30,13 @@ from taskrunner.backends.redis._tracking import RedisTracking
 
 
 class RedisBackend(
-    RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSchedules, RedisTracking
+    RedisInspection,
+    RedisDefer,
+    RedisFlow,
+    RedisCatalog,
+    RedisSchedules,
+    RedisTracking,
+    RedisReplicas,
 ):
     """Queue, shared state, deferral through the delayed set, flow control, task
     catalog, periodic schedules and task tracking on Redis (>= 6.2; 7+

@@ -1,0 +1,42 @@
+"""``min_replicas`` on Redis: ``XADD`` then ``WAIT`` in one pipeline, on one connection.
+
+``WAIT n timeout`` blocks the connection until ``n`` replicas acknowledged every
+write it sent before, so it must share the ``XADD``'s connection: a pipeline
+goes out in one write on one connection (the native client's shared connection,
+redis-py's pipeline). Commands of other callers queued behind it on that
+connection wait too (a replica round trip, or ``timeout`` when replicas are
+missing): the price of the guarantee, paid only when ``min_replicas`` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from taskrunner.errors import NotReplicated
+
+from ._queue import _PAYLOAD, ADD_CHUNK, RedisQueue, _text
+
+
+class RedisReplicas(RedisQueue):
+    """:class:`~taskrunner.backends._replication.ReplicatedAdd` on the stream."""
+
+    async def add_replicated(
+        self,
+        group: str,
+        payloads: Sequence[bytes],
+        *,
+        queue: str | None = None,
+        replicas: int,
+        wait_timeout: float,
+    ) -> list[str]:
+        stream = self._stream(group, queue)
+        wait = ("WAIT", replicas, max(1, round(wait_timeout * 1000)))
+        ids: list[str] = []
+        for start in range(0, len(payloads), ADD_CHUNK):
+            chunk = payloads[start : start + ADD_CHUNK]
+            commands = [("XADD", stream, "*", _PAYLOAD, p) for p in chunk]
+            *added, confirmed = await self._client.pipeline([*commands, wait])
+            ids.extend(_text(reply) for reply in added)
+            if int(confirmed) < replicas:
+                raise NotReplicated(replicas, int(confirmed), wait_timeout)
+        return ids
