@@ -109,7 +109,11 @@ def test_is_sentinel_url() -> None:
     ("channel", "data", "expected"),
     [
         (b"+try-failover", b"master mymaster 127.0.0.1 6379", EventKind.START),
-        (b"+selected-slave", b"slave 1.2.3.4:6380 1.2.3.4 6380 @ mymaster 1.2.3.4 6379", EventKind.START),
+        (
+            b"+selected-slave",
+            b"slave 1.2.3.4:6380 1.2.3.4 6380 @ mymaster 1.2.3.4 6379",
+            EventKind.START,
+        ),
         (b"+promoted-slave", b"slave h:1 h 1 @ mymaster h 2", EventKind.START),
         (b"-failover-abort-not-elected", b"master mymaster 127.0.0.1 6379", EventKind.ABORT),
         (b"+failover-end-for-timeout", b"master mymaster h 1", EventKind.ABORT),

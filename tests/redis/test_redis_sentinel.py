@@ -1,0 +1,288 @@
+"""The Sentinel client (issue 26): on a real deployment, and against a scripted sentinel.
+
+The deployment (``taskrunner.testing.SentinelDeployment``: a primary, two
+replicas, three sentinels on loopback ports) is shared by the module's
+read-mostly tests; the ones that fail it over start their own. The scripted
+sentinel (:class:`FakeSentinel`, a few lines of trio) names whichever server a
+test wants and publishes the events it wants, when it wants: that is how the
+ROLE check, READONLY, the hold and its bound are tested exactly, on real
+data servers.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import hiredis
+import pytest
+import trio
+
+from taskrunner.backends.redis import RedisBackend
+from taskrunner.backends.redis._config import ConnectionConfig
+from taskrunner.backends.redis._errors import RedisConnectionError
+from taskrunner.backends.redis._sentinel import SentinelRedisClient
+from taskrunner.backends.redis._sentinel_config import SentinelConfig
+from taskrunner.testing import (
+    SentinelDeployment,
+    ServerProcess,
+    contract_parametrize,
+    sync_command,
+)
+
+ServerFactory = Callable[..., ServerProcess]
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    redis_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SentinelDeployment]:
+    """A primary, two replicas and three sentinels (of the configured server kind),
+    for tests that do not fail it over."""
+    started = SentinelDeployment(redis_server.binary, tmp_path_factory.mktemp("sentinel"))
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+
+
+@contract_parametrize()
+async def test_contract_through_sentinel(check: Any, deployment: SentinelDeployment) -> None:
+    backend = RedisBackend.from_url(deployment.url(), queue=f"contract-{uuid.uuid4().hex[:8]}")
+    try:
+        await check(backend)
+    finally:
+        await backend.aclose()
+
+
+async def test_from_sentinel_reaches_the_master(deployment: SentinelDeployment) -> None:
+    backend = RedisBackend.from_sentinel(deployment.addresses, deployment.service_name, db=2)
+    async with backend:
+        await backend.client.execute("SET", "from-sentinel", "yes")
+        role = await backend.client.execute("ROLE")
+    assert role[0] == b"master"
+    assert _get(deployment.master().port, 2, "from-sentinel") == b"yes"
+
+
+def _get(port: int, db: int, key: str) -> Any:
+    """``GET key`` in database ``db``."""
+    reader = hiredis.Reader()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(hiredis.pack_command(("SELECT", db)) + hiredis.pack_command(("GET", key)))
+        replies: list[Any] = []
+        while len(replies) < 2:
+            reply = reader.gets()
+            if reply is False:
+                reader.feed(sock.recv(65536))
+            else:
+                replies.append(reply)
+    return replies[1]
+
+
+# A scripted sentinel ---------------------------------------------------------
+class FakeSentinel:
+    """Answers ``SENTINEL get-master-addr-by-name`` from :attr:`answers` (the last
+    one repeats) and publishes what :meth:`publish` is given to its subscribers."""
+
+    def __init__(self, answers: list[tuple[str, int]]) -> None:
+        self.answers = answers
+        self.asked = 0
+        self.port = 0
+        self.subscribers: list[trio.SocketStream] = []
+        self.subscribed = trio.Event()
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        reader = hiredis.Reader()
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                return
+            if not data:
+                return
+            reader.feed(data)
+            while (command := reader.gets()) is not False:
+                name = command[0].upper()
+                if name == b"SENTINEL":
+                    host, port = self.answers[min(self.asked, len(self.answers) - 1)]
+                    self.asked += 1
+                    await stream.send_all(hiredis.pack_command((host, str(port))))
+                elif name == b"SUBSCRIBE":
+                    self.subscribers.append(stream)
+                    self.subscribed.set()
+                else:
+                    await stream.send_all(b"-ERR unknown command\r\n")
+
+    async def publish(self, channel: str, data: str) -> None:
+        for stream in self.subscribers:
+            await stream.send_all(hiredis.pack_command(("message", channel, data)))
+
+
+@pytest.fixture
+async def fake_sentinel() -> AsyncIterator[Callable[..., Any]]:
+    async with trio.open_nursery() as nursery:
+
+        async def start(*answers: tuple[str, int]) -> FakeSentinel:
+            fake = FakeSentinel(list(answers))
+            await nursery.start(fake.serve)
+            return fake
+
+        yield start
+        nursery.cancel_scope.cancel()
+
+
+def client_of(fake: FakeSentinel, **options: Any) -> SentinelRedisClient:
+    config = SentinelConfig(sentinels=[("127.0.0.1", fake.port)], service_name="m", **options)
+    return SentinelRedisClient(config, ConnectionConfig())
+
+
+def address(server: ServerProcess) -> tuple[str, int]:
+    return ("127.0.0.1", server.port)
+
+
+async def test_role_check_asks_again(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any]
+) -> None:
+    master = redis_server_factory()
+    replica = redis_server_factory("--replicaof", "127.0.0.1", str(master.port))
+    fake = await fake_sentinel(address(replica), address(master))  # first the replica
+    async with client_of(fake) as client:
+        assert await client.execute("SET", "k", "on the master") == b"OK"
+        assert fake.asked == 2  # the replica said ROLE slave: asked again
+    assert sync_command(master.port, "GET", "k") == b"on the master"
+
+
+async def test_role_never_master_fails_clearly(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any]
+) -> None:
+    master = redis_server_factory()
+    replica = redis_server_factory("--replicaof", "127.0.0.1", str(master.port))
+    fake = await fake_sentinel(address(replica))
+    async with client_of(fake) as client:
+        with pytest.raises(RedisConnectionError, match=r"says ROLE slave, after 3 resolutions"):
+            await client.execute("PING")
+
+
+async def test_readonly_means_the_master_moved(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any]
+) -> None:
+    first, second = redis_server_factory(), redis_server_factory()
+    fake = await fake_sentinel(address(first))
+    async with client_of(fake) as client:
+        assert await client.execute("SET", "k", "1") == b"OK"
+        # ``REPLICAOF`` does not disconnect idle clients: the client's connection
+        # now talks to a replica, which answers writes with READONLY.
+        fake.answers = [address(second)]
+        sync_command(first.port, "REPLICAOF", "127.0.0.1", second.port)
+        assert await client.execute("SET", "k", "2") == b"OK"
+        assert client.moves == 1
+        reader = client.dedicated()
+        assert await reader.execute("INCR", "n") == 1  # dedicated connections follow too
+    assert sync_command(second.port, "GET", "k") == b"2"
+
+
+async def test_commands_wait_from_the_first_event_to_switch_master(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any]
+) -> None:
+    old, new = redis_server_factory(), redis_server_factory()
+    fake = await fake_sentinel(address(old))
+    async with client_of(fake) as client:
+        assert await client.execute("SET", "k", "old") == b"OK"
+        with trio.fail_after(5):
+            await fake.subscribed.wait()
+        await fake.publish("+try-failover", "master m 127.0.0.1 1")
+        await fake.publish("+try-failover", "master other 127.0.0.1 1")  # another master
+        await trio.sleep(0.1)
+        done = trio.Event()
+        reader = client.dedicated()
+
+        async def write() -> None:
+            assert await client.execute("SET", "k", "new") == b"OK"
+            assert await reader.execute("INCR", "n") == 1
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            await trio.sleep(0.5)
+            assert not done.is_set(), "a write went out during the failover"
+            assert sync_command(old.port, "GET", "k") == b"old"
+            fake.answers = [address(new)]  # as the sentinels would, after the switch
+            await fake.publish("+switch-master", f"m 127.0.0.1 {old.port} 127.0.0.1 {new.port}")
+            with trio.fail_after(2):
+                await done.wait()
+        assert client.moves == 1
+        # The other sentinels announce the same switch: no second move.
+        await fake.publish("+switch-master", f"m 127.0.0.1 {old.port} 127.0.0.1 {new.port}")
+        await trio.sleep(0.1)
+        assert client.moves == 1
+    assert sync_command(new.port, "GET", "k") == b"new"
+    assert sync_command(old.port, "GET", "k") == b"old"
+
+
+async def test_the_hold_is_bounded_and_an_abort_releases_it(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any]
+) -> None:
+    server = redis_server_factory()
+    fake = await fake_sentinel(address(server))
+    async with client_of(fake, failover_hold=0.5) as client:
+        await client.execute("PING")
+        with trio.fail_after(5):
+            await fake.subscribed.wait()
+        await fake.publish("+try-failover", "master m 127.0.0.1 1")
+        await trio.sleep(0.1)
+        start = trio.current_time()
+        await client.execute("SET", "k", "1")
+        waited = trio.current_time() - start
+        assert 0.3 <= waited < 1.5, waited  # no +switch-master: released at the bound
+        assert client.moves == 1  # and resolved afresh
+        await fake.publish("+selected-slave", "slave a:1 a 1 @ m 127.0.0.1 1")
+        await trio.sleep(0.1)
+        await fake.publish("-failover-abort-no-good-slave", "master m 127.0.0.1 1")
+        await trio.sleep(0.1)
+        start = trio.current_time()
+        await client.execute("SET", "k", "2")
+        assert trio.current_time() - start < 0.3  # the abort released it at once
+
+
+async def test_sentinel_failover_loses_no_acknowledged_write(
+    redis_server: ServerProcess, tmp_path: Path
+) -> None:
+    """``SENTINEL FAILOVER`` under a steady stream of writes (both server kinds run
+    this test through ``.ci/run``): every acknowledged INCR is on the new master."""
+    deployment = SentinelDeployment(redis_server.binary, tmp_path)
+    deployment.start()
+    try:
+        old = deployment.master_port()
+        async with SentinelRedisClient.from_url(deployment.url()) as client:
+            acknowledged = 0
+            gaps: list[float] = []
+            last = trio.current_time()
+            with trio.move_on_after(6) as run:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trio.to_thread.run_sync, deployment.failover)
+                    while True:
+                        await client.execute("INCR", "n")
+                        acknowledged += 1
+                        now = trio.current_time()
+                        gaps.append(now - last)
+                        last = now
+                        await trio.sleep(0.002)
+            assert run.cancelled_caught
+            new = await trio.to_thread.run_sync(deployment.wait_master_change, old)
+            assert int(await client.execute("GET", "n")) == acknowledged
+            assert (await client.execute("ROLE"))[0] == b"master"
+        assert int(sync_command(new, "GET", "n")) == acknowledged
+        print(f"\nSENTINEL FAILOVER: {acknowledged} writes, longest pause {max(gaps):.3f}s")
+        assert max(gaps) < 5.0
+    finally:
+        deployment.stop()
