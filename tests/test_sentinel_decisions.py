@@ -16,7 +16,11 @@ from taskrunner.backends.redis._failover import (
     on_deadline,
     on_event,
 )
-from taskrunner.backends.redis._sentinel_config import is_sentinel_url, parse_sentinel_url
+from taskrunner.backends.redis._sentinel_config import (
+    is_sentinel_url,
+    parse_sentinel_url,
+    redis_py_sentinel_options,
+)
 
 
 @pytest.mark.parametrize(
@@ -96,6 +100,36 @@ def test_bad_urls(url: str, message: str) -> None:
         parse_sentinel_url(url)
     assert message in str(info.value)
     assert "pw" not in str(info.value)
+
+
+def test_the_producers_redis_py_arguments() -> None:
+    sentinels, service, sentinel_kwargs, master_kwargs = redis_py_sentinel_options(
+        "rediss+sentinel://u:pw@s1,s2:5000/cache/4?sentinel_password=spw&sentinel_ssl=yes"
+        "&sentinel_ssl_cert_reqs=none&ssl_check_hostname=false&sentinel_timeout=0.25"
+        "&connect_timeout=2&failover_hold=1"
+    )
+    assert sentinels == [("s1", 26379), ("s2", 5000)]
+    assert service == "cache"
+    assert sentinel_kwargs == {
+        "socket_timeout": 0.25,
+        "socket_connect_timeout": 0.25,
+        "password": "spw",
+        "ssl": True,
+        "ssl_cert_reqs": "none",
+    }
+    assert master_kwargs == {
+        "db": 4,
+        "username": "u",
+        "password": "pw",
+        "socket_connect_timeout": 2.0,
+        "ssl": True,
+        "ssl_check_hostname": False,
+    }
+    plain = redis_py_sentinel_options("redis+sentinel://h/m")
+    assert plain[2] == {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
+    assert plain[3] == {"db": 0}
+    with pytest.raises(ValueError, match="unsupported Sentinel URL option: colour"):
+        redis_py_sentinel_options("redis+sentinel://h/m?colour=blue")
 
 
 def test_is_sentinel_url() -> None:

@@ -11,6 +11,7 @@ data servers.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,6 +27,7 @@ from taskrunner.backends.redis._config import ConnectionConfig
 from taskrunner.backends.redis._errors import RedisConnectionError
 from taskrunner.backends.redis._sentinel import SentinelRedisClient
 from taskrunner.backends.redis._sentinel_config import SentinelConfig
+from taskrunner.producer import AsyncProducer, Producer
 from taskrunner.testing import (
     SentinelDeployment,
     ServerProcess,
@@ -65,22 +67,7 @@ async def test_from_sentinel_reaches_the_master(deployment: SentinelDeployment) 
         await backend.client.execute("SET", "from-sentinel", "yes")
         role = await backend.client.execute("ROLE")
     assert role[0] == b"master"
-    assert _get(deployment.master().port, 2, "from-sentinel") == b"yes"
-
-
-def _get(port: int, db: int, key: str) -> Any:
-    """``GET key`` in database ``db``."""
-    reader = hiredis.Reader()
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(hiredis.pack_command(("SELECT", db)) + hiredis.pack_command(("GET", key)))
-        replies: list[Any] = []
-        while len(replies) < 2:
-            reply = reader.gets()
-            if reply is False:
-                reader.feed(sock.recv(65536))
-            else:
-                replies.append(reply)
-    return replies[1]
+    assert _in_db(deployment.master().port, 2, "GET", "from-sentinel") == b"yes"
 
 
 # A scripted sentinel ---------------------------------------------------------
@@ -286,3 +273,36 @@ async def test_sentinel_failover_loses_no_acknowledged_write(
         assert max(gaps) < 5.0
     finally:
         deployment.stop()
+
+
+# The producers: redis-py's Sentinel underneath -----------------------------------
+def test_producers_take_the_same_url(deployment: SentinelDeployment) -> None:
+    url = deployment.url(3)
+    with Producer.from_url(url, consumer_group="sentinel-producers") as producer:
+        sync_id = producer.dispatch("resize", {"w": 1}).id
+
+    async def produce() -> str:
+        async with AsyncProducer.from_url(url, consumer_group="sentinel-producers") as producer:
+            return (await producer.dispatch("resize", {"w": 2})).id
+
+    async_id = asyncio.run(produce())
+    master = deployment.master().port
+    stream = "taskrunner:sentinel-producers:tasks"
+    ids = [entry[0].decode() for entry in _in_db(master, 3, "XRANGE", stream, "-", "+")]
+    assert sync_id in ids
+    assert async_id in ids
+
+
+def _in_db(port: int, db: int, *command: Any) -> Any:
+    """One command in database ``db``."""
+    reader = hiredis.Reader()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(hiredis.pack_command(("SELECT", db)) + hiredis.pack_command(command))
+        replies: list[Any] = []
+        while len(replies) < 2:
+            reply = reader.gets()
+            if reply is False:
+                reader.feed(sock.recv(65536))
+            else:
+                replies.append(reply)
+    return replies[1]

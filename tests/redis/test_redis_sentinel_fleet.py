@@ -23,6 +23,7 @@ acknowledged every dispatch that returned. Checked:
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -81,9 +82,7 @@ async def dispatch_through(
     backend = RedisBackend.from_url(url, queue=queue)
     client = backend.client
     assert isinstance(client, SentinelRedisClient)
-    runner = TaskRunner(
-        TaskRunnerConfig(consumer_group=GROUP, min_replicas=min_replicas), backend
-    )
+    runner = TaskRunner(TaskRunnerConfig(consumer_group=GROUP, min_replicas=min_replicas), backend)
 
     @runner.task(name="record")
     async def record(payload: object) -> None:  # the workers run these
@@ -208,7 +207,7 @@ def check_fleet_after(
         assert worker.stop(signal.SIGTERM) == 0, worker.log()
     every = sorted(term for worker in fleet for term in terms(worker.log()))
     assert every, "no instance ever led"
-    for (_, ended), (began, _) in zip(every, every[1:], strict=False):
+    for (_, ended), (began, _) in itertools.pairwise(every):
         assert began >= ended, f"two instances believed they held the lease: {every}"
 
 

@@ -214,3 +214,56 @@ def _redacted(url: str) -> str:
     split = urllib.parse.urlsplit(url)
     _, at, hosts = split.netloc.rpartition("@")
     return split._replace(netloc=f"***@{hosts}" if at else split.netloc).geturl()
+
+
+def redis_py_sentinel_options(
+    url: str,
+) -> tuple[list[tuple[str, int]], str, dict[str, Any], dict[str, Any]]:
+    """The same ``redis+sentinel://`` URL as arguments of redis-py's ``Sentinel``.
+
+    For the producers, which run on redis-py: ``Sentinel(sentinels,
+    sentinel_kwargs=sentinel_kwargs, **master_kwargs).master_for(service_name)``.
+    Every option is checked as :func:`parse_sentinel_url` checks it; TLS options
+    are passed on as redis-py's ``ssl_*`` keywords (``sentinel_ssl_*`` to the
+    sentinels' ``sentinel_kwargs``). ``failover_hold`` has no redis-py
+    counterpart and is not passed on.
+
+    Returns:
+        ``(sentinels, service_name, sentinel_kwargs, master_kwargs)``.
+
+    Raises:
+        ValueError: As :func:`parse_sentinel_url`.
+    """
+    sentinel, master = parse_sentinel_url(url)
+    split = urllib.parse.urlsplit(url)
+    query = dict(urllib.parse.parse_qsl(split.query))
+    master_kwargs: dict[str, Any] = {"db": master.db}
+    for name in ("username", "password", "client_name"):
+        if getattr(master, name) is not None:
+            master_kwargs[name] = getattr(master, name)
+    if "connect_timeout" in query:
+        master_kwargs["socket_connect_timeout"] = master.connect_timeout
+    if "command_timeout" in query:
+        master_kwargs["socket_timeout"] = master.command_timeout
+    sentinel_kwargs: dict[str, Any] = {
+        "socket_timeout": sentinel.timeout,
+        "socket_connect_timeout": sentinel.timeout,
+    }
+    if sentinel.username is not None:
+        sentinel_kwargs["username"] = sentinel.username
+    if sentinel.password is not None:
+        sentinel_kwargs["password"] = sentinel.password
+    for prefix, kwargs, tls in (
+        ("ssl_", master_kwargs, master.ssl_context is not None),
+        ("sentinel_ssl_", sentinel_kwargs, sentinel.ssl_context is not None),
+    ):
+        if not tls:
+            continue
+        kwargs["ssl"] = True
+        for option in _TLS_OPTIONS:
+            value = query.get(prefix + option)
+            if value is not None:
+                kwargs["ssl_" + option] = (
+                    _flag(prefix + option, value) if option == "check_hostname" else value
+                )
+    return list(sentinel.sentinels), sentinel.service_name, sentinel_kwargs, master_kwargs
