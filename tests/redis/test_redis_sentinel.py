@@ -12,6 +12,7 @@ data servers.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,6 +22,7 @@ from typing import Any
 import hiredis
 import pytest
 import trio
+from test_cli import APP, GROUP, app_env, cli, ok
 
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._config import ConnectionConfig
@@ -306,3 +308,15 @@ def _in_db(port: int, db: int, *command: Any) -> Any:
             else:
                 replies.append(reply)
     return replies[1]
+
+
+def test_cli_commands_take_the_sentinel_url(deployment: SentinelDeployment) -> None:
+    url = deployment.url()
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    env = app_env(url, queue)  # cli_app builds RedisBackend.from_url(url)
+    task_id = ok(cli(env, "dispatch", APP, "record", "--payload", '{"n": 1}')).strip()
+    where = ["--url", url, "--group", GROUP, "--queue", queue]
+    shown = json.loads(ok(cli(env, "inspect", *where, "--json", task_id)))
+    assert shown["state"] == "queued", shown
+    stats = json.loads(ok(cli(env, "stats", *where, "--json")))
+    assert stats
