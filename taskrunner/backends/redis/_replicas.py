@@ -18,7 +18,7 @@ from ._queue import _PAYLOAD, ADD_CHUNK, RedisQueue, _text
 
 
 class RedisReplicas(RedisQueue):
-    """:class:`~taskrunner.backends._replication.ReplicatedAdd` on the stream."""
+    """:class:`~taskrunner.backends._protocols.replication.ReplicatedAdd` on the stream."""
 
     async def add_replicated(
         self,
