@@ -24,11 +24,13 @@ import pytest
 import trio
 from test_cli import APP, GROUP, app_env, cli, ok
 
+from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._config import ConnectionConfig
 from taskrunner.backends.redis._errors import RedisConnectionError
 from taskrunner.backends.redis._sentinel import SentinelRedisClient
 from taskrunner.backends.redis._sentinel_config import SentinelConfig
+from taskrunner.errors import NotReplicated
 from taskrunner.producer import AsyncProducer, Producer
 from taskrunner.testing import (
     SentinelDeployment,
@@ -320,3 +322,46 @@ def test_cli_commands_take_the_sentinel_url(deployment: SentinelDeployment) -> N
     assert shown["state"] == "queued", shown
     stats = json.loads(ok(cli(env, "stats", *where, "--json")))
     assert stats
+
+
+# min_replicas ----------------------------------------------------------------------
+def _replicated_runner(backend: RedisBackend, **config: Any) -> TaskRunner:
+    runner = TaskRunner(TaskRunnerConfig(consumer_group="replicated", **config), backend)
+
+    @runner.task(name="record")
+    async def record(payload: object) -> None:
+        raise AssertionError("never served here")
+
+    @runner.task(name="once", unique=True, unique_for=60.0)
+    async def once(payload: object) -> None:
+        raise AssertionError("never served here")
+
+    return runner
+
+
+async def test_min_replicas_waits_for_a_replica(deployment: SentinelDeployment) -> None:
+    async with RedisBackend.from_url(deployment.url(), queue="replicated") as backend:
+        runner = _replicated_runner(backend, min_replicas=2)
+        handle = await runner.dispatch("record", 1)
+        handles = await runner.dispatch_many("record", [2, 3])
+        unique = await runner.dispatch("once", 4)
+    for replica in deployment.servers:
+        if replica.port == deployment.master_port():
+            continue  # WAIT 2 returned: both replicas already hold every entry
+        stream = "taskrunner:replicated:replicated"
+        ids = {e[0].decode() for e in sync_command(replica.port, "XRANGE", stream, "-", "+")}
+        assert {handle.id, unique.id, *(h.id for h in handles)} <= ids
+
+
+async def test_min_replicas_fails_loudly_without_replicas(redis_url: str) -> None:
+    async with RedisBackend.from_url(redis_url, queue="alone") as backend:
+        runner = _replicated_runner(backend, min_replicas=1, replica_timeout=0.05)
+        with pytest.raises(NotReplicated, match=r"min_replicas=1, but WAIT counted 0 replica"):
+            await runner.dispatch("record", 1)
+        with pytest.raises(NotReplicated) as info:
+            await runner.dispatch_many("record", [1, 2])
+        assert (info.value.wanted, info.value.confirmed, info.value.maybe_applied) == (1, 0, True)
+        with pytest.raises(NotReplicated):
+            await runner.dispatch("once", 1)
+        # Not acknowledged, maybe applied: the unique lock is kept (as for a lost reply).
+        assert await backend.client.execute("EXISTS", "taskrunner:unique:once") == 1
