@@ -16,9 +16,9 @@ acknowledged every dispatch that returned. Checked:
   measured pause is printed), and within ``down-after-milliseconds`` + 5 s of
   the SIGKILL;
 - no worker exits before it is told to, and each exits 0 on SIGTERM;
-- the lease is never believed by two instances at once: the workers' log
-  lines "became leader" ... "lost leadership"/"resigned leadership" give each
-  instance's terms, and no two terms overlap.
+- the lease is never believed by two instances at once: each worker samples
+  ``runner.is_leader`` every 5 ms (``cli_app``'s ``TASKRUNNER_TEST_LEADER_LOG``)
+  and no two instances' sampled terms overlap.
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 import signal
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +47,6 @@ GROUP = "sentinel"
 LOOPS = ("record", "once", "stamp", "kept")
 DELAY = 0.3  # the delayed tasks' delay
 RESUME_BOUND = 5.0
-# Log lines of one instance: when its time stamp and what it says.
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
 @attrs.define
@@ -146,29 +142,24 @@ async def dispatch_through(
     return done, disrupted_at
 
 
-def terms(log: str) -> list[tuple[float, float]]:
-    """The instance's leadership terms, from its log: (became, lost or resigned)."""
-    found: list[tuple[float, float]] = []
-    start: float | None = None
-    for line in log.splitlines():
-        match = _STAMP.match(line)
-        if not match:
-            continue
-        at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        if "became leader of group" in line:
-            start = at
-        elif start is not None and (
-            "lost leadership of group" in line or "resigned leadership of group" in line
-        ):
-            found.append((start, at))
-            start = None
-    if start is not None:
-        found.append((start, math.inf))
-    return found
+def terms(prefix: Path) -> list[tuple[float, float, str]]:
+    """Every instance's leadership terms as its process sampled them (``cli_app``'s
+    ``TASKRUNNER_TEST_LEADER_LOG``): ``(first, last, file)`` wall times at which
+    ``runner.is_leader`` was seen true, so each lies within a real term."""
+    found = []
+    for path in prefix.parent.glob(prefix.name + "-*"):
+        for line in path.read_text().splitlines():
+            first, last = line.split()
+            found.append((float(first), float(last), path.name))
+    return sorted(found)
 
 
 def check_fleet_after(
-    deployment: SentinelDeployment, queue: str, fleet: list[Worker], done: Dispatched
+    deployment: SentinelDeployment,
+    queue: str,
+    fleet: list[Worker],
+    done: Dispatched,
+    leader_log: Path,
 ) -> None:
     """0 lost, 0 pending, every result, no exits, no overlapping lease terms."""
     port = deployment.master_port()
@@ -205,10 +196,11 @@ def check_fleet_after(
         assert worker.process.poll() is None, f"a worker exited:\n{worker.log()}"
     for worker in fleet:
         assert worker.stop(signal.SIGTERM) == 0, worker.log()
-    every = sorted(term for worker in fleet for term in terms(worker.log()))
+    every = terms(leader_log)
     assert every, "no instance ever led"
-    for (_, ended), (began, _) in itertools.pairwise(every):
-        assert began >= ended, f"two instances believed they held the lease: {every}"
+    for (_, ended, _), (began, _, _) in itertools.pairwise(every):
+        assert began > ended, f"two instances believed they held the lease: {every}"
+    print(f"lease terms: {len(every)}")
 
 
 def start_fleet(
@@ -217,7 +209,9 @@ def start_fleet(
     deployment = SentinelDeployment(redis_server.binary, tmp_path / "deployment", **options)
     deployment.start()
     queue = f"q{uuid.uuid4().hex[:8]}"
-    return deployment, queue, app_env(deployment.url(), queue, group=GROUP)
+    env = app_env(deployment.url(), queue, group=GROUP)
+    env["TASKRUNNER_TEST_LEADER_LOG"] = str(tmp_path / "leader")
+    return deployment, queue, env
 
 
 def test_sentinel_failover_under_a_fleet(redis_server: ServerProcess, tmp_path: Path) -> None:
@@ -240,7 +234,7 @@ def test_sentinel_failover_under_a_fleet(redis_server: ServerProcess, tmp_path: 
                 f"{resumed:.3f}s after the failover began; longest pause {max(gaps):.3f}s"
             )
             assert resumed <= RESUME_BOUND
-            check_fleet_after(deployment, queue, fleet, done)
+            check_fleet_after(deployment, queue, fleet, done, tmp_path / "leader")
     finally:
         deployment.stop()
 
@@ -270,6 +264,6 @@ def test_sigkill_of_the_primary_with_min_replicas(
                 f"{done.failed} refused meanwhile"
             )
             assert resumed <= bound
-            check_fleet_after(deployment, queue, fleet, done)
+            check_fleet_after(deployment, queue, fleet, done, tmp_path / "leader")
     finally:
         deployment.stop()
