@@ -246,10 +246,11 @@ class TaskRunnerConfig:
 
     min_replicas: int = _count(default=0, validator=_non_negative)
     """Replicas that must hold a dispatched message before ``dispatch`` returns: each
-    immediate dispatch is followed by ``WAIT min_replicas replica_timeout`` on its
-    connection, and raises :class:`~taskrunner.errors.NotReplicated` when fewer
-    replicas confirmed it. 0 (the default) waits for none and costs nothing. Needs a
-    backend with replicas (``RedisBackend``); see ``docs/redis-connection.md``."""
+    dispatch (``dispatch_many``, ``dispatch_delayed`` and ``schedule_for`` too) is
+    followed by ``WAIT min_replicas replica_timeout`` on its connection, and raises
+    :class:`~taskrunner.errors.NotReplicated` when fewer replicas confirmed it. 0
+    (the default) waits for none and costs nothing. Needs a backend with replicas
+    (``RedisBackend``); see ``docs/redis-sentinel.md``."""
 
     replica_timeout: float = _seconds(default=1.0, validator=_positive)
     """Longest a dispatch waits for ``min_replicas`` replicas, in seconds."""

@@ -321,7 +321,8 @@ class BackendError(TaskRunnerError):
 class NotReplicated(BackendError):
     """A dispatch reached the master but fewer replicas than ``min_replicas`` confirmed it.
 
-    Raised by :meth:`TaskRunner.dispatch` (and ``dispatch_many``) when
+    Raised by :meth:`TaskRunner.dispatch` (and ``dispatch_many``,
+    ``dispatch_delayed``, ``schedule_for``) when
     ``TaskRunnerConfig(min_replicas=N)`` is set and ``WAIT`` counted fewer
     replicas within ``replica_timeout``. The message is queued on the master
     (``maybe_applied``), and may be lost if the master fails before a replica

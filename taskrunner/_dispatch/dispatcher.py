@@ -304,8 +304,17 @@ class Dispatcher:
             dispatched_at=self._backend.now(),
             trace=trace,
         )
-        await self._backend.add_delayed(
-            self._config.current.consumer_group, member, run_at, task_id=delayed_id
-        )
+        config = self._config.current
+        if config.min_replicas:
+            await cast(ReplicatedAdd, self._backend).add_delayed_replicated(
+                group,
+                member,
+                run_at,
+                task_id=delayed_id,
+                replicas=config.min_replicas,
+                wait_timeout=config.replica_timeout,
+            )
+        else:
+            await self._backend.add_delayed(group, member, run_at, task_id=delayed_id)
         self._scheduler.nudge(run_at)
         return self._tracker.handle(delayed_id, task.name)

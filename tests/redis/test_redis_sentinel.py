@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -365,3 +366,19 @@ async def test_min_replicas_fails_loudly_without_replicas(redis_url: str) -> Non
             await runner.dispatch("once", 1)
         # Not acknowledged, maybe applied: the unique lock is kept (as for a lost reply).
         assert await backend.client.execute("EXISTS", "taskrunner:unique:once") == 1
+
+
+async def test_min_replicas_covers_delayed_dispatches(
+    deployment: SentinelDeployment, redis_url: str
+) -> None:
+    async with RedisBackend.from_url(deployment.url(), queue="replicated") as backend:
+        runner = _replicated_runner(backend, min_replicas=2)
+        later = await runner.dispatch_delayed("record", 1, 60)
+        at = await runner.schedule_for("record", 2, time.time() + 60)
+    for replica in deployment.servers:
+        members = sync_command(replica.port, "HKEYS", "taskrunner:replicated:delayed_ids")
+        assert {later.id.encode(), at.id.encode()} <= set(members)
+    async with RedisBackend.from_url(redis_url, queue="alone") as alone:
+        runner = _replicated_runner(alone, min_replicas=1, replica_timeout=0.05)
+        with pytest.raises(NotReplicated):
+            await runner.dispatch_delayed("record", 1, 60)

@@ -40,3 +40,23 @@ class ReplicatedAdd(Protocol):
         Cancellation: as for ``Queue.add``: the messages may have been added.
         """
         ...
+
+    async def add_delayed_replicated(
+        self,
+        group: str,
+        member: bytes,
+        run_at: float,
+        *,
+        task_id: str,
+        replicas: int,
+        wait_timeout: float,
+    ) -> None:
+        """As ``Deferral.add_delayed`` with ``task_id``, then wait as :meth:`add_replicated`.
+
+        Raises:
+            NotReplicated: Fewer replicas confirmed within ``wait_timeout``.
+            BackendError: As for ``add_delayed``.
+
+        Cancellation: the member may have been added; a repeat is harmless.
+        """
+        ...

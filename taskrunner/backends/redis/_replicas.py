@@ -12,9 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from taskrunner import _keys
 from taskrunner.errors import NotReplicated
 
 from ._queue import _PAYLOAD, ADD_CHUNK, RedisQueue, _text
+from ._state import ADD_DELAYED, _float_arg
+
+
+def _wait(replicas: int, wait_timeout: float) -> tuple[str, int, int]:
+    return ("WAIT", replicas, max(1, round(wait_timeout * 1000)))
+
+
+def _check(confirmed: int, replicas: int, wait_timeout: float) -> None:
+    """Refuse a ``WAIT`` reply (the replicas that confirmed) below ``replicas``."""
+    if confirmed < replicas:
+        raise NotReplicated(replicas, confirmed, wait_timeout)
 
 
 class RedisReplicas(RedisQueue):
@@ -30,13 +42,28 @@ class RedisReplicas(RedisQueue):
         wait_timeout: float,
     ) -> list[str]:
         stream = self._stream(group, queue)
-        wait = ("WAIT", replicas, max(1, round(wait_timeout * 1000)))
+        wait = _wait(replicas, wait_timeout)
         ids: list[str] = []
         for start in range(0, len(payloads), ADD_CHUNK):
             chunk = payloads[start : start + ADD_CHUNK]
             commands = [("XADD", stream, "*", _PAYLOAD, p) for p in chunk]
             *added, confirmed = await self._client.pipeline([*commands, wait])
             ids.extend(_text(reply) for reply in added)
-            if int(confirmed) < replicas:
-                raise NotReplicated(replicas, int(confirmed), wait_timeout)
+            _check(confirmed, replicas, wait_timeout)
         return ids
+
+    async def add_delayed_replicated(
+        self,
+        group: str,
+        member: bytes,
+        run_at: float,
+        *,
+        task_id: str,
+        replicas: int,
+        wait_timeout: float,
+    ) -> None:
+        # EVAL, not EVALSHA: a NOSCRIPT cannot be retried inside the pipeline.
+        keys = [_keys.delayed_tasks(group), _keys.delayed_index(group)]
+        add = ADD_DELAYED.eval_command(keys, [_float_arg(run_at), member, task_id])
+        _added, confirmed = await self._client.pipeline([add, _wait(replicas, wait_timeout)])
+        _check(confirmed, replicas, wait_timeout)
