@@ -28,7 +28,7 @@ from test_cli import APP, GROUP, app_env, cli, ok
 from taskrunner import TaskRunner, TaskRunnerConfig
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._config import ConnectionConfig
-from taskrunner.backends.redis._errors import RedisConnectionError
+from taskrunner.backends.redis._errors import ReadOnlyError, RedisConnectionError
 from taskrunner.backends.redis._sentinel import SentinelRedisClient
 from taskrunner.backends.redis._sentinel_config import SentinelConfig
 from taskrunner.errors import NotReplicated
@@ -181,6 +181,31 @@ async def test_readonly_means_the_master_moved(
         reader = client.dedicated()
         assert await reader.execute("INCR", "n") == 1  # dedicated connections follow too
     assert sync_command(second.port, "GET", "k") == b"2"
+
+
+async def test_a_pipeline_is_resent_only_when_none_of_it_ran(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any]
+) -> None:
+    first, second = redis_server_factory(), redis_server_factory()
+    fake = await fake_sentinel(address(first))
+    async with client_of(fake) as client:
+        await client.execute("SET", "k", "1")
+        fake.answers = [address(second)]
+        sync_command(first.port, "REPLICAOF", "127.0.0.1", second.port)
+        # Every reply READONLY: nothing ran, so all of it goes to the new master.
+        assert await client.pipeline([("SET", "k", "2"), ("INCR", "n")]) == [b"OK", 1]
+        assert client.moves == 1
+        # Back again, but now the pipeline reads before it writes: the read ran on the
+        # replica, so the pipeline is returned as it is (and the client still moves).
+        fake.answers = [address(first)]
+        sync_command(first.port, "REPLICAOF", "NO", "ONE")
+        sync_command(second.port, "REPLICAOF", "127.0.0.1", first.port)
+        replies = await client.pipeline([("GET", "k"), ("SET", "k", "3")], raise_on_error=False)
+        assert replies[0] == b"2"
+        assert isinstance(replies[1], ReadOnlyError)
+        assert client.moves == 2
+        assert await client.execute("SET", "k", "5") == b"OK"
+    assert sync_command(first.port, "GET", "k") == b"5"
 
 
 async def test_commands_wait_from_the_first_event_to_switch_master(
