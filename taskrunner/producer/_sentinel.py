@@ -5,7 +5,7 @@ the sentinels for the master at each new connection, and drops a connection
 that answers ``READONLY`` (the master moved). The client it returns is a
 subclass here only so that closing it closes the sentinels' connections too.
 redis-py does not hold writes during a failover, as the workers' native client
-does (``docs/redis-connection.md``, "Redis Sentinel").
+does (``docs/redis-sentinel.md``).
 """
 
 from __future__ import annotations

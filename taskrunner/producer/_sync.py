@@ -162,7 +162,7 @@ class Producer:
 
         A ``redis+sentinel://s1:26379,s2:26379/mymaster/0`` URL (the one the
         workers use) builds the client with redis-py's ``Sentinel(...).master_for``
-        instead: see ``docs/redis-connection.md``, "Redis Sentinel".
+        instead: see ``docs/redis-sentinel.md``.
 
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.

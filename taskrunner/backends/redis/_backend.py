@@ -92,7 +92,7 @@ class RedisBackend(
                 ``redis+sentinel://[user:password@]s1:26379,s2:26379/mymaster/0``
                 (``rediss+sentinel://`` for TLS to the master; the sentinels' own
                 password and TLS are the ``sentinel_*`` query options, see
-                ``docs/redis-connection.md``).
+                ``docs/redis-sentinel.md``).
             pool_size: Shared (auto-pipelined) connections; each fetcher also
                 gets a dedicated one for its blocking reads.
             options: Connection options (timeouts, ``ssl_*``), see
@@ -129,7 +129,7 @@ class RedisBackend(
 
         The client asks the sentinels where the master is at every connect,
         checks ``ROLE``, follows ``+switch-master`` and holds commands during a
-        failover (``docs/redis-connection.md``, "Redis Sentinel").
+        failover (``docs/redis-sentinel.md``).
 
         Args:
             sentinels: ``(host, port)`` of the sentinels, asked in order.
@@ -138,8 +138,8 @@ class RedisBackend(
             password: The master's password (``username`` its ACL user).
             sentinel_password: The sentinels' own password (``sentinel_username``
                 their ACL user); ``None``: they need none.
-            options: The master's connection options (``ssl_context``,
-                timeouts...) and the sentinels' as ``sentinel_ssl_context``,
+            options: The master's :class:`ConnectionConfig` fields (``ssl_context``,
+                timeouts, ``client_name``) and the sentinels' as ``sentinel_ssl_context``,
                 ``sentinel_timeout`` (0.5 s per sentinel), ``failover_hold``
                 (10 s).
 
