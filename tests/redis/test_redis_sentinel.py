@@ -192,8 +192,10 @@ async def test_a_pipeline_is_resent_only_when_none_of_it_ran(
         await client.execute("SET", "k", "1")
         fake.answers = [address(second)]
         sync_command(first.port, "REPLICAOF", "127.0.0.1", second.port)
-        # Every reply READONLY: nothing ran, so all of it goes to the new master.
-        assert await client.pipeline([("SET", "k", "2"), ("INCR", "n")]) == [b"OK", 1]
+        # Every reply an error, one READONLY: nothing ran, so all of it goes to the new
+        # master (a replica answers WAIT with ERR: min_replicas' XADD + WAIT).
+        replies = await client.pipeline([("SET", "k", "2"), ("INCR", "n"), ("WAIT", 0, 10)])
+        assert replies == [b"OK", 1, 0]
         assert client.moves == 1
         # Back again, but now the pipeline reads before it writes: the read ran on the
         # replica, so the pipeline is returned as it is (and the client still moves).

@@ -24,12 +24,13 @@ nothing), at most ``failover_hold`` seconds.
 
 What is resent: a command answered ``READONLY`` (a replica refuses a write
 before running it, and a script's first write fails the script, so nothing
-ran), a pipeline whose every reply is ``READONLY``, and held commands (never
-sent). Nothing else: a command whose connection broke after it was written may
-have run on the old master, so it fails with ``RedisConnectionError``
-(``maybe_applied``), as on any connection, and its caller handles it as it
-handles any lost connection; a dispatch raises to its caller, so an
-acknowledged dispatch was acknowledged by the master that stays.
+ran), a pipeline with a ``READONLY`` reply whose every reply is an error (none
+of it ran), and held commands (never sent). Nothing else: a command whose
+connection broke after it was written may have run on the old master, so it
+fails with ``RedisConnectionError`` (``maybe_applied``), as on any connection,
+and its caller handles it as it handles any lost connection; a dispatch raises
+to its caller, so an acknowledged dispatch was acknowledged by the master that
+stays.
 """
 
 from __future__ import annotations
@@ -260,19 +261,22 @@ class SentinelRedisClient(NativeRedisClient):
     async def pipeline(
         self, commands: Sequence[Sequence[CommandArg]], *, raise_on_error: bool = True
     ) -> list[Reply]:
-        """As :meth:`NativeRedisClient.pipeline`; resent only when every reply was
-        ``READONLY`` (then none of its commands ran)."""
+        """As :meth:`NativeRedisClient.pipeline`; resent when a reply was ``READONLY``
+        and every reply was an error (then none of its commands ran)."""
         if not commands:
             return await super().pipeline(commands, raise_on_error=raise_on_error)
         for attempt in range(MOVE_RETRIES + 1):
             if self._gate.holders:
                 await self._wait_writable()
             replies = await super().pipeline(commands, raise_on_error=False)
-            readonly = [isinstance(reply, ReadOnlyError) for reply in replies]
-            if not any(readonly):
+            if not any(isinstance(reply, ReadOnlyError) for reply in replies):
                 break
             self._master_moved("a READONLY reply")
-            if not all(readonly) or attempt == MOVE_RETRIES:
+            # Resent only if no command succeeded: an error reply did not apply (a
+            # replica also refuses ``WAIT`` with ``ERR``, so ``XADD``+``WAIT`` qualifies).
+            if attempt == MOVE_RETRIES or not all(
+                isinstance(reply, ResponseError) for reply in replies
+            ):
                 break
         if raise_on_error:
             for reply in replies:
