@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from test_cli import Worker, app_env, wait_for, workers
 
@@ -42,6 +43,8 @@ from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._sentinel import SentinelRedisClient
 from taskrunner.errors import BackendError
 from taskrunner.testing import SentinelDeployment, ServerProcess, sync_command
+
+pytestmark = pytest.mark.slow
 
 GROUP = "sentinel"
 LOOPS = ("record", "once", "stamp", "kept")
