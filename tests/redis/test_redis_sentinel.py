@@ -80,8 +80,10 @@ class FakeSentinel:
     """Answers ``SENTINEL get-master-addr-by-name`` from :attr:`answers` (the last
     one repeats) and publishes what :meth:`publish` is given to its subscribers."""
 
-    def __init__(self, answers: list[tuple[str, int]]) -> None:
+    def __init__(self, answers: list[tuple[str, int]], password: str | None = None) -> None:
         self.answers = answers
+        self.password = password
+        self.auths: list[bytes] = []
         self.asked = 0
         self.port = 0
         self.subscribers: list[trio.SocketStream] = []
@@ -95,6 +97,7 @@ class FakeSentinel:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         reader = hiredis.Reader()
+        authenticated = self.password is None
         while True:
             try:
                 data = await stream.receive_some(65536)
@@ -105,7 +108,13 @@ class FakeSentinel:
             reader.feed(data)
             while (command := reader.gets()) is not False:
                 name = command[0].upper()
-                if name == b"SENTINEL":
+                if name == b"AUTH":
+                    self.auths.append(command[-1])
+                    authenticated = command[-1].decode() == self.password
+                    await stream.send_all(b"+OK\r\n" if authenticated else b"-WRONGPASS no\r\n")
+                elif not authenticated:
+                    await stream.send_all(b"-NOAUTH Authentication required.\r\n")
+                elif name == b"SENTINEL":
                     host, port = self.answers[min(self.asked, len(self.answers) - 1)]
                     self.asked += 1
                     await stream.send_all(hiredis.pack_command((host, str(port))))
@@ -124,8 +133,8 @@ class FakeSentinel:
 async def fake_sentinel() -> AsyncIterator[Callable[..., Any]]:
     async with trio.open_nursery() as nursery:
 
-        async def start(*answers: tuple[str, int]) -> FakeSentinel:
-            fake = FakeSentinel(list(answers))
+        async def start(*answers: tuple[str, int], password: str | None = None) -> FakeSentinel:
+            fake = FakeSentinel(list(answers), password)
             await nursery.start(fake.serve)
             return fake
 
@@ -140,6 +149,26 @@ def client_of(fake: FakeSentinel, **options: Any) -> SentinelRedisClient:
 
 def address(server: ServerProcess) -> tuple[str, int]:
     return ("127.0.0.1", server.port)
+
+
+async def test_the_sentinels_password_is_their_own(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any]
+) -> None:
+    master = redis_server_factory("--requirepass", "master-pw", password="master-pw")
+    fake = await fake_sentinel(address(master), password="sentinel-pw")
+    url = f"redis+sentinel://:master-pw@127.0.0.1:{fake.port}/m/0?sentinel_password=sentinel-pw"
+    async with RedisBackend.from_url(url) as backend:
+        assert await backend.client.execute("SET", "k", "v") == b"OK"
+    assert set(fake.auths) == {b"sentinel-pw"}  # the master's password never went there
+    backend = RedisBackend.from_sentinel(
+        [("127.0.0.1", fake.port)], "m", password="master-pw", sentinel_password="sentinel-pw"
+    )
+    async with backend:
+        assert await backend.client.execute("GET", "k") == b"v"
+    wrong = RedisBackend.from_url(f"redis+sentinel://:master-pw@127.0.0.1:{fake.port}/m/0")
+    async with wrong:
+        with pytest.raises(RedisConnectionError, match="NOAUTH"):
+            await wrong.client.execute("GET", "k")
 
 
 async def test_role_check_asks_again(
