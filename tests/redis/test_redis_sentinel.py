@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,6 +24,7 @@ from typing import Any
 import hiredis
 import pytest
 import trio
+import trustme
 from test_cli import APP, GROUP, app_env, cli, ok
 
 from taskrunner import TaskRunner, TaskRunnerConfig
@@ -80,28 +82,37 @@ class FakeSentinel:
     """Answers ``SENTINEL get-master-addr-by-name`` from :attr:`answers` (the last
     one repeats) and publishes what :meth:`publish` is given to its subscribers."""
 
-    def __init__(self, answers: list[tuple[str, int]], password: str | None = None) -> None:
+    def __init__(
+        self,
+        answers: list[tuple[str, int]],
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.answers = answers
         self.password = password
+        self.tls = tls
         self.auths: list[bytes] = []
         self.asked = 0
         self.port = 0
-        self.subscribers: list[trio.SocketStream] = []
+        self.subscribers: list[Any] = []
         self.subscribed = trio.Event()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
+        tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = tcp[0].socket.getsockname()[1]
+        listeners: list[Any] = tcp
+        if self.tls is not None:
+            listeners = [trio.SSLListener(listener, self.tls) for listener in tcp]
         task_status.started()
         await trio.serve_listeners(self._handle, listeners)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: Any) -> None:
         reader = hiredis.Reader()
         authenticated = self.password is None
         while True:
             try:
                 data = await stream.receive_some(65536)
-            except trio.BrokenResourceError:
+            except trio.BrokenResourceError:  # a TLS handshake refused, or a reset
                 return
             if not data:
                 return
@@ -133,8 +144,12 @@ class FakeSentinel:
 async def fake_sentinel() -> AsyncIterator[Callable[..., Any]]:
     async with trio.open_nursery() as nursery:
 
-        async def start(*answers: tuple[str, int], password: str | None = None) -> FakeSentinel:
-            fake = FakeSentinel(list(answers), password)
+        async def start(
+            *answers: tuple[str, int],
+            password: str | None = None,
+            tls: ssl.SSLContext | None = None,
+        ) -> FakeSentinel:
+            fake = FakeSentinel(list(answers), password, tls)
             await nursery.start(fake.serve)
             return fake
 
@@ -169,6 +184,29 @@ async def test_the_sentinels_password_is_their_own(
     async with wrong:
         with pytest.raises(RedisConnectionError, match="NOAUTH"):
             await wrong.client.execute("GET", "k")
+
+
+async def test_the_sentinels_tls_is_their_own(
+    redis_server_factory: ServerFactory, fake_sentinel: Callable[..., Any], tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    master = redis_server_factory()  # plain TCP: the master's TLS is another setting
+    fake = await fake_sentinel(address(master), tls=server_context)
+    url = (
+        f"redis+sentinel://127.0.0.1:{fake.port}/m/0?sentinel_ssl=true"
+        f"&sentinel_ssl_ca_certs={tmp_path / 'ca.pem'}"
+    )
+    async with RedisBackend.from_url(url) as backend:
+        assert await backend.client.execute("SET", "k", "over TLS") == b"OK"
+    assert fake.asked >= 1
+    plain = RedisBackend.from_url(f"redis+sentinel://127.0.0.1:{fake.port}/m/0")
+    async with plain:  # without sentinel_ssl the sentinel is unreachable
+        with pytest.raises(RedisConnectionError, match="no sentinel named the master"):
+            await plain.client.execute("GET", "k")
+    assert sync_command(master.port, "GET", "k") == b"over TLS"
 
 
 async def test_role_check_asks_again(
