@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeAlias, cast
 
 import attrs
@@ -200,6 +200,10 @@ async def open_connection(config: ConnectionConfig) -> tuple[trio.abc.Stream, hi
     return stream, reader
 
 
+Opener: TypeAlias = Callable[[ConnectionConfig], Awaitable[tuple[trio.abc.Stream, hiredis.Reader]]]
+"""How a connection is opened: :func:`open_connection`, or an in-memory fake in tests."""
+
+
 @attrs.define
 class Reconnector:
     """Spaces out connect attempts: no delay after a success, growing delays after failures.
@@ -209,6 +213,7 @@ class Reconnector:
     """
 
     config: ConnectionConfig
+    opener: Opener = open_connection
     failures: int = 0
     attempts: int = 0
     not_before: float = 0.0
@@ -218,7 +223,7 @@ class Reconnector:
         """Wait out the backoff delay, then :func:`open_connection` (same errors)."""
         await trio.sleep_until(self.not_before)
         try:
-            opened = await open_connection(self.config)
+            opened = await self.opener(self.config)
         except (RedisConnectionError, ResponseError) as exc:
             self.failures += 1
             self.attempts += 1
@@ -249,9 +254,10 @@ class DedicatedConnection:
         config: ConnectionConfig,
         *,
         on_close: Callable[[DedicatedConnection], object] | None = None,
+        opener: Opener = open_connection,
     ) -> None:
         self._on_close = on_close
-        self._reconnector = Reconnector(config)
+        self._reconnector = Reconnector(config, opener)
         self._config = config
         self._stream: trio.abc.Stream | None = None
         self._reader: hiredis.Reader | None = None

@@ -1,0 +1,554 @@
+"""The trio-native Redis Cluster client: the native client per master, and a router.
+
+Theory of operation: :class:`ClusterRedisClient` keeps one
+:class:`~._client.NativeRedisClient` per node it talks to (each with its own
+auto-pipelined shared connections, so every node keeps the order of what was
+submitted to it) and the :class:`~._cluster_topology.ClusterMap` of which master
+serves which slot. A call is decided synchronously first, by the pure modules:
+:func:`~._cluster_slots.command_slot` finds the slot (refusing keys that span
+slots, before anything is sent), the map gives the master. Then the I/O: the
+command is submitted to that master's connection; an error reply that is a
+redirect (:func:`~._cluster_topology.parse_redirect`) is followed, each one
+bounded by :data:`~._cluster_topology.MAX_REDIRECTS`: ``MOVED`` updates the map
+for that slot, schedules a full refresh and resends to the new owner; ``ASK``
+sends ``ASKING`` and the command in one write to the target, map unchanged;
+``TRYAGAIN`` and ``CLUSTERDOWN`` wait (:func:`~._cluster_topology.redirect_delay`)
+and resend, ``CLUSTERDOWN`` after a refresh. A redirect means the command did
+not run, so resending it is safe.
+
+A command is never resent once it may have run: when a connection breaks
+after the command was written, the outcome is unknown and the
+:class:`~._errors.RedisConnectionError` is raised (a refresh is scheduled, the
+node may be gone). Only a failure to connect (nothing was sent) is retried, on
+a refreshed map, with backoff.
+
+The map is read at the first call, refreshed on ``MOVED``, ``CLUSTERDOWN`` and a
+lost node, and every ``refresh_interval`` seconds (checked at each call, done
+in the background): from ``CLUSTER SHARDS`` (``CLUSTER SLOTS`` on servers
+without it) of any node known, seeds and replicas included.
+
+Walks of the whole key space (``SCAN``) must visit every master:
+:meth:`ClusterRedisClient.masters` gives their clients. ``SCRIPT``,
+``FLUSHDB``/``FLUSHALL`` and ``FUNCTION`` go to every master. Blocking commands
+go through :meth:`ClusterRedisClient.dedicated`
+(:mod:`._cluster_dedicated`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._client import NativeRedisClient
+from ._cluster_slots import command_slot
+from ._cluster_topology import (
+    MAX_REDIRECTS,
+    Address,
+    ClusterMap,
+    RedirectKind,
+    parse_redirect,
+    parse_shards,
+    parse_slots,
+    redirect_delay,
+)
+from ._config import ConnectionConfig
+from ._connection import CommandArg, Opener, Reply, open_connection, pack_command
+from ._errors import (
+    ClusterCommandError,
+    RedisConnectionError,
+    ResponseError,
+    error_from_reply,
+)
+from ._multiplexed import wait_for
+
+if TYPE_CHECKING:
+    from ._cluster_dedicated import ClusterDedicatedConnection
+    from ._protocol import RedisClient
+
+logger = logging.getLogger(__name__)
+
+ASKING = pack_command(("ASKING",))
+BROADCAST = frozenset({b"SCRIPT", b"FLUSHDB", b"FLUSHALL", b"FUNCTION"})
+"""Key-less commands that must reach every master (scripts are cached per node)."""
+
+
+class NotSent(Exception):
+    """Internal: ``error`` happened before the command was written (safe to resend)."""
+
+    def __init__(self, error: RedisConnectionError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _name(args: Sequence[CommandArg]) -> bytes:
+    head = args[0] if args else b""
+    return (head if isinstance(head, bytes) else str(head).encode()).upper()
+
+
+def _unserved(slot: int) -> ResponseError:
+    return error_from_reply(f"CLUSTERDOWN slot {slot} is served by no master the client knows")
+
+
+@attrs.frozen(kw_only=True)
+class ClusterStatistics:
+    """A snapshot of a :class:`ClusterRedisClient`."""
+
+    masters: int
+    """Masters in the current map."""
+    nodes: int
+    """Nodes with a client (masters, and nodes asked or redirected to before)."""
+    refreshes: int
+    """Topology maps adopted so far."""
+    redirects: int
+    """``MOVED``/``ASK``/``TRYAGAIN``/``CLUSTERDOWN`` replies followed so far."""
+
+
+class ClusterRedisClient:
+    """A :class:`~._protocol.RedisClient` for a Redis or Valkey Cluster (module docstring).
+
+    Use it as ``async with ClusterRedisClient(config) as client`` or, like the
+    native client, without ``async with`` inside ``trio.run``.
+
+    Args:
+        config: How to connect; ``host``/``port`` is the first node to ask.
+        seeds: More nodes to ask for the topology if that one does not answer.
+        pool_size: Shared connections per node.
+        refresh_interval: Seconds between background topology refreshes.
+        opener: How connections are opened (tests pass in-memory fakes).
+
+    Raises:
+        ClusterCommandError: ``config`` selects a database other than 0.
+        ValueError: ``config`` is a unix socket (a cluster is reached over TCP).
+    """
+
+    def __init__(
+        self,
+        config: ConnectionConfig,
+        *,
+        seeds: Sequence[Address] = (),
+        pool_size: int = 1,
+        refresh_interval: float = 30.0,
+        opener: Opener = open_connection,
+    ) -> None:
+        if config.db:
+            raise ClusterCommandError(
+                "SELECT", f"a cluster has only database 0, the URL names database {config.db}"
+            )
+        if config.path is not None:
+            raise ValueError(f"a cluster is reached over TCP, not the unix socket {config.path}")
+        self.config = config
+        self._seeds: tuple[Address, ...] = ((config.host, config.port), *seeds)
+        self._pool_size = pool_size
+        self._opener = opener
+        self._refresh_interval = refresh_interval
+        self._nodes: dict[Address, NativeRedisClient] = {}
+        self._map: ClusterMap | None = None
+        self._refresh_lock = trio.Lock()
+        self._refreshes = 0
+        self._refreshed_at = -math.inf
+        self._refreshing = False
+        self._redirects = 0
+        self._dedicated: set[ClusterDedicatedConnection] = set()
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager: Any = None
+        self._closed = False
+
+    # -- life ------------------------------------------------------------------
+
+    async def __aenter__(self) -> ClusterRedisClient:
+        if self._nursery_manager is not None:
+            raise RuntimeError("this client was already entered")
+        manager = trio.open_nursery()
+        self._nursery = await manager.__aenter__()
+        self._nursery_manager = manager
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+        finally:
+            self._nursery = None
+            try:
+                result: bool | None = await self._nursery_manager.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                if exc is not None and group.exceptions == (exc,):
+                    return False  # only the strict nursery's wrapping (see NativeRedisClient)
+                raise
+        return result
+
+    async def aclose(self) -> None:
+        """Close every node's connections; later calls raise ``trio.ClosedResourceError``."""
+        self._closed = True
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()  # a background refresh
+        dedicated, self._dedicated = self._dedicated, set()
+        for connection in list(dedicated):
+            await connection.aclose()
+        nodes, self._nodes = self._nodes, {}
+        for node in nodes.values():
+            await node.aclose()
+        await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> ClusterStatistics:
+        """Counts of masters, node clients, refreshes and redirects followed."""
+        return ClusterStatistics(
+            masters=len(self._map.masters) if self._map is not None else 0,
+            nodes=len(self._nodes),
+            refreshes=self._refreshes,
+            redirects=self._redirects,
+        )
+
+    # -- the protocol ----------------------------------------------------------
+
+    def dedicated(self) -> ClusterDedicatedConnection:
+        """A new single-user connection for blocking commands, routed per call."""
+        from ._cluster_dedicated import ClusterDedicatedConnection
+
+        self._check_open()
+        connection = ClusterDedicatedConnection(self, on_close=self._dedicated.discard)
+        self._dedicated.add(connection)
+        return connection
+
+    async def masters(self) -> list[RedisClient]:
+        """A client per master, for walks of the whole key space (``SCAN``).
+
+        Raises:
+            RedisConnectionError: No node answered for the topology.
+        """
+        cluster_map = await self.current_map()
+        return [self.node(address) for address in cluster_map.masters]
+
+    async def execute(self, *args: CommandArg) -> Reply:
+        """Run one command on the master serving its keys (same contract as the
+        native client's ``execute``).
+
+        Raises:
+            CrossSlotError: Its keys span slots; nothing was sent.
+            ClusterCommandError: It cannot run on a cluster (``SELECT``, a bare
+                ``SCAN``, ``MULTI``...); nothing was sent.
+            ResponseError: The command's own error reply, or the last redirect
+                when more than :data:`MAX_REDIRECTS` were followed.
+            RedisConnectionError: The connection broke after the command was
+                sent (it is not resent: it may have run), or no node could be
+                reached.
+
+        Cancellation: as the native client's; in the middle of a redirect the
+        command either was not resent yet or is pending on its new node.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        slot = command_slot(args)
+        data = pack_command(args)
+        if slot is None and _name(args) in BROADCAST:
+            replies = [await self.node(a).execute(*args) for a in await self._masters()]
+            return replies[0]
+        (reply,) = await self._run([(slot, data)])
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply
+
+    async def pipeline(
+        self, commands: Sequence[Sequence[CommandArg]], *, raise_on_error: bool = True
+    ) -> list[Reply]:
+        """Run commands on their masters, one write per node, replies in order.
+
+        Each node receives its commands in the order given; commands of
+        different nodes run concurrently. A redirected command is resent
+        after the others of its node (it had not run). Same errors as
+        :meth:`execute`; with ``raise_on_error`` false, error replies are
+        returned in place (a redirect only once it is past its bound).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not commands:
+            return []
+        calls = [(command_slot(command), pack_command(tuple(command))) for command in commands]
+        if any(
+            slot is None and _name(c) in BROADCAST
+            for (slot, _), c in zip(calls, commands, strict=True)
+        ):
+            raise ClusterCommandError("SCRIPT", "send SCRIPT/FLUSH commands alone, not pipelined")
+        replies = await self._run(calls)
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+        return replies
+
+    # -- routing ---------------------------------------------------------------
+
+    async def _run(self, calls: list[tuple[int | None, bytes]]) -> list[Reply]:
+        """Send ``calls`` (slot, packed command) to their nodes, following redirects."""
+        cluster_map = await self.current_map()
+        replies: list[Reply] = [None] * len(calls)
+        asking: dict[int, Address] = {}
+        todo = list(range(len(calls)))
+        last_error: BaseException | None = None
+        for attempt in range(1, MAX_REDIRECTS + 2):
+            self._maybe_refresh()
+            by_node: dict[Address, list[int]] = {}
+            for index in todo:
+                slot = calls[index][0]
+                target = asking.get(index) or self._owner(cluster_map, slot)
+                if target is None:
+                    replies[index] = _unserved(slot or 0)
+                    continue
+                by_node.setdefault(target, []).append(index)
+            results = await self._send_all(by_node, calls, asking)
+            todo, wait, refresh = [], 0.0, False
+            asking = {}
+            for address, (sent, outcome) in results.items():
+                if isinstance(outcome, BaseException):
+                    if sent:
+                        self.refresh_soon()
+                        raise outcome
+                    todo += by_node[address]  # could not connect: nothing was sent
+                    refresh = True
+                    wait = max(wait, redirect_delay(RedirectKind.CLUSTERDOWN, attempt))
+                    last_error = outcome
+                    continue
+                for index, reply in zip(by_node[address], outcome, strict=True):
+                    replies[index] = reply
+                    redirect = (
+                        parse_redirect(reply, address) if isinstance(reply, ResponseError) else None
+                    )
+                    if redirect is None or attempt > MAX_REDIRECTS:
+                        continue
+                    self._redirects += 1
+                    todo.append(index)
+                    if redirect.kind is RedirectKind.MOVED:
+                        assert redirect.slot is not None
+                        assert redirect.address is not None
+                        self.adopt_moved(redirect.slot, redirect.address)
+                    elif redirect.kind is RedirectKind.ASK:
+                        assert redirect.address is not None
+                        asking[index] = redirect.address
+                    else:
+                        refresh = refresh or redirect.kind is RedirectKind.CLUSTERDOWN
+                        wait = max(wait, redirect_delay(redirect.kind, attempt))
+            if not todo:
+                return replies
+            todo.sort()  # keep each node's order on the resend, too
+            if wait:
+                await trio.sleep(wait)
+            if refresh:
+                await self.refresh_quietly()
+            cluster_map = self._map or cluster_map
+        # Past the bound only nodes that could not be reached are left to do.
+        raise RedisConnectionError(f"could not reach the cluster: {last_error}") from last_error
+
+    def _owner(self, cluster_map: ClusterMap, slot: int | None) -> Address | None:
+        if slot is None:
+            masters = cluster_map.masters
+            return masters[0] if masters else None
+        return cluster_map.owners[slot]
+
+    async def _send_all(
+        self,
+        by_node: dict[Address, list[int]],
+        calls: list[tuple[int | None, bytes]],
+        asking: dict[int, Address],
+    ) -> dict[Address, tuple[bool, Any]]:
+        """Each node's commands in one write; per node ``(sent, replies or error)``."""
+        results: dict[Address, tuple[bool, Any]] = {}
+
+        async def send(address: Address, indexes: list[int]) -> None:
+            parts: list[bytes] = []
+            for index in indexes:
+                if index in asking:
+                    parts.append(ASKING)
+                parts.append(calls[index][1])
+            try:
+                got = await self.send(address, b"".join(parts), len(parts))
+            except NotSent as exc:
+                results[address] = (False, exc.error)
+                return
+            except RedisConnectionError as exc:
+                results[address] = (True, exc)
+                return
+            if len(parts) == 1:
+                got = [got]
+            replies = []
+            at = 0
+            for index in indexes:
+                at += index in asking  # the ASKING reply is +OK
+                replies.append(got[at])
+                at += 1
+            results[address] = (True, replies)
+
+        if len(by_node) == 1:  # one node (one hash tag): no nursery on the common path
+            ((address, indexes),) = by_node.items()
+            await send(address, indexes)
+        else:
+            async with trio.open_nursery() as nursery:
+                for address, indexes in by_node.items():
+                    nursery.start_soon(send, address, indexes)
+        return results
+
+    async def send(self, address: Address, data: bytes, count: int) -> Reply:
+        """Write ``data`` (``count`` packed commands) to ``address``; its reply or replies.
+
+        Raises:
+            NotSent: Connecting failed; nothing was written.
+            RedisConnectionError: The connection broke after writing.
+        """
+        node = self.node(address)
+        try:
+            connection = await node.shared()
+            waiter = connection.submit(data, count)
+        except RedisConnectionError as exc:
+            raise NotSent(exc) from exc
+        return await wait_for(waiter)
+
+    def node(self, address: Address) -> NativeRedisClient:
+        """The client of the node at ``address`` (made on first use)."""
+        self._check_open()
+        node = self._nodes.get(address)
+        if node is None:
+            config = attrs.evolve(self.config, host=address[0], port=address[1])
+            node = NativeRedisClient(config, pool_size=self._pool_size, opener=self._opener)
+            if self._nursery is not None:
+                node._nursery = self._nursery  # its connections live in our nursery
+            self._nodes[address] = node
+        return node
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the client was closed")
+
+    async def _masters(self) -> tuple[Address, ...]:
+        return (await self.current_map()).masters
+
+    # -- topology --------------------------------------------------------------
+
+    async def current_map(self) -> ClusterMap:
+        """The slot map, read from the cluster at the first call.
+
+        Raises:
+            RedisConnectionError: No node answered.
+        """
+        self._check_open()
+        if self._map is None:
+            await self.refresh()
+        assert self._map is not None
+        return self._map
+
+    def owner_of(self, slot: int | None) -> Address | None:
+        """The master serving ``slot`` in the current map (any master for ``None``)."""
+        return None if self._map is None else self._owner(self._map, slot)
+
+    def count_redirect(self) -> None:
+        """Count one redirect followed (for :meth:`statistics`)."""
+        self._redirects += 1
+
+    def adopt_moved(self, slot: int, address: Address) -> None:
+        if self._map is not None:
+            self._map = self._map.moved(slot, address)
+        self.refresh_soon()
+
+    def _maybe_refresh(self) -> None:
+        if trio.current_time() - self._refreshed_at > self._refresh_interval:
+            self.refresh_soon()
+
+    def refresh_soon(self) -> None:
+        """Refresh the map in the background, unless a refresh is under way."""
+        if self._refreshing or self._closed:
+            return
+        self._refreshing = True
+        self._refreshed_at = trio.current_time()  # no second start while this one runs
+        if self._nursery is not None:
+            self._nursery.start_soon(self._background_refresh)
+        else:
+            trio.lowlevel.spawn_system_task(self._background_refresh)
+
+    async def _background_refresh(self) -> None:
+        try:
+            await self.refresh_quietly()
+        finally:
+            self._refreshing = False
+
+    async def refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except (RedisConnectionError, ResponseError, trio.ClosedResourceError) as exc:
+            logger.info("Redis Cluster topology refresh failed: %s", exc)
+        except Exception:  # a bug must not crash a (system) task
+            logger.exception("Unexpected error refreshing the Redis Cluster topology")
+
+    async def refresh(self) -> None:
+        """Read the slot map from the first node that answers; one refresh at a time.
+
+        A map that leaves slots unserved keeps the old owners of those slots
+        (a shard whose master failed, before its replica is promoted).
+
+        Raises:
+            RedisConnectionError: No known node answered.
+        """
+        seen = self._refreshes
+        async with self._refresh_lock:
+            if self._refreshes != seen and self._map is not None:
+                return  # refreshed while we waited for the lock
+            last: BaseException | None = None
+            for address in self._candidates():
+                try:
+                    fresh = await self._ask_topology(address)
+                except (RedisConnectionError, ResponseError, ValueError) as exc:
+                    last = exc
+                    continue
+                if not fresh.masters:
+                    last = RedisConnectionError(f"{address[0]}:{address[1]} serves no slot")
+                    continue
+                self._adopt(fresh)
+                return
+            raise RedisConnectionError(f"no node of the cluster answered: {last}") from last
+
+    def _adopt(self, fresh: ClusterMap) -> None:
+        old = self._map
+        if old is not None and fresh.missing_slots():
+            owners = tuple(
+                new if new is not None else was
+                for new, was in zip(fresh.owners, old.owners, strict=True)
+            )
+            fresh = ClusterMap(shards=fresh.shards, owners=owners)
+        self._map = fresh
+        self._refreshes += 1
+        self._refreshed_at = trio.current_time()
+
+    def _candidates(self) -> list[Address]:
+        found: list[Address] = []
+        if self._map is not None:
+            for shard in self._map.shards:
+                found += [shard.master, *shard.replicas]
+        found += [*self._seeds, *self._nodes]
+        # Nodes that failed to connect last go last: their backoff would hold us up.
+        return sorted(dict.fromkeys(found), key=self._connect_failures)
+
+    def _connect_failures(self, address: Address) -> int:
+        node = self._nodes.get(address)
+        return 0 if node is None else node.statistics().connect_failures
+
+    async def _ask_topology(self, address: Address) -> ClusterMap:
+        node = self.node(address)
+        try:
+            reply = await node.execute("CLUSTER", "SHARDS")
+        except ResponseError as exc:
+            if exc.code != "ERR":  # unknown subcommand on Redis < 7
+                raise
+            return parse_slots(await node.execute("CLUSTER", "SLOTS"), address)
+        return parse_shards(reply, address, tls=self.config.ssl_context is not None)
+
+
+if TYPE_CHECKING:  # mypy checks that the protocol is implemented
+
+    def _is_client(client: ClusterRedisClient) -> RedisClient:
+        return client
