@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 import trio.testing
-
 from _fake_cluster import FakeCluster, logged
+
 from taskrunner.backends.redis._cluster_client import ClusterRedisClient
 from taskrunner.backends.redis._cluster_slots import key_slot
 from taskrunner.backends.redis._config import ConnectionConfig
