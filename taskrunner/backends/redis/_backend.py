@@ -13,7 +13,10 @@ from typing import Any
 
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._cluster_client import ClusterRedisClient
+from taskrunner.backends.redis._config import ConnectionConfig
 from taskrunner.backends.redis._defer import RedisDefer
+from taskrunner.backends.redis._detect import DetectingRedisClient
 from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
@@ -71,22 +74,38 @@ class RedisBackend(
         queue: str = "tasks",
         delete_on_ack: bool = True,
         pool_size: int = 1,
+        cluster: bool | None = None,
         **options: Any,
     ) -> RedisBackend:
         """A backend on the trio-native client.
 
         Args:
             url: ``redis://[user:password@]host:port/db``, ``rediss://...`` (TLS),
-                or ``unix:///path?db=N``.
-            pool_size: Shared (auto-pipelined) connections; each fetcher also
-                gets a dedicated one for its blocking reads.
+                or ``unix:///path?db=N``. For a cluster, any node (database 0).
+            pool_size: Shared (auto-pipelined) connections, per node on a
+                cluster; each fetcher also gets a dedicated one for its
+                blocking reads.
+            cluster: ``None`` (the default) asks the server once, at the first
+                call (``INFO cluster``), and uses the cluster client if it is a
+                cluster node; ``True`` forces the cluster client, ``False`` the
+                standalone one.
             options: Connection options (timeouts, ``ssl_*``), see
                 ``docs/redis-connection.md``.
 
         Raises:
-            ValueError: the URL cannot be parsed.
+            ValueError: the URL cannot be parsed, or ``cluster=True`` with a
+                unix socket.
+            ClusterCommandError: ``cluster=True`` and the URL names a database
+                other than 0 (with ``cluster=None``, raised by the first call).
         """
-        client = NativeRedisClient.from_url(url, pool_size=pool_size, **options)
+        config = ConnectionConfig.from_url(url, **options)
+        client: RedisClient
+        if cluster is None:
+            client = DetectingRedisClient(config, pool_size=pool_size)
+        elif cluster:
+            client = ClusterRedisClient(config, pool_size=pool_size)
+        else:
+            client = NativeRedisClient(config, pool_size=pool_size)
         return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
 
     @classmethod
