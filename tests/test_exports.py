@@ -131,6 +131,8 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.testing": {
         "CHECK_TIMEOUT",
         "CONTRACT_CHECKS",
+        "ClusterNode",
+        "ClusterProcess",
         "ContractCheck",
         "INSPECTION_CHECKS",
         "PartitionedBackend",
@@ -138,6 +140,7 @@ PUBLIC: dict[str, set[str]] = {
         "contract_parametrize",
         "find_server_binary",
         "free_port",
+        "running_cluster",
         "running_server",
         "sync_command",
     },

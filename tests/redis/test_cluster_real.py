@@ -1,0 +1,201 @@
+"""ClusterRedisClient on real clusters (3 masters + 3 replicas, redis-server and valkey-server,
+started by ``taskrunner.testing.running_cluster``): routing, scripts, fan-out, detection,
+MOVED after ``CLUSTER SETSLOT``, ASK during a migration, and a manual failover."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import trio
+
+from taskrunner.backends.redis import RedisBackend
+from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._cluster_client import ClusterRedisClient
+from taskrunner.backends.redis._cluster_slots import key_slot
+from taskrunner.backends.redis._config import ConnectionConfig
+from taskrunner.backends.redis._detect import DetectingRedisClient
+from taskrunner.backends.redis._errors import (
+    ClusterCommandError,
+    CrossSlotError,
+    RedisConnectionError,
+    ResponseError,
+)
+from taskrunner.backends.redis._scripts import Script
+from taskrunner.backends.redis._state import scan
+from taskrunner.testing import ClusterProcess, find_server_binary, running_cluster
+
+
+def _kinds() -> list[str]:
+    kinds = []
+    for kind in ("redis", "valkey"):
+        try:
+            find_server_binary(kind)
+        except RuntimeError:
+            continue
+        kinds.append(kind)
+    return kinds
+
+
+@pytest.fixture(scope="module", params=_kinds())
+def shared_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterProcess]:
+    """One cluster per server kind for the tests that leave its topology alone."""
+    with running_cluster(request.param) as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=_kinds())
+def own_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterProcess]:
+    """A fresh cluster for a test that moves slots or fails a master over."""
+    with running_cluster(request.param) as cluster:
+        yield cluster
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():  # noqa: ASYNC110 - the conditions are outside trio's reach
+        await trio.sleep(0.02)
+
+
+def make_client(cluster: ClusterProcess) -> ClusterRedisClient:
+    return ClusterRedisClient(ConnectionConfig.from_url(cluster.url))
+
+
+async def test_routes_pipelines_and_scans_over_every_master(
+    shared_cluster: ClusterProcess,
+) -> None:
+    keys = [f"route-{n}" for n in range(30)]
+    async with make_client(shared_cluster) as client:
+        assert len(await client.masters()) == 3
+        assert await client.pipeline([("SET", key, key) for key in keys]) == [b"OK"] * 30
+        for key in keys:
+            owner = shared_cluster.master_of_slot(key_slot(key))
+            assert owner.command("GET", key) == key.encode()  # it is on its own master
+        assert await client.pipeline([("GET", key) for key in keys]) == [k.encode() for k in keys]
+        found = await scan(client, "route-*")
+        assert found == {key.encode() for key in keys}
+        on = {shared_cluster.master_of_slot(key_slot(key)).port for key in keys}
+        assert len(on) == 3  # the walk had to visit all three
+        assert await client.pipeline([("DEL", key) for key in keys]) == [1] * 30
+
+
+async def test_scripts_blocking_reads_and_refusals(shared_cluster: ClusterProcess) -> None:
+    script = Script("return {redis.call('INCR', KEYS[1]), redis.call('INCR', KEYS[2])}")
+    async with make_client(shared_cluster) as client:
+        assert await script(client, ["{t}:a", "{t}:b"]) == [1, 1]  # NOSCRIPT, then EVAL
+        assert await script(client, ["{t}:a", "{t}:b"]) == [2, 2]  # EVALSHA
+        with pytest.raises(CrossSlotError, match="EVALSHA"):
+            await script(client, ["{t}:a", "{u}:b"])
+        with pytest.raises(ClusterCommandError, match="SELECT"):
+            await client.execute("SELECT", 1)
+        await client.execute("XGROUP", "CREATE", "{t}:s", "g", "$", "MKSTREAM")
+        async with client.dedicated() as reader:
+            args = ("XREADGROUP", "GROUP", "g", "c", "BLOCK", 50, "STREAMS", "{t}:s", ">")
+            assert await reader.execute(*args, reply_timeout=5) is None
+            await client.execute("XADD", "{t}:s", "*", "f", "v")
+            (stream, rows), = await reader.execute(*args, reply_timeout=5)  # fmt: skip
+            assert stream == b"{t}:s"
+            assert rows[0][1] == [b"f", b"v"]
+        await client.execute("DEL", "{t}:a", "{t}:b", "{t}:s")
+
+
+async def test_from_url_detects_a_cluster(shared_cluster: ClusterProcess) -> None:
+    backend = RedisBackend.from_url(shared_cluster.url)
+    async with backend:
+        assert isinstance(backend.client, DetectingRedisClient)
+        await backend.ping()
+        assert isinstance(backend.client.chosen, ClusterRedisClient)
+    with pytest.raises(ClusterCommandError, match="database 0"):
+        RedisBackend.from_url(shared_cluster.url.replace("/0", "/3"), cluster=True)
+    async with RedisBackend.from_url(shared_cluster.url.replace("/0", "/3")) as backend:
+        with pytest.raises(ClusterCommandError, match="names database 3"):
+            await backend.ping()
+
+
+async def test_from_url_detects_a_standalone_server(redis_url: str) -> None:
+    async with RedisBackend.from_url(redis_url) as backend:
+        await backend.ping()
+        assert isinstance(backend.client, DetectingRedisClient)
+        assert isinstance(backend.client.chosen, NativeRedisClient)
+
+
+def _move_empty_slot(cluster: ClusterProcess, slot: int) -> tuple[int, int]:
+    source = cluster.master_of_slot(slot)
+    target = next(m for m in cluster.masters_at_start if m is not source)
+    for node in (
+        target,
+        source,
+        *(m for m in cluster.masters_at_start if m not in (source, target)),
+    ):
+        node.command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+    return source.port, target.port
+
+
+async def test_moved_after_setslot(own_cluster: ClusterProcess) -> None:
+    key = "{moving}"
+    slot = key_slot(key)
+    async with make_client(own_cluster) as client:
+        await client.execute("GET", key)
+        _, target = _move_empty_slot(own_cluster, slot)
+        assert await client.execute("SET", key, "here") == b"OK"
+        assert client.owner_of(slot) == ("127.0.0.1", target)
+        assert client.statistics().redirects >= 1
+        assert own_cluster.node_at(target).command("GET", key) == b"here"
+
+
+async def test_ask_during_a_manual_migration(own_cluster: ClusterProcess) -> None:
+    slot = key_slot("{mig}")
+    source = own_cluster.master_of_slot(slot)
+    target = next(m for m in own_cluster.masters_at_start if m is not source)
+    async with make_client(own_cluster) as client:
+        await client.pipeline([("SET", "{mig}:stays", "s"), ("SET", "{mig}:goes", "g")])
+        target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+        source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+        source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", "{mig}:goes")
+        assert await client.execute("GET", "{mig}:goes") == b"g"  # ASK, then ASKING + GET
+        assert await client.execute("GET", "{mig}:stays") == b"s"  # still on the source
+        assert client.owner_of(slot) == ("127.0.0.1", source.port)  # ASK changes no map
+        with pytest.raises(ResponseError, match="TRYAGAIN"):  # keys on both sides: bounded
+            await client.execute("MGET", "{mig}:stays", "{mig}:goes")
+        source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", "{mig}:stays")
+        for node in own_cluster.masters_at_start:
+            node.command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        assert await client.execute("MGET", "{mig}:stays", "{mig}:goes") == [b"s", b"g"]
+        assert client.owner_of(slot) == ("127.0.0.1", target.port)  # MOVED updated it
+
+
+async def test_manual_failover_under_load(own_cluster: ClusterProcess) -> None:
+    key = "{fail}:n"
+    old_master = own_cluster.master_of_slot(key_slot(key))
+    (replica,) = own_cluster.replicas_of[old_master.port]
+    done = unknown = 0
+    refused: list[ResponseError] = []
+    async with make_client(own_cluster) as client:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+
+                async def load() -> None:
+                    nonlocal done, unknown
+                    while True:
+                        try:
+                            await client.execute("INCR", key)
+                            done += 1
+                        except RedisConnectionError:
+                            unknown += 1  # may or may not have run
+                        except ResponseError as exc:
+                            refused.append(exc)
+                        await trio.sleep(0.002)
+
+                nursery.start_soon(load)
+                await trio.sleep(0.3)
+                before = done
+                assert replica.command("CLUSTER", "FAILOVER") == b"OK"
+                with trio.fail_after(5):  # resumes on the promoted replica within 5 s
+                    await _until(lambda: own_cluster.master_of_slot(key_slot(key)) is replica)
+                    count = done
+                    await _until(lambda: done >= count + 50)
+                nursery.cancel_scope.cancel()
+        assert all(exc.retryable for exc in refused), refused  # e.g. a redirect past its bound
+        assert done > before
+        value = int(await client.execute("GET", key))
+        assert done <= value <= done + unknown + 1  # the cancelled one may have run
+        assert client.owner_of(key_slot(key)) == ("127.0.0.1", replica.port)
