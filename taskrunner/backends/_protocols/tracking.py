@@ -51,7 +51,7 @@ from taskrunner import _keys, _wire
 from taskrunner._wire import TaskState
 
 if TYPE_CHECKING:
-    from taskrunner.backends._protocols import DeadLetter
+    from taskrunner.backends._protocols.queue import DeadLetter
 
 __all__ = [
     "STOP_REQUEST_LIFETIME",

@@ -1,42 +1,28 @@
-"""What the :class:`~taskrunner.backends.Inspection` protocol reports, and the layout
-decisions every backend shares.
+"""What the :class:`Inspection` protocol reports: operator reads and operations over the whole
+store, and the frozen values they return.
 
-Theory of operation: operator tools (``taskrunner.admin``, the ``stats``, ``top``,
-``keys`` and ``flush`` commands, a dashboard) read the store only through the
-inspection protocol, and get frozen value objects back: :class:`KeyInfo` and
-:class:`KeyCounts` for a group's keys, :class:`Heartbeat` for a live instance,
-:class:`Lease` for the leader lease. What a key *is* follows from its name alone
-(the documented layout, docs/redis-key-layout.md), so the decisions are pure
-functions of names here, and the memory backend, which keeps its state under the
-same names, answers exactly as Redis does:
-
-- :func:`group_keys`: the fixed keys of a group and their :class:`KeyKind`;
-- :func:`kind_of`: the kind of any key a listing meets (fixed, heartbeat, unique lock);
-- :func:`group_named_by`: the group a key's name contains, if any (how a group that
-  never served is still found);
-- :func:`keys_to_flush`: what a flush deletes of the keys a listing found.
+Operator tools (``taskrunner.admin``, the ``stats``, ``top``, ``keys`` and ``flush``
+commands, a dashboard) read the store only through this protocol, and get frozen value
+objects back: :class:`KeyInfo` and :class:`KeyCounts` for a group's keys,
+:class:`Heartbeat` for a live instance, :class:`Lease` for the leader lease. The layout
+decisions behind them are pure functions of key names, in :mod:`taskrunner.backends._layout`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from typing import Protocol, runtime_checkable
 
 import attrs
 
-from taskrunner import _keys, _wire
-from taskrunner._keys import StreamKeys
-
 __all__ = [
     "Heartbeat",
+    "Inspection",
     "KeyCounts",
     "KeyInfo",
     "KeyKind",
     "Lease",
-    "group_keys",
-    "group_named_by",
-    "keys_to_flush",
-    "kind_of",
 ]
 
 
@@ -214,122 +200,105 @@ class Lease:
     """Seconds until it expires unless renewed (``None``: it never does, set by hand)."""
 
 
-def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
-    """The fixed key names of ``group`` whose stream keys are ``keys``, in layout order.
+@runtime_checkable
+class Inspection(Protocol):
+    """Operator reads and operations over the whole store, for tools, not for serving.
 
-    Heartbeats and unique locks are not per group, and results and their notices
-    are per task: a listing finds them by pattern (:func:`kind_of`).
+    ``taskrunner.admin`` and the operator commands use only this (never a
+    client of the store), so they work on any backend that implements it;
+    a backend that does not still serves tasks. The values returned are
+    frozen snapshots (:mod:`taskrunner.backends._protocols.inspection`).
+
+    Cost: the listings walk the store's key space. On Redis that is ``SCAN``
+    (never ``KEYS``, so the server is never blocked), in pages, and then one
+    pipelined round trip for the keys found, whatever their number: cheap
+    enough for a refresh every few seconds, not for the per-task path.
+
+    Keys that expire (or are deleted) while a listing runs: a key that is
+    gone by the time it is read is left out, never reported with made-up
+    values; a key added meanwhile may or may not be listed. Names are
+    reported as text, bytes that are not UTF-8 escaped.
     """
-    return {
-        keys.stream: KeyKind.STREAM,
-        keys.dead_letter: KeyKind.DEAD_LETTER,
-        keys.claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
-        _keys.delayed_tasks(group): KeyKind.DELAYED_TASKS,
-        _keys.delayed_index(group): KeyKind.DELAYED_INDEX,
-        _keys.entry_index(group): KeyKind.ENTRY_INDEX,
-        _keys.cancelled(group): KeyKind.STOP_REQUESTS,
-        _keys.leader(group): KeyKind.LEADER,
-        _keys.worker_tuning_capacity(group): KeyKind.TUNING,
-        _keys.metrics(group): KeyKind.METRICS,
-        _keys.catalog(group): KeyKind.CATALOG,
-        _keys.schedules(group): KeyKind.SCHEDULES,
-        _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
-    }
 
+    async def ping(self) -> float:
+        """One round trip to the store.
 
-HEARTBEAT_PREFIX = _keys.replication("")
-"""``taskrunner:replication:``, the head of every heartbeat key."""
-UNIQUE_LOCK_PATTERN = f"{_wire.UNIQUE_LOCK_PREFIX}*"
-"""``SCAN MATCH`` pattern for every unique lock."""
+        Returns:
+            The seconds it took (trio's clock).
 
+        Raises:
+            BackendError: The store cannot be reached.
+        """
+        ...
 
-def kind_of(name: str, fixed: Mapping[str, KeyKind], group: str | None = None) -> KeyKind | None:
-    """The kind of key ``name``: one of ``fixed`` (:func:`group_keys`), a heartbeat, a
-    unique lock, a result or result notice of ``group`` (when given), or ``None``
-    (not a key of the layout)."""
-    if name in fixed:
-        return fixed[name]
-    if name.startswith(HEARTBEAT_PREFIX):
-        return KeyKind.HEARTBEAT
-    if name.startswith(_wire.UNIQUE_LOCK_PREFIX):
-        return KeyKind.UNIQUE_LOCK
-    if group is not None:
-        if name.startswith(_keys.result(group, "")):
-            return KeyKind.RESULT
-        if name.startswith(_keys.notify(group, "")):
-            return KeyKind.RESULT_NOTICE
-    return None
+    async def list_groups(self) -> list[str]:
+        """Every consumer group on the store, sorted.
 
+        A group is on the store when a stream has a consumer group of that
+        name (every group that ever read), or when a key is named after it
+        (see :func:`~taskrunner.backends._layout.group_named_by`): its own
+        stream in the default layout, its metrics hash, delayed set or
+        published tuning capacity (a group that has delayed tasks waiting but
+        never served, or whose stream was flushed but not its metrics). The
+        leader lease is named by a hash, so it names no group.
 
-PER_TASK_KINDS = (KeyKind.RESULT, KeyKind.RESULT_NOTICE)
-"""The kinds of key there is one of per task of a group (found by pattern)."""
+        Cost: two walks of the key space (the streams, then the names under
+        ``taskrunner:``) and one round trip for the groups of every stream.
+        """
+        ...
 
+    async def list_keys(self, group: str) -> list[KeyInfo]:
+        """Every key of the layout that exists now for ``group``, with its type,
+        size and TTL: the group's fixed keys, its tasks' kept results and result
+        notices, then every heartbeat and unique lock (not per group: every
+        group's), each kind in the order of
+        :class:`~taskrunner.backends._protocols.inspection.KeyKind`, the keys found by
+        pattern by name.
 
-def per_task_patterns(group: str) -> tuple[tuple[KeyKind, str], ...]:
-    """``(kind, SCAN MATCH pattern)`` of the per-task keys of ``group``."""
-    return (
-        (KeyKind.RESULT, _keys.result_pattern(group)),
-        (KeyKind.RESULT_NOTICE, _keys.notify_pattern(group)),
-    )
+        Cost: four pattern walks (results, notices, heartbeats, unique locks)
+        and one round trip for every key found.
+        """
+        ...
 
+    async def count_keys(self, group: str) -> KeyCounts:
+        """How many keys of each kind :meth:`list_keys` would list now; on a
+        store nobody changes meanwhile, ``KeyCounts.of(await list_keys(group))``.
 
-NOT_GROUPS = ("unique:", "replication:", "leader:")
-"""Heads of the names under ``taskrunner:`` that belong to no group (a unique lock's
-key may well end in ``:metrics``)."""
+        Cost: the same four walks, then one round trip for the fixed keys only:
+        nothing is read per result, notice, heartbeat or unique lock.
+        """
+        ...
 
-_GROUP_TAILS = (
-    ":metrics",
-    ":delayed_tasks",
-    ":worker_tuning_capacity",
-    ":delayed_ids",
-    ":entry_ids",
-    ":cancelled",
-    ":catalog",
-    ":schedules",
-    ":schedule_specs",
-)
-_PER_TASK_HEADS = (":result:", ":notify:")
+    async def list_heartbeats(self) -> list[Heartbeat]:
+        """Every live instance (heartbeat key) of every group, sorted by host,
+        with the instance id it holds and its seconds left.
 
+        Cost: one pattern walk and one round trip for every key found.
+        """
+        ...
 
-def group_named_by(name: str, queue: str) -> str | None:
-    """The group whose name ``name`` contains, if it is a key named after one.
+    async def read_lease(self, group: str) -> Lease | None:
+        """The group's leader lease, owner and seconds left, read together in one
+        round trip; ``None`` when nobody holds it."""
+        ...
 
-    Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
-    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules``, ``:schedule_specs``,
-    ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a task's
-    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids
-    hold no colon). The leader lease is named by a hash of the group, so it names
-    none.
-    """
-    head = f"{_keys.PREFIX}:"
-    if not name.startswith(head):
-        return None
-    for tail in (f":{queue}", *_GROUP_TAILS):
-        if name.endswith(tail):
-            group = name[len(head) : len(name) - len(tail)]
-            if group and not group.startswith(NOT_GROUPS):
-                return group
-    for middle in _PER_TASK_HEADS:
-        group, found, task_id = name[len(head) :].rpartition(middle)
-        if found and group and task_id and ":" not in task_id and not group.startswith(NOT_GROUPS):
-            return group
-    return None
+    async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
+        """Delete every key of ``group`` and the consumer group itself.
 
+        The group is destroyed on its stream (``XGROUP DESTROY``: its pending
+        entries and cursor go). When other consumer groups read the same stream
+        (an explicit shared prefix), the stream, the dead-letter stream and the
+        claim-delay ring are kept for them; otherwise they are deleted too, with
+        the group's delayed set and its id indexes, stop requests, lease, tuning
+        value, metrics hash, and its tasks' results and notices. Other groups'
+        keys are never touched. Unique locks and (with ``heartbeats``)
+        heartbeat keys are not per group: every one is deleted.
 
-_STREAM_KINDS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER, KeyKind.CLAIM_DELAY_RING})
+        Returns:
+            The names deleted (those :meth:`list_keys` found, less those kept),
+            in its order.
 
-
-def keys_to_flush(keys: Sequence[KeyInfo], *, stream_shared: bool, heartbeats: bool) -> list[str]:
-    """The names a flush of a group deletes, of the keys its listing found, in order.
-
-    Args:
-        keys: The group's listing (``Inspection.list_keys``).
-        stream_shared: Other consumer groups read the group's stream: its stream,
-            dead-letter stream and claim-delay ring are kept for them.
-        heartbeats: Delete the heartbeat keys too.
-    """
-    kept = set(_STREAM_KINDS) if stream_shared else set()
-    if not heartbeats:
-        kept.add(KeyKind.HEARTBEAT)
-    return [key.name for key in keys if key.kind not in kept]
+        Cancellation: some of the keys may have been deleted; a repeat deletes
+        the rest.
+        """
+        ...
