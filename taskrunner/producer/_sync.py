@@ -37,10 +37,13 @@ from taskrunner.producer._core import (
     SOCKET_TIMEOUT,
     TRACK_SOURCE,
     ProducerCore,
+    ask_is_cluster,
+    check_cluster_url,
     check_timeout,
     lock_px,
     log_kept_lock,
     raw_bytes,
+    socket_timeout_of,
     text,
     translated,
     wait_slice,
@@ -49,6 +52,9 @@ from taskrunner.producer._core import (
 from taskrunner.producer._plan import CatalogView
 
 log = logging.getLogger("taskrunner.producer")
+
+Client = redis.Redis | redis.RedisCluster
+"""The redis-py clients a producer works on."""
 
 RELEASE_SOURCE = (resources.files("taskrunner.backends.redis") / "lua" / "release.lua").read_text()
 """The runner's compare-and-delete of a lock (``lua/release.lua``)."""
@@ -80,7 +86,8 @@ class Producer:
     """Sends tasks by name to a group's runners, from sync code (threads welcome).
 
     Args:
-        client: A redis-py client (``redis.Redis``, ``fakeredis.FakeRedis``), which
+        client: A redis-py client (``redis.Redis``, ``redis.RedisCluster``,
+            ``fakeredis.FakeRedis``), which
             stays yours: :meth:`close` never closes it.
         consumer_group: The runners' ``TaskRunnerConfig.consumer_group``.
         prefix: As ``RedisBackend``'s: ``None`` means the group's own stream,
@@ -101,7 +108,7 @@ class Producer:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         *,
         consumer_group: str,
         prefix: str | None = None,
@@ -115,16 +122,17 @@ class Producer:
     def _setup(
         self,
         client: Any,
-        connect: Callable[[], redis.Redis] | None,
+        connect: Callable[[], Client] | None,
         *,
         consumer_group: str,
         prefix: str | None,
         queue: str,
         strict: bool,
     ) -> None:
-        if not isinstance(client, redis.Redis):
+        if not isinstance(client, redis.Redis | redis.RedisCluster):
             raise TypeError(
-                f"Producer needs a sync redis-py client (redis.Redis), got {client!r}: "
+                f"Producer needs a sync redis-py client (redis.Redis or redis.RedisCluster), "
+                f"got {client!r}: "
                 "from asyncio code use taskrunner.producer.AsyncProducer"
             )
         self._core = ProducerCore(
@@ -132,11 +140,12 @@ class Producer:
         )
         self._client = client
         self._connect = connect  # set when the client is ours
+        self._choose: Callable[[], None] | None = None  # set while cluster=None is undecided
         self._pid = os.getpid()
         self._scripts(client)
         self._closed = False
 
-    def _scripts(self, client: redis.Redis) -> None:
+    def _scripts(self, client: Client) -> None:
         self._release = client.register_script(RELEASE_SOURCE)
         self._track = client.register_script(TRACK_SOURCE)
         self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
@@ -150,9 +159,13 @@ class Producer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        cluster: bool | None = None,
         **redis_options: Any,
     ) -> Producer:
-        """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``.
+        """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``,
+        or ``redis.RedisCluster.from_url`` on a cluster: ``cluster=None`` (the default)
+        asks the server once, at the first call (``INFO cluster``), ``True`` or
+        ``False`` decide without asking.
 
         Unless given, ``socket_connect_timeout=5`` and ``socket_timeout=30`` are
         set, so that no call waits forever on a dead server. :meth:`close`
@@ -160,11 +173,17 @@ class Producer:
 
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.
+            ClusterCommandError: a cluster and a URL naming a database other
+                than 0 (with ``cluster=None``, raised by the first call).
         """
         redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
         redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
+        if cluster:
+            check_cluster_url(url)
 
-        def connect() -> redis.Redis:
+        def connect() -> Client:
+            if cluster:
+                return redis.RedisCluster.from_url(url, **redis_options)
             return redis.Redis.from_url(url, **redis_options)
 
         producer = cls.__new__(cls)
@@ -176,6 +195,22 @@ class Producer:
             queue=queue,
             strict=strict,
         )
+        if cluster is None:
+
+            def choose() -> None:
+                nonlocal cluster
+                # Asked once, at the first call: from_url opens no connection.
+                with translated():
+                    on_cluster = ask_is_cluster(url, redis_options)
+                producer._choose = None
+                if on_cluster:
+                    check_cluster_url(url)
+                    producer._client.close()
+                    cluster = True  # connect() now makes cluster clients (after a fork too)
+                    producer._client = connect()
+                    producer._scripts(producer._client)
+
+            producer._choose = choose
         return producer
 
     def __repr__(self) -> str:
@@ -196,11 +231,13 @@ class Producer:
         return self._core.destination.stream
 
     # The client -------------------------------------------------------------
-    def _redis(self) -> redis.Redis:
+    def _redis(self) -> Client:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if os.getpid() != self._pid:
             self._after_fork()
+        if self._choose is not None:
+            self._choose()
         return self._client
 
     def _after_fork(self) -> None:
@@ -211,13 +248,13 @@ class Producer:
             self._scripts(self._client)
         self._core.catalog = CatalogView()
 
-    def _read_catalog(self, client: redis.Redis, name: str) -> None:
+    def _read_catalog(self, client: Client, name: str) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    def _add(self, client: redis.Redis, data: bytes) -> str:
+    def _add(self, client: Client, data: bytes) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
             reply = client.execute_command(  # type: ignore[no-untyped-call]
@@ -265,7 +302,7 @@ class Producer:
         entry = self._core.one(name, payload, unique_key, unique_for)
         return ProducerHandle(self._send(client, name, entry), name, self)
 
-    def _send(self, client: redis.Redis, name: str, entry: Enqueue) -> str:
+    def _send(self, client: Client, name: str, entry: Enqueue) -> str:
         lock = entry.lock
         if lock is None:
             return self._add(client, entry.data)
@@ -311,7 +348,7 @@ class Producer:
             with translated():
                 pipe = client.pipeline(transaction=False)
                 for item in data[start : start + ADD_CHUNK]:
-                    pipe.execute_command(  # type: ignore[no-untyped-call]
+                    pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
                         "XADD", self.stream, "*", "payload", item
                     )
                 ids.extend(text(reply) for reply in pipe.execute())
@@ -392,7 +429,7 @@ class Producer:
         client = self._redis()
         key, notice = self._core.result_keys(task_id)
         deadline = time.monotonic() + limit
-        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = socket_timeout_of(client)
         with translated():
             raw = raw_bytes(client.get(key))
             while raw is None and (left := deadline - time.monotonic()) > 0:

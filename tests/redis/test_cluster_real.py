@@ -4,9 +4,12 @@ MOVED after ``CLUSTER SETSLOT``, ASK during a migration, and a manual failover."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis
+import redis.asyncio
 import trio
 
 from taskrunner.backends.redis import RedisBackend
@@ -23,6 +26,7 @@ from taskrunner.backends.redis._errors import (
 )
 from taskrunner.backends.redis._scripts import Script
 from taskrunner.backends.redis._state import scan
+from taskrunner.producer import AsyncProducer, Producer
 from taskrunner.testing import ClusterProcess, find_server_binary, running_cluster
 
 
@@ -199,3 +203,30 @@ async def test_manual_failover_under_load(own_cluster: ClusterProcess) -> None:
         value = int(await client.execute("GET", key))
         assert done <= value <= done + unknown + 1  # the cancelled one may have run
         assert client.owner_of(key_slot(key)) == ("127.0.0.1", replica.port)
+
+
+def test_producers_choose_redis_cluster(shared_cluster: ClusterProcess) -> None:
+    with Producer.from_url(shared_cluster.url, consumer_group="prod") as producer:
+        handle = producer.dispatch("send_mail", {"to": "a"})
+        assert isinstance(producer._client, redis.RedisCluster)
+        unique = producer.dispatch("send_mail", {"to": "b"}, unique_key="b", unique_for=60)
+        assert unique.id
+    stream = producer.stream
+    owner = shared_cluster.master_of_slot(key_slot(stream))
+    ids = [row[0].decode() for row in owner.command("XRANGE", stream, "-", "+")]
+    assert handle.id in ids
+    assert unique.id in ids
+
+    async def dispatch_async() -> str:
+        async with AsyncProducer.from_url(shared_cluster.url, consumer_group="prod") as producer:
+            handle = await producer.dispatch("send_mail", {"to": "c"})
+            assert isinstance(producer._client, redis.asyncio.RedisCluster)
+            return handle.id
+
+    async_id = asyncio.run(dispatch_async())
+    assert async_id in [row[0].decode() for row in owner.command("XRANGE", stream, "-", "+")]
+    with pytest.raises(ClusterCommandError, match="database 0"):
+        Producer.from_url(shared_cluster.url.replace("/0", "/2"), consumer_group="p", cluster=True)
+    with Producer.from_url(shared_cluster.url.replace("/0", "/2"), consumer_group="p") as late:
+        with pytest.raises(ClusterCommandError, match="names database 2"):
+            late.dispatch("x")
