@@ -23,6 +23,7 @@ from taskrunner.backends.redis._cluster_topology import (
     parse_slots,
     redirect_delay,
 )
+from taskrunner.backends.redis._detect import is_cluster_info
 from taskrunner.backends.redis._errors import (
     ClusterCommandError,
     CrossSlotError,
@@ -240,3 +241,17 @@ def test_redirect_delay() -> None:
     assert redirect_delay(RedirectKind.TRYAGAIN, 2) == 0.1
     assert redirect_delay(RedirectKind.CLUSTERDOWN, 1) == 0.25
     assert redirect_delay(RedirectKind.CLUSTERDOWN, 10) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("reply", "cluster"),
+    [
+        (b"# Cluster\r\ncluster_enabled:1\r\n", True),
+        (b"# Cluster\r\ncluster_enabled:0\r\n", False),
+        ("# Cluster\ncluster_enabled:1", True),
+        (b"", False),
+        (b"# Server\r\nredis_version:7.0.15\r\n", False),
+    ],
+)
+def test_is_cluster_info(reply: bytes | str, cluster: bool) -> None:
+    assert is_cluster_info(reply) is cluster

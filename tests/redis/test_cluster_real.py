@@ -12,6 +12,7 @@ import redis
 import redis.asyncio
 import trio
 
+from taskrunner import _keys, admin
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._cluster_client import ClusterRedisClient
@@ -230,3 +231,20 @@ def test_producers_choose_redis_cluster(shared_cluster: ClusterProcess) -> None:
     with Producer.from_url(shared_cluster.url.replace("/0", "/2"), consumer_group="p") as late:
         with pytest.raises(ClusterCommandError, match="names database 2"):
             late.dispatch("x")
+
+
+async def test_backend_walks_every_master(shared_cluster: ClusterProcess) -> None:
+    hosts = [f"walk-host-{n}" for n in range(12)]
+    async with RedisBackend.from_url(shared_cluster.url) as backend:
+        client = backend.client
+        await client.pipeline([("SET", _keys.replication(h), "id", "PX", 60_000) for h in hosts])
+        on = {shared_cluster.master_of_slot(key_slot(_keys.replication(h))).port for h in hosts}
+        assert len(on) == 3  # spread over the three masters
+        assert await backend.count_heartbeats() == len(hosts)
+        assert [beat.host for beat in await backend.list_heartbeats()] == sorted(hosts)
+        stream = backend.stream_keys("walkers").stream
+        await client.execute("XGROUP", "CREATE", stream, "walkers", "$", "MKSTREAM")
+        assert "walkers" in await backend.list_groups()
+        flushed = await admin.flush(backend, "walkers", confirm=True, replication=True)
+        assert stream in flushed
+        assert await backend.count_heartbeats() == 0
