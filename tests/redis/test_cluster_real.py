@@ -1,10 +1,11 @@
-"""ClusterRedisClient on real clusters (3 masters + 3 replicas, redis-server and valkey-server,
+"""ClusterRedisClient on real clusters (3 masters + 3 replicas of the suite's server kind,
 started by ``taskrunner.testing.running_cluster``): routing, scripts, fan-out, detection,
 MOVED after ``CLUSTER SETSLOT``, ASK during a migration, and a manual failover."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -28,31 +29,26 @@ from taskrunner.backends.redis._errors import (
 from taskrunner.backends.redis._scripts import Script
 from taskrunner.backends.redis._state import scan
 from taskrunner.producer import AsyncProducer, Producer
-from taskrunner.testing import ClusterProcess, find_server_binary, running_cluster
+from taskrunner.testing import ClusterProcess, running_cluster
 
 
-def _kinds() -> list[str]:
-    kinds = []
-    for kind in ("redis", "valkey"):
-        try:
-            find_server_binary(kind)
-        except RuntimeError:
-            continue
-        kinds.append(kind)
-    return kinds
+def _binary() -> str:
+    # The server kind the suite runs on ($TASKRUNNER_TEST_SERVER): .ci/run runs
+    # tests/redis once on redis-server and once on valkey-server.
+    return os.environ.get("TASKRUNNER_TEST_SERVER", "auto")
 
 
-@pytest.fixture(scope="module", params=_kinds())
-def shared_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterProcess]:
-    """One cluster per server kind for the tests that leave its topology alone."""
-    with running_cluster(request.param) as cluster:
+@pytest.fixture(scope="module")
+def shared_cluster() -> Iterator[ClusterProcess]:
+    """One cluster for the tests that leave its topology alone."""
+    with running_cluster(_binary()) as cluster:
         yield cluster
 
 
-@pytest.fixture(params=_kinds())
-def own_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterProcess]:
+@pytest.fixture
+def own_cluster() -> Iterator[ClusterProcess]:
     """A fresh cluster for a test that moves slots or fails a master over."""
-    with running_cluster(request.param) as cluster:
+    with running_cluster(_binary()) as cluster:
         yield cluster
 
 
