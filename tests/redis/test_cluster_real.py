@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -29,7 +30,7 @@ from taskrunner.backends.redis._errors import (
 from taskrunner.backends.redis._scripts import Script
 from taskrunner.backends.redis._state import scan
 from taskrunner.producer import AsyncProducer, Producer
-from taskrunner.testing import ClusterProcess, running_cluster
+from taskrunner.testing import ClusterNode, ClusterProcess, running_cluster
 
 
 def _binary() -> str:
@@ -244,3 +245,55 @@ async def test_backend_walks_every_master(shared_cluster: ClusterProcess) -> Non
         flushed = await admin.flush(backend, "walkers", confirm=True, replication=True)
         assert stream in flushed
         assert await backend.count_heartbeats() == 0
+
+
+def _reshard(cluster: ClusterProcess, slot: int, source: ClusterNode, target: ClusterNode) -> int:
+    """Move ``slot`` as ``redis-cli --cluster reshard`` does, a few keys at a time."""
+    target.command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    source.command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+    moved = 0
+    while keys := source.command("CLUSTER", "GETKEYSINSLOT", slot, 5):
+        source.command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        moved += len(keys)
+        time.sleep(0.02)  # let the load meet the half-migrated slot
+    for node in (target, source, *cluster.masters_at_start):
+        node.command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+    return moved
+
+
+async def test_live_resharding_under_load(own_cluster: ClusterProcess) -> None:
+    keys = [f"{{rs}}:{n}" for n in range(40)]
+    slot = key_slot(keys[0])
+    source = own_cluster.master_of_slot(slot)
+    target = next(m for m in own_cluster.masters_at_start if m is not source)
+    done = 0
+    refused: list[BaseException] = []
+    async with make_client(own_cluster) as client:
+        await client.pipeline([("SET", key, 0) for key in keys])
+
+        async def load(worker: int) -> None:
+            nonlocal done
+            n = worker
+            while True:
+                try:
+                    await client.execute("INCR", keys[n % len(keys)])
+                    done += 1
+                except (ResponseError, RedisConnectionError) as exc:
+                    refused.append(exc)
+                n += 7
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for worker in range(4):
+                    nursery.start_soon(load, worker)
+                moved = await trio.to_thread.run_sync(_reshard, own_cluster, slot, source, target)
+                count = done
+                await _until(lambda: done >= count + 100)  # still serving, on the new owner
+                nursery.cancel_scope.cancel()
+        assert moved == len(keys)
+        assert refused == []
+        assert client.statistics().redirects > 0
+        assert client.owner_of(slot) == ("127.0.0.1", target.port)
+        values = await client.pipeline([("GET", key) for key in keys])
+        # every INCR that returned ran exactly once; the cancelled ones at most once
+        assert done <= sum(int(v) for v in values) <= done + 4
