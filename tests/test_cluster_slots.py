@@ -225,6 +225,9 @@ def test_missing_slots_and_moved() -> None:
         ("TRYAGAIN Multiple keys request during rehashing of slot",
          Redirect(kind=RedirectKind.TRYAGAIN)),
         ("CLUSTERDOWN The cluster is down", Redirect(kind=RedirectKind.CLUSTERDOWN)),
+        ("UNBLOCKED force unblock from blocking operation, instance state changed "
+         "(master -> replica?)", Redirect(kind=RedirectKind.UNBLOCKED)),
+        ("UNBLOCKED client unblocked via CLIENT UNBLOCK", None),
         ("ERR unknown command", None),
         ("MOVED nonsense", None),
         ("WRONGTYPE Operation against a key", None),
@@ -241,6 +244,7 @@ def test_redirect_delay() -> None:
     assert redirect_delay(RedirectKind.TRYAGAIN, 2) == 0.1
     assert redirect_delay(RedirectKind.CLUSTERDOWN, 1) == 0.25
     assert redirect_delay(RedirectKind.CLUSTERDOWN, 10) == 1.0
+    assert redirect_delay(RedirectKind.UNBLOCKED, 1) == 0.05
 
 
 @pytest.mark.parametrize(

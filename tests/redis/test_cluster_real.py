@@ -297,3 +297,29 @@ async def test_live_resharding_under_load(own_cluster: ClusterProcess) -> None:
         values = await client.pipeline([("GET", key) for key in keys])
         # every INCR that returned ran exactly once; the cancelled ones at most once
         assert done <= sum(int(v) for v in values) <= done + 4
+
+
+async def test_a_blocked_read_follows_a_failover(own_cluster: ClusterProcess) -> None:
+    stream = "{blocked}:s"
+    master = own_cluster.master_of_slot(key_slot(stream))
+    (replica,) = own_cluster.replicas_of[master.port]
+    async with make_client(own_cluster) as client:
+        await client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
+        read: list[object] = []
+        async with client.dedicated() as reader:
+
+            async def blocked_read() -> None:
+                args = ("XREADGROUP", "GROUP", "g", "c", "BLOCK", 10_000, "STREAMS", stream, ">")
+                read.append(await reader.execute(*args, reply_timeout=15))
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(blocked_read)
+                    await trio.sleep(0.3)
+                    assert replica.command("CLUSTER", "FAILOVER") == b"OK"
+                    await _until(lambda: own_cluster.master_of_slot(key_slot(stream)) is replica)
+                    await trio.sleep(0.5)  # the read is blocked again, on the new master
+                    await client.execute("XADD", stream, "*", "f", "v")
+        ((name, rows),) = read[0]  # type: ignore[misc]
+        assert name == stream.encode()
+        assert rows[0][1] == [b"f", b"v"]

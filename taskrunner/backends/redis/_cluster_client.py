@@ -334,7 +334,7 @@ class ClusterRedisClient:
                         assert redirect.address is not None
                         asking[index] = redirect.address
                     else:
-                        refresh = refresh or redirect.kind is RedirectKind.CLUSTERDOWN
+                        refresh = refresh or redirect.kind is not RedirectKind.TRYAGAIN
                         wait = max(wait, redirect_delay(redirect.kind, attempt))
             if not todo:
                 return replies

@@ -5,7 +5,9 @@ connection of its own, on the master serving its keys. A
 :class:`ClusterDedicatedConnection` keeps one
 :class:`~._connection.DedicatedConnection` per node it was sent to, picks the
 node per call from the client's map, and follows redirects as the shared path
-does (bounded; ``ASKING`` then the command on the same connection for ``ASK``).
+does (bounded; ``ASKING`` then the command on the same connection for ``ASK``;
+a read that Redis ends with ``UNBLOCKED`` because its master became a replica
+is sent again to the new master).
 A node's connection is opened with a ``PING`` first, so that a failure to
 connect (nothing of the caller's was sent) can be retried on a refreshed map;
 once the command was written, a broken connection is raised, never resent
@@ -113,7 +115,7 @@ class ClusterDedicatedConnection:
                     asking = redirect.address
                 else:
                     await trio.sleep(redirect_delay(redirect.kind, attempt))
-                    if redirect.kind is RedirectKind.CLUSTERDOWN:
+                    if redirect.kind is not RedirectKind.TRYAGAIN:
                         await client.refresh_quietly()
             except RedisConnectionError:
                 client.refresh_soon()  # the node may be gone; the command may have run

@@ -14,8 +14,12 @@ lives elsewhere for good: update the map, resend there), ``ASK <slot>
 <host:port>`` (the slot is migrating and this key already left: send
 ``ASKING`` then the command to the target, once, map unchanged), ``TRYAGAIN``
 (a multi-key command during a migration: wait and resend) and ``CLUSTERDOWN``
-(the cluster cannot serve the slot right now: wait, refresh, resend). All four
-mean the command did not run, which is why resending them is safe.
+(the cluster cannot serve the slot right now: wait, refresh, resend), and
+``UNBLOCKED ... instance state changed`` (Redis ending a blocking read on a
+master that became a replica, in a failover: refresh, resend). All five mean
+the command did not run, which is why resending them is safe. (An
+``UNBLOCKED`` an operator caused with ``CLIENT UNBLOCK ... ERROR`` is the
+command's own error: the operator meant it to end.)
 :func:`redirect_delay` is the wait before each resend.
 """
 
@@ -41,6 +45,7 @@ class RedirectKind(enum.Enum):
     ASK = "ASK"
     TRYAGAIN = "TRYAGAIN"
     CLUSTERDOWN = "CLUSTERDOWN"
+    UNBLOCKED = "UNBLOCKED"
 
 
 @attrs.frozen(kw_only=True)
@@ -200,6 +205,9 @@ def parse_redirect(error: ResponseError, replier: Address) -> Redirect | None:
         return Redirect(kind=RedirectKind.TRYAGAIN)
     if code == "CLUSTERDOWN":
         return Redirect(kind=RedirectKind.CLUSTERDOWN)
+    if code == "UNBLOCKED":
+        changed = "instance state changed" in error.message
+        return Redirect(kind=RedirectKind.UNBLOCKED) if changed else None
     if code not in ("MOVED", "ASK"):
         return None
     parts = error.message.split()
@@ -226,11 +234,13 @@ MAX_DELAY = 1.0
 def redirect_delay(kind: RedirectKind, attempt: int) -> float:
     """Seconds to wait before resending after the ``attempt``-th (1-based) redirect of ``kind``.
 
-    ``MOVED`` and ``ASK`` name where to go now: no wait. ``TRYAGAIN`` and
-    ``CLUSTERDOWN`` wait, doubling each time, up to :data:`MAX_DELAY`.
+    ``MOVED`` and ``ASK`` name where to go now: no wait. ``TRYAGAIN``,
+    ``CLUSTERDOWN`` and ``UNBLOCKED`` wait, doubling each time, up to :data:`MAX_DELAY`.
     """
     if kind is RedirectKind.TRYAGAIN:
         return min(MAX_DELAY, TRYAGAIN_DELAY * 2.0 ** (attempt - 1))
     if kind is RedirectKind.CLUSTERDOWN:
         return min(MAX_DELAY, CLUSTERDOWN_DELAY * 2.0 ** (attempt - 1))
+    if kind is RedirectKind.UNBLOCKED:
+        return min(MAX_DELAY, TRYAGAIN_DELAY * 2.0 ** (attempt - 1))
     return 0.0

@@ -53,6 +53,7 @@ RETRYABLE_CODES = frozenset(
         "CLUSTERDOWN",
         "MOVED",
         "ASK",
+        "UNBLOCKED",
         "MASTERDOWN",
         "NOREPLICAS",
         "NOAUTH",
