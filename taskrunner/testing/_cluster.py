@@ -36,6 +36,14 @@ def _fields(reply: Any) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
 
 
+def _fresh_port(taken: set[int]) -> int:
+    """A free port not handed out before: the OS may give a just-released port again."""
+    while (port := free_port()) in taken:
+        pass
+    taken.add(port)
+    return port
+
+
 def slot_ranges(masters: int) -> list[tuple[int, int]]:
     """Inclusive slot ranges of ``masters`` masters, split evenly."""
     share = HASH_SLOTS / masters
@@ -45,19 +53,39 @@ def slot_ranges(masters: int) -> list[tuple[int, int]]:
 class ClusterNode(ServerProcess):
     """One node of a :class:`ClusterProcess`: a server with a cluster bus port."""
 
-    def __init__(self, binary: str, workdir: Path, *args: str, node_timeout_ms: int) -> None:
-        self.bus_port = free_port()
-        super().__init__(
-            binary,
-            workdir,
-            "--cluster-enabled", "yes",
-            "--cluster-config-file", str(workdir / "nodes.conf"),
-            "--cluster-port", str(self.bus_port),
-            "--cluster-node-timeout", str(node_timeout_ms),
-            "--repl-diskless-sync-delay", "0",
-            *args,
-        )  # fmt: skip
+    def __init__(
+        self, binary: str, workdir: Path, *args: str, node_timeout_ms: int, taken: set[int]
+    ) -> None:
+        self.taken = taken
+        self.workdir = workdir
+        self.bus_port = _fresh_port(taken)
+        self._cluster_args = args
+        self._node_timeout_ms = node_timeout_ms
+        super().__init__(binary, workdir, *self._arguments(), port=_fresh_port(taken))
         self.node_id = ""
+
+    def _arguments(self) -> tuple[str, ...]:
+        return (
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", str(self.workdir / "nodes.conf"),
+            "--cluster-port", str(self.bus_port),
+            "--cluster-node-timeout", str(self._node_timeout_ms),
+            "--repl-diskless-sync-delay", "0",
+            *self._cluster_args,
+        )  # fmt: skip
+
+    def start_on_fresh_ports(self, attempts: int = 3) -> None:
+        """Start it; when a port was taken meanwhile (other processes pick free
+        ports too), pick new ones and try again."""
+        for attempt in range(attempts):
+            try:
+                self.start()
+                return
+            except RuntimeError as exc:
+                if "Address already in use" not in str(exc) or attempt == attempts - 1:
+                    raise
+                self.port, self.bus_port = _fresh_port(self.taken), _fresh_port(self.taken)
+                self.args = self._arguments()
 
     def command(self, *args: Any) -> Any:
         """One command over a fresh connection (see :func:`sync_command`)."""
@@ -99,8 +127,11 @@ class ClusterProcess:
             raise ValueError(f"need masters >= 1 and replicas >= 0, got {masters}, {replicas}")
         self.node_timeout_ms = node_timeout_ms
         count = masters * (1 + replicas)
+        taken: set[int] = set()
         self.nodes = [
-            ClusterNode(binary, workdir / f"node-{n}", *args, node_timeout_ms=node_timeout_ms)
+            ClusterNode(
+                binary, workdir / f"node-{n}", *args, node_timeout_ms=node_timeout_ms, taken=taken
+            )
             for n in range(count)
         ]
         self.masters_at_start = self.nodes[:masters]
@@ -130,7 +161,7 @@ class ClusterProcess:
     def start(self) -> None:
         """Start every node and form the cluster; returns once it serves every slot."""
         for node in self.nodes:
-            node.start()
+            node.start_on_fresh_ports()
         for node in self.nodes:
             node.node_id = node.command("CLUSTER", "MYID").decode()
         for epoch, (master, (first, last)) in enumerate(

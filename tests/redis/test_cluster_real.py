@@ -323,3 +323,43 @@ async def test_a_blocked_read_follows_a_failover(own_cluster: ClusterProcess) ->
         ((name, rows),) = read[0]  # type: ignore[misc]
         assert name == stream.encode()
         assert rows[0][1] == [b"f", b"v"]
+
+
+async def test_sigkill_of_a_master_under_load(own_cluster: ClusterProcess) -> None:
+    key = "{killed}:n"
+    master = own_cluster.master_of_slot(key_slot(key))
+    (replica,) = own_cluster.replicas_of[master.port]
+    done = 0
+    lost_links: list[RedisConnectionError] = []
+    refused: list[ResponseError] = []
+    async with make_client(own_cluster) as client:
+
+        async def load() -> None:
+            nonlocal done
+            while True:
+                try:
+                    await client.execute("INCR", key)
+                    done += 1
+                except RedisConnectionError as exc:
+                    lost_links.append(exc)
+                except ResponseError as exc:
+                    refused.append(exc)
+                await trio.sleep(0.005)
+
+        resume_within = own_cluster.node_timeout_ms / 1000 + 5
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load)
+                await _until(lambda: done >= 20)
+                master.kill()
+                killed_at = trio.current_time()
+                count = done
+                await _until(lambda: done > count)
+                resumed_after = trio.current_time() - killed_at
+                nursery.cancel_scope.cancel()
+        assert resumed_after < resume_within, resumed_after
+        assert client.owner_of(key_slot(key)) == ("127.0.0.1", replica.port)
+        # A call in flight when the master died fails (it may have run); the calls
+        # after it wait for the promotion (connecting fails: nothing was sent).
+        assert all(exc.retryable for exc in lost_links), lost_links
+        assert all(exc.retryable for exc in refused), refused
