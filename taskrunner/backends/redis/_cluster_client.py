@@ -51,6 +51,7 @@ from ._cluster_topology import (
     MAX_REDIRECTS,
     Address,
     ClusterMap,
+    Redirect,
     RedirectKind,
     parse_redirect,
     parse_shards,
@@ -253,6 +254,29 @@ class ClusterRedisClient:
         if slot is None and _name(args) in BROADCAST:
             replies = [await self.node(a).execute(*args) for a in await self._masters()]
             return replies[0]
+        # The common case, with no layer of the general path: a map, a live
+        # connection to the slot's master, a reply that is not a redirect.
+        cluster_map, node = self._map, None
+        if cluster_map is not None and not self._closed:
+            owner = cluster_map.owners[slot] if slot is not None else self._owner(cluster_map, slot)
+            node = self._nodes.get(owner) if owner is not None else None
+        if node is not None and trio.current_time() - self._refreshed_at <= self._refresh_interval:
+            try:
+                waiter = (await node.shared()).submit(data, 1)
+            except RedisConnectionError:
+                pass  # nothing was sent: the general path retries on a fresh map
+            else:
+                reply = await wait_for(waiter)  # a broken connection raises: never resent
+                if not isinstance(reply, ResponseError):
+                    return reply
+                assert owner is not None
+                redirect = parse_redirect(reply, owner)
+                if redirect is None:
+                    raise reply
+                (reply,) = await self._run([(slot, data)], first=redirect)
+                if isinstance(reply, ResponseError):
+                    raise reply
+                return reply
         (reply,) = await self._run([(slot, data)])
         if isinstance(reply, ResponseError):
             raise reply
@@ -287,14 +311,36 @@ class ClusterRedisClient:
 
     # -- routing ---------------------------------------------------------------
 
-    async def _run(self, calls: list[tuple[int | None, bytes]]) -> list[Reply]:
-        """Send ``calls`` (slot, packed command) to their nodes, following redirects."""
+    async def _run(
+        self, calls: list[tuple[int | None, bytes]], *, first: Redirect | None = None
+    ) -> list[Reply]:
+        """Send ``calls`` (slot, packed command) to their nodes, following redirects.
+
+        ``first``: the redirect :meth:`execute`'s direct path met for its one
+        call (it counts as the first of the bound).
+        """
         cluster_map = await self.current_map()
         replies: list[Reply] = [None] * len(calls)
         asking: dict[int, Address] = {}
         todo = list(range(len(calls)))
         last_error: BaseException | None = None
-        for attempt in range(1, MAX_REDIRECTS + 2):
+        start = 1
+        if first is not None:
+            start = 2
+            self.count_redirect()
+            if first.kind is RedirectKind.MOVED:
+                assert first.slot is not None
+                assert first.address is not None
+                self.adopt_moved(first.slot, first.address)
+            elif first.kind is RedirectKind.ASK:
+                assert first.address is not None
+                asking[0] = first.address
+            else:
+                await trio.sleep(redirect_delay(first.kind, 1))
+                if first.kind is not RedirectKind.TRYAGAIN:
+                    await self.refresh_quietly()
+            cluster_map = self._map or cluster_map
+        for attempt in range(start, MAX_REDIRECTS + 2):
             self._maybe_refresh()
             by_node: dict[Address, list[int]] = {}
             for index in todo:

@@ -51,9 +51,21 @@ def hash_tag(key: bytes) -> bytes:
     return key[start + 1 : end]
 
 
+_SLOT_CACHE: dict[CommandArg, int] = {}
+_SLOT_CACHE_SIZE = 8192
+
+
 def key_slot(key: CommandArg) -> int:
     """The hash slot of ``key`` (``str`` keys as UTF-8, numbers as their decimal text)."""
-    return binascii.crc_hqx(hash_tag(_as_bytes(key)), 0) % HASH_SLOTS
+    # Every command pays for this, and a fleet names the same few keys over and
+    # over: a small cache (emptied when full) saves the encode, search and CRC.
+    slot = _SLOT_CACHE.get(key)
+    if slot is None:
+        slot = binascii.crc_hqx(hash_tag(_as_bytes(key)), 0) % HASH_SLOTS
+        if len(_SLOT_CACHE) >= _SLOT_CACHE_SIZE:
+            _SLOT_CACHE.clear()
+        _SLOT_CACHE[key] = slot
+    return slot
 
 
 def _name(arg: CommandArg) -> str:
@@ -105,6 +117,41 @@ def _streams_keys(args: Sequence[CommandArg], name: str) -> Sequence[CommandArg]
     raise ClusterCommandError(name, "no STREAMS argument")
 
 
+_KEYLESS, _REFUSED, _NUMKEYS, _STREAMS, _ALL, _PAIRS, _BLOCKING, _SUBCOMMAND, _FIRST = range(9)
+
+FIRST_KEY = frozenset(
+    {
+        "GET", "SET", "INCR", "INCRBY", "DECR", "EXPIRE", "PEXPIRE", "PTTL", "TTL", "TYPE",
+        "STRLEN", "HSET", "HGET", "HGETALL", "HDEL", "HLEN", "HINCRBY", "HMGET", "SADD", "SREM",
+        "SMEMBERS", "SCARD", "ZADD", "ZREM", "ZCARD", "ZRANGE", "ZRANGEBYSCORE", "ZMSCORE",
+        "ZSCORE", "LPUSH", "RPUSH", "LRANGE", "LTRIM", "LLEN", "XADD", "XACK", "XDEL", "XLEN",
+        "XRANGE", "XREVRANGE", "XPENDING", "XCLAIM", "XAUTOCLAIM", "XTRIM", "BLMOVE",
+    }
+)  # fmt: skip
+"""Common commands whose one key comes first (what an unknown command is taken to do)."""
+
+
+def _rules() -> dict[CommandArg, int]:
+    rules: dict[str, int] = {}
+    for names, rule in (
+        (KEYLESS, _KEYLESS), (REFUSED, _REFUSED), (NUMKEYS_AT_2, _NUMKEYS),
+        (("XREADGROUP", "XREAD"), _STREAMS), (ALL_KEYS, _ALL), (("MSET", "MSETNX"), _PAIRS),
+        (("BLPOP", "BRPOP", "BZPOPMIN", "BZPOPMAX"), _BLOCKING),
+        (KEY_AFTER_SUBCOMMAND, _SUBCOMMAND), (FIRST_KEY, _FIRST),
+    ):  # fmt: skip
+        rules.update(dict.fromkeys(names, rule))
+    # The first argument as sent, in either case and type, finds its rule in
+    # one lookup (the hot path); any other spelling is upper-cased first.
+    spelled: dict[CommandArg, int] = {}
+    for name, rule in rules.items():
+        for form in (name, name.lower()):
+            spelled[form] = spelled[form.encode()] = rule
+    return spelled
+
+
+_RULES = _rules()
+
+
 def command_keys(args: Sequence[CommandArg]) -> Sequence[CommandArg]:
     """The keys ``args`` (a command and its arguments) names, in order.
 
@@ -114,12 +161,17 @@ def command_keys(args: Sequence[CommandArg]) -> Sequence[CommandArg]:
     """
     if not args:
         raise ClusterCommandError("?", "an empty command")
-    name = _name(args[0])
-    if name in KEYLESS:
+    rule = _RULES.get(args[0])
+    if rule is None:
+        rule = _RULES.get(_name(args[0]), _FIRST)
+    if rule == _FIRST:
+        return args[1:2]
+    if rule == _KEYLESS:
         return ()
-    if name in REFUSED:
+    name = _name(args[0])
+    if rule == _REFUSED:
         raise ClusterCommandError(name, REFUSED[name])
-    if name in NUMKEYS_AT_2:
+    if rule == _NUMKEYS:
         try:
             count = int(args[2])
         except (IndexError, ValueError):
@@ -127,17 +179,15 @@ def command_keys(args: Sequence[CommandArg]) -> Sequence[CommandArg]:
         if count < 0 or len(args) < 3 + count:
             raise ClusterCommandError(name, f"numkeys {count} does not match the arguments")
         return args[3 : 3 + count]
-    if name in ("XREADGROUP", "XREAD"):
+    if rule == _STREAMS:
         return _streams_keys(args, name)
-    if name in ALL_KEYS:
+    if rule == _ALL:
         return args[1:]
-    if name == "MSET" or name == "MSETNX":
+    if rule == _PAIRS:
         return args[1::2]
-    if name in ("BLPOP", "BRPOP", "BZPOPMIN", "BZPOPMAX"):
+    if rule == _BLOCKING:
         return args[1:-1]
-    if name in KEY_AFTER_SUBCOMMAND:
-        return args[2:3]
-    return args[1:2]
+    return args[2:3]  # _SUBCOMMAND
 
 
 def command_slot(args: Sequence[CommandArg]) -> int | None:
@@ -151,9 +201,9 @@ def command_slot(args: Sequence[CommandArg]) -> int | None:
     if not keys:
         return None
     slot = key_slot(keys[0])
-    for key in keys[1:]:
-        other = key_slot(key)
-        if other != slot:
-            slots = sorted({key_slot(k) for k in keys})
-            raise CrossSlotError.of(_name(args[0]), slots)
+    if len(keys) > 1:
+        for key in keys[1:]:
+            if key_slot(key) != slot:
+                slots = sorted({key_slot(k) for k in keys})
+                raise CrossSlotError.of(_name(args[0]), slots)
     return slot
