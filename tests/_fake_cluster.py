@@ -168,6 +168,8 @@ class FakeCluster:
     nursery: trio.Nursery
     nodes: dict[Address, FakeNode] = attrs.Factory(dict)
     owner: list[Address] = attrs.Factory(list)
+    hidden: set[Address] = attrs.Factory(set)  # left out of CLUSTER SHARDS (failed masters)
+    shards_asked: int = 0
 
     @classmethod
     def start(cls, nursery: trio.Nursery, masters: int = 3) -> FakeCluster:
@@ -190,6 +192,7 @@ class FakeCluster:
         self.owner[slot] = to
 
     def shards_reply(self) -> list[Any]:
+        self.shards_asked += 1
         ranges: dict[Address, list[int]] = {}
         start = 0
         for slot in range(1, HASH_SLOTS + 1):
@@ -203,6 +206,7 @@ class FakeCluster:
                 b"replication-offset", 0, b"health", b"online",
             ]]]
             for address, flat in ranges.items()
+            if address not in self.hidden
         ]  # fmt: skip
 
     async def open(self, config: ConnectionConfig) -> tuple[trio.abc.Stream, Any]:

@@ -281,3 +281,29 @@ async def test_closed_client_refuses_calls(cluster: FakeCluster) -> None:
     await client.aclose()
     with pytest.raises(trio.ClosedResourceError):
         await client.execute("PING")
+
+
+async def test_refreshed_periodically(cluster: FakeCluster, autojump_clock: object) -> None:
+    async with make_client(cluster, refresh_interval=10.0) as client:
+        await client.execute("PING")
+        asked = cluster.shards_asked
+        await trio.sleep(5)
+        await client.execute("PING")
+        await trio.sleep(0.1)
+        assert cluster.shards_asked == asked  # not yet
+        await trio.sleep(6)
+        await client.execute("PING")  # stale: a refresh starts in the background
+        await trio.sleep(0.1)
+        assert cluster.shards_asked == asked + 1
+        assert client.statistics().refreshes == 2
+
+
+async def test_a_map_with_unserved_slots_keeps_their_old_owners(cluster: FakeCluster) -> None:
+    async with make_client(cluster) as client:
+        await client.execute("SET", B, 1)
+        failed = cluster.node_of(B).address
+        cluster.hidden.add(failed)  # its master failed, its replica not promoted yet
+        await client.refresh()
+        assert client.owner_of(key_slot(B)) == failed
+        assert client.owner_of(key_slot(A)) == cluster.node_of(A).address
+        assert len(await client.masters()) == 3

@@ -213,6 +213,19 @@ def test_missing_slots_and_moved() -> None:
     assert len(moved.owners) == HASH_SLOTS
 
 
+def test_a_map_over_an_old_one_keeps_the_old_owners_of_unserved_slots() -> None:
+    a, b, c = ("h", 1), ("h", 2), ("h", 3)
+    old = ClusterMap.of(
+        [Shard(master=a, ranges=((0, 99),)), Shard(master=b, ranges=((100, 16383),))]
+    )
+    fresh = ClusterMap.of([Shard(master=c, ranges=((100, 16383),))])
+    merged = fresh.over(old)
+    assert merged.owners[0] == a
+    assert merged.owners[100] == c
+    assert merged.masters == (c, a)
+    assert merged.missing_slots() == []
+
+
 @pytest.mark.parametrize(
     ("message", "redirect"),
     [

@@ -561,11 +561,7 @@ class ClusterRedisClient:
     def _adopt(self, fresh: ClusterMap) -> None:
         old = self._map
         if old is not None and fresh.missing_slots():
-            owners = tuple(
-                new if new is not None else was
-                for new, was in zip(fresh.owners, old.owners, strict=True)
-            )
-            fresh = ClusterMap(shards=fresh.shards, owners=owners)
+            fresh = fresh.over(old)
         self._map = fresh
         self._refreshes += 1
         self._refreshed_at = trio.current_time()

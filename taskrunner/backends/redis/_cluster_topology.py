@@ -110,6 +110,17 @@ class ClusterMap:
             missing.append((start, HASH_SLOTS - 1))
         return missing
 
+    def over(self, old: ClusterMap) -> ClusterMap:
+        """This map, with the slots it leaves unserved still served as in ``old``
+        (a shard whose master failed, before its replica is promoted)."""
+        owners = tuple(
+            new if new is not None else was
+            for new, was in zip(self.owners, old.owners, strict=True)
+        )
+        listed = {shard.master for shard in self.shards}
+        kept = tuple(s for s in old.shards if s.master not in listed and s.master in owners)
+        return ClusterMap(shards=(*self.shards, *kept), owners=owners)
+
     def moved(self, slot: int, address: Address) -> ClusterMap:
         """This map with ``slot`` served by ``address`` (what a ``MOVED`` says)."""
         owners = list(self.owners)
