@@ -1,20 +1,21 @@
-"""The trio-native Redis Cluster client: the native client per master, and a router.
+"""The trio-native Redis Cluster client: a router over the native client per master.
 
-Theory of operation: :class:`ClusterRedisClient` keeps one
-:class:`~._client.NativeRedisClient` per node it talks to (each with its own
-auto-pipelined shared connections, so every node keeps the order of what was
-submitted to it) and the :class:`~._cluster_topology.ClusterMap` of which master
-serves which slot. A call is decided synchronously first, by the pure modules:
-:func:`~._cluster_slots.command_slot` finds the slot (refusing keys that span
-slots, before anything is sent), the map gives the master. Then the I/O: the
-command is submitted to that master's connection; an error reply that is a
-redirect (:func:`~._cluster_topology.parse_redirect`) is followed, each one
-bounded by :data:`~._cluster_topology.MAX_REDIRECTS`: ``MOVED`` updates the map
-for that slot, schedules a full refresh and resends to the new owner; ``ASK``
-sends ``ASKING`` and the command in one write to the target, map unchanged;
-``TRYAGAIN`` and ``CLUSTERDOWN`` wait (:func:`~._cluster_topology.redirect_delay`)
-and resend, ``CLUSTERDOWN`` after a refresh. A redirect means the command did
-not run, so resending it is safe.
+Theory of operation: :class:`ClusterRedisClient` routes; its
+:class:`~._cluster_nodes.ClusterNodes` holds one
+:class:`~._client.NativeRedisClient` per node (each with its own auto-pipelined
+shared connections, so every node keeps the order of what was submitted to it)
+and the slot map, kept up to date. A call is decided synchronously first, by
+the pure modules: :func:`~._cluster_slots.command_slot` finds the slot
+(refusing keys that span slots, before anything is sent), the map gives the
+master. Then the I/O: the command is submitted to that master's connection
+(directly, on the common path); an error reply that is a redirect
+(:func:`~._cluster_topology.parse_redirect`) is followed, each one bounded by
+:data:`~._cluster_topology.MAX_REDIRECTS`: ``MOVED`` updates the map for that
+slot, schedules a full refresh and resends to the new owner; ``ASK`` sends
+``ASKING`` and the command in one write to the target, map unchanged;
+``TRYAGAIN``, ``CLUSTERDOWN`` and ``UNBLOCKED`` wait
+(:func:`~._cluster_topology.redirect_delay`) and resend, the last two after a
+refresh. A redirect means the command did not run, so resending it is safe.
 
 A command is never resent once it may have run: when a connection breaks
 after the command was written, the outcome is unknown and the
@@ -22,40 +23,28 @@ after the command was written, the outcome is unknown and the
 node may be gone). Only a failure to connect (nothing was sent) is retried, on
 a refreshed map, with backoff.
 
-The map is read at the first call, refreshed on ``MOVED``, ``CLUSTERDOWN`` and a
-lost node, and every ``refresh_interval`` seconds (checked at each call, done
-in the background): from ``CLUSTER SHARDS`` (``CLUSTER SLOTS`` on servers
-without it) of any node known, seeds and replicas included.
-
 Walks of the whole key space (``SCAN``) must visit every master:
 :meth:`ClusterRedisClient.masters` gives their clients. ``SCRIPT``,
 ``FLUSHDB``/``FLUSHALL`` and ``FUNCTION`` go to every master. Blocking commands
-go through :meth:`ClusterRedisClient.dedicated`
-(:mod:`._cluster_dedicated`).
+go through :meth:`ClusterRedisClient.dedicated` (:mod:`._cluster_dedicated`).
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
-from ._client import NativeRedisClient
+from ._cluster_nodes import ClusterNodes, ClusterStatistics, NotSent
 from ._cluster_slots import command_slot
 from ._cluster_topology import (
     MAX_REDIRECTS,
     Address,
-    ClusterMap,
     Redirect,
     RedirectKind,
     parse_redirect,
-    parse_shards,
-    parse_slots,
     redirect_delay,
 )
 from ._config import ConnectionConfig
@@ -72,19 +61,10 @@ if TYPE_CHECKING:
     from ._cluster_dedicated import ClusterDedicatedConnection
     from ._protocol import RedisClient
 
-logger = logging.getLogger(__name__)
 
 ASKING = pack_command(("ASKING",))
 BROADCAST = frozenset({b"SCRIPT", b"FLUSHDB", b"FLUSHALL", b"FUNCTION"})
 """Key-less commands that must reach every master (scripts are cached per node)."""
-
-
-class NotSent(Exception):
-    """Internal: ``error`` happened before the command was written (safe to resend)."""
-
-    def __init__(self, error: RedisConnectionError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def _name(args: Sequence[CommandArg]) -> bytes:
@@ -94,20 +74,6 @@ def _name(args: Sequence[CommandArg]) -> bytes:
 
 def _unserved(slot: int) -> ResponseError:
     return error_from_reply(f"CLUSTERDOWN slot {slot} is served by no master the client knows")
-
-
-@attrs.frozen(kw_only=True)
-class ClusterStatistics:
-    """A snapshot of a :class:`ClusterRedisClient`."""
-
-    masters: int
-    """Masters in the current map."""
-    nodes: int
-    """Nodes with a client (masters, and nodes asked or redirected to before)."""
-    refreshes: int
-    """Topology maps adopted so far."""
-    redirects: int
-    """``MOVED``/``ASK``/``TRYAGAIN``/``CLUSTERDOWN`` replies followed so far."""
 
 
 class ClusterRedisClient:
@@ -144,21 +110,15 @@ class ClusterRedisClient:
         if config.path is not None:
             raise ValueError(f"a cluster is reached over TCP, not the unix socket {config.path}")
         self.config = config
-        self._seeds: tuple[Address, ...] = ((config.host, config.port), *seeds)
-        self._pool_size = pool_size
-        self._opener = opener
-        self._refresh_interval = refresh_interval
-        self._nodes: dict[Address, NativeRedisClient] = {}
-        self._map: ClusterMap | None = None
-        self._refresh_lock = trio.Lock()
-        self._refreshes = 0
-        self._refreshed_at = -math.inf
-        self._refreshing = False
-        self._redirects = 0
+        self.nodes = ClusterNodes(
+            config,
+            seeds=seeds,
+            pool_size=pool_size,
+            refresh_interval=refresh_interval,
+            opener=opener,
+        )
         self._dedicated: set[ClusterDedicatedConnection] = set()
-        self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
-        self._closed = False
 
     # -- life ------------------------------------------------------------------
 
@@ -166,7 +126,7 @@ class ClusterRedisClient:
         if self._nursery_manager is not None:
             raise RuntimeError("this client was already entered")
         manager = trio.open_nursery()
-        self._nursery = await manager.__aenter__()
+        self.nodes.nursery = await manager.__aenter__()
         self._nursery_manager = manager
         return self
 
@@ -180,7 +140,7 @@ class ClusterRedisClient:
             with trio.CancelScope(shield=True):
                 await self.aclose()
         finally:
-            self._nursery = None
+            self.nodes.nursery = None
             try:
                 result: bool | None = await self._nursery_manager.__aexit__(exc_type, exc, tb)
             except BaseExceptionGroup as group:
@@ -191,25 +151,19 @@ class ClusterRedisClient:
 
     async def aclose(self) -> None:
         """Close every node's connections; later calls raise ``trio.ClosedResourceError``."""
-        self._closed = True
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()  # a background refresh
+        nodes = self.nodes
+        nodes.closed = True
+        if nodes.nursery is not None:
+            nodes.nursery.cancel_scope.cancel()  # a background refresh
         dedicated, self._dedicated = self._dedicated, set()
         for connection in list(dedicated):
             await connection.aclose()
-        nodes, self._nodes = self._nodes, {}
-        for node in nodes.values():
-            await node.aclose()
+        await nodes.aclose()
         await trio.lowlevel.checkpoint()
 
     def statistics(self) -> ClusterStatistics:
         """Counts of masters, node clients, refreshes and redirects followed."""
-        return ClusterStatistics(
-            masters=len(self._map.masters) if self._map is not None else 0,
-            nodes=len(self._nodes),
-            refreshes=self._refreshes,
-            redirects=self._redirects,
-        )
+        return self.nodes.statistics()
 
     # -- the protocol ----------------------------------------------------------
 
@@ -217,8 +171,8 @@ class ClusterRedisClient:
         """A new single-user connection for blocking commands, routed per call."""
         from ._cluster_dedicated import ClusterDedicatedConnection
 
-        self._check_open()
-        connection = ClusterDedicatedConnection(self, on_close=self._dedicated.discard)
+        self.nodes.check_open()
+        connection = ClusterDedicatedConnection(self.nodes, on_close=self._dedicated.discard)
         self._dedicated.add(connection)
         return connection
 
@@ -228,8 +182,8 @@ class ClusterRedisClient:
         Raises:
             RedisConnectionError: No node answered for the topology.
         """
-        cluster_map = await self.current_map()
-        return [self.node(address) for address in cluster_map.masters]
+        cluster_map = await self.nodes.current_map()
+        return [self.nodes.node(address) for address in cluster_map.masters]
 
     async def execute(self, *args: CommandArg) -> Reply:
         """Run one command on the master serving its keys (same contract as the
@@ -252,15 +206,17 @@ class ClusterRedisClient:
         slot = command_slot(args)
         data = pack_command(args)
         if slot is None and _name(args) in BROADCAST:
-            replies = [await self.node(a).execute(*args) for a in await self._masters()]
+            masters = (await self.nodes.current_map()).masters
+            replies = [await self.nodes.node(address).execute(*args) for address in masters]
             return replies[0]
         # The common case, with no layer of the general path: a map, a live
         # connection to the slot's master, a reply that is not a redirect.
-        cluster_map, node = self._map, None
-        if cluster_map is not None and not self._closed:
-            owner = cluster_map.owners[slot] if slot is not None else self._owner(cluster_map, slot)
-            node = self._nodes.get(owner) if owner is not None else None
-        if node is not None and trio.current_time() - self._refreshed_at <= self._refresh_interval:
+        nodes = self.nodes
+        cluster_map, node = nodes.map, None
+        if cluster_map is not None and not nodes.closed:
+            owner = nodes.owner_in(cluster_map, slot)
+            node = nodes.clients.get(owner) if owner is not None else None
+        if node is not None and nodes.is_fresh():
             try:
                 waiter = (await node.shared()).submit(data, 1)
             except RedisConnectionError:
@@ -319,7 +275,8 @@ class ClusterRedisClient:
         ``first``: the redirect :meth:`execute`'s direct path met for its one
         call (it counts as the first of the bound).
         """
-        cluster_map = await self.current_map()
+        nodes = self.nodes
+        cluster_map = await nodes.current_map()
         replies: list[Reply] = [None] * len(calls)
         asking: dict[int, Address] = {}
         todo = list(range(len(calls)))
@@ -327,25 +284,25 @@ class ClusterRedisClient:
         start = 1
         if first is not None:
             start = 2
-            self.count_redirect()
+            nodes.count_redirect()
             if first.kind is RedirectKind.MOVED:
                 assert first.slot is not None
                 assert first.address is not None
-                self.adopt_moved(first.slot, first.address)
+                nodes.adopt_moved(first.slot, first.address)
             elif first.kind is RedirectKind.ASK:
                 assert first.address is not None
                 asking[0] = first.address
             else:
                 await trio.sleep(redirect_delay(first.kind, 1))
                 if first.kind is not RedirectKind.TRYAGAIN:
-                    await self.refresh_quietly()
-            cluster_map = self._map or cluster_map
+                    await nodes.refresh_quietly()
+            cluster_map = nodes.map or cluster_map
         for attempt in range(start, MAX_REDIRECTS + 2):
-            self._maybe_refresh()
+            nodes.maybe_refresh()
             by_node: dict[Address, list[int]] = {}
             for index in todo:
                 slot = calls[index][0]
-                target = asking.get(index) or self._owner(cluster_map, slot)
+                target = asking.get(index) or nodes.owner_in(cluster_map, slot)
                 if target is None:
                     replies[index] = _unserved(slot or 0)
                     continue
@@ -356,7 +313,7 @@ class ClusterRedisClient:
             for address, (sent, outcome) in results.items():
                 if isinstance(outcome, BaseException):
                     if sent:
-                        self.refresh_soon()
+                        nodes.refresh_soon()
                         raise outcome
                     todo += by_node[address]  # could not connect: nothing was sent
                     refresh = True
@@ -370,12 +327,12 @@ class ClusterRedisClient:
                     )
                     if redirect is None or attempt > MAX_REDIRECTS:
                         continue
-                    self._redirects += 1
+                    nodes.count_redirect()
                     todo.append(index)
                     if redirect.kind is RedirectKind.MOVED:
                         assert redirect.slot is not None
                         assert redirect.address is not None
-                        self.adopt_moved(redirect.slot, redirect.address)
+                        nodes.adopt_moved(redirect.slot, redirect.address)
                     elif redirect.kind is RedirectKind.ASK:
                         assert redirect.address is not None
                         asking[index] = redirect.address
@@ -388,16 +345,10 @@ class ClusterRedisClient:
             if wait:
                 await trio.sleep(wait)
             if refresh:
-                await self.refresh_quietly()
-            cluster_map = self._map or cluster_map
+                await nodes.refresh_quietly()
+            cluster_map = nodes.map or cluster_map
         # Past the bound only nodes that could not be reached are left to do.
         raise RedisConnectionError(f"could not reach the cluster: {last_error}") from last_error
-
-    def _owner(self, cluster_map: ClusterMap, slot: int | None) -> Address | None:
-        if slot is None:
-            masters = cluster_map.masters
-            return masters[0] if masters else None
-        return cluster_map.owners[slot]
 
     async def _send_all(
         self,
@@ -415,7 +366,7 @@ class ClusterRedisClient:
                     parts.append(ASKING)
                 parts.append(calls[index][1])
             try:
-                got = await self.send(address, b"".join(parts), len(parts))
+                got = await self.nodes.send(address, b"".join(parts), len(parts))
             except NotSent as exc:
                 results[address] = (False, exc.error)
                 return
@@ -441,153 +392,13 @@ class ClusterRedisClient:
                     nursery.start_soon(send, address, indexes)
         return results
 
-    async def send(self, address: Address, data: bytes, count: int) -> Reply:
-        """Write ``data`` (``count`` packed commands) to ``address``; its reply or replies.
-
-        Raises:
-            NotSent: Connecting failed; nothing was written.
-            RedisConnectionError: The connection broke after writing.
-        """
-        node = self.node(address)
-        try:
-            connection = await node.shared()
-            waiter = connection.submit(data, count)
-        except RedisConnectionError as exc:
-            raise NotSent(exc) from exc
-        return await wait_for(waiter)
-
-    def node(self, address: Address) -> NativeRedisClient:
-        """The client of the node at ``address`` (made on first use)."""
-        self._check_open()
-        node = self._nodes.get(address)
-        if node is None:
-            config = attrs.evolve(self.config, host=address[0], port=address[1])
-            node = NativeRedisClient(config, pool_size=self._pool_size, opener=self._opener)
-            if self._nursery is not None:
-                node._nursery = self._nursery  # its connections live in our nursery
-            self._nodes[address] = node
-        return node
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise trio.ClosedResourceError("the client was closed")
-
-    async def _masters(self) -> tuple[Address, ...]:
-        return (await self.current_map()).masters
-
-    # -- topology --------------------------------------------------------------
-
-    async def current_map(self) -> ClusterMap:
-        """The slot map, read from the cluster at the first call.
-
-        Raises:
-            RedisConnectionError: No node answered.
-        """
-        self._check_open()
-        if self._map is None:
-            await self.refresh()
-        assert self._map is not None
-        return self._map
-
     def owner_of(self, slot: int | None) -> Address | None:
         """The master serving ``slot`` in the current map (any master for ``None``)."""
-        return None if self._map is None else self._owner(self._map, slot)
-
-    def count_redirect(self) -> None:
-        """Count one redirect followed (for :meth:`statistics`)."""
-        self._redirects += 1
-
-    def adopt_moved(self, slot: int, address: Address) -> None:
-        if self._map is not None:
-            self._map = self._map.moved(slot, address)
-        self.refresh_soon()
-
-    def _maybe_refresh(self) -> None:
-        if trio.current_time() - self._refreshed_at > self._refresh_interval:
-            self.refresh_soon()
-
-    def refresh_soon(self) -> None:
-        """Refresh the map in the background, unless a refresh is under way."""
-        if self._refreshing or self._closed:
-            return
-        self._refreshing = True
-        self._refreshed_at = trio.current_time()  # no second start while this one runs
-        if self._nursery is not None:
-            self._nursery.start_soon(self._background_refresh)
-        else:
-            trio.lowlevel.spawn_system_task(self._background_refresh)
-
-    async def _background_refresh(self) -> None:
-        try:
-            await self.refresh_quietly()
-        finally:
-            self._refreshing = False
-
-    async def refresh_quietly(self) -> None:
-        try:
-            await self.refresh()
-        except (RedisConnectionError, ResponseError, trio.ClosedResourceError) as exc:
-            logger.info("Redis Cluster topology refresh failed: %s", exc)
-        except Exception:  # a bug must not crash a (system) task
-            logger.exception("Unexpected error refreshing the Redis Cluster topology")
+        return self.nodes.owner_of(slot)
 
     async def refresh(self) -> None:
-        """Read the slot map from the first node that answers; one refresh at a time.
-
-        A map that leaves slots unserved keeps the old owners of those slots
-        (a shard whose master failed, before its replica is promoted).
-
-        Raises:
-            RedisConnectionError: No known node answered.
-        """
-        seen = self._refreshes
-        async with self._refresh_lock:
-            if self._refreshes != seen and self._map is not None:
-                return  # refreshed while we waited for the lock
-            last: BaseException | None = None
-            for address in self._candidates():
-                try:
-                    fresh = await self._ask_topology(address)
-                except (RedisConnectionError, ResponseError, ValueError) as exc:
-                    last = exc
-                    continue
-                if not fresh.masters:
-                    last = RedisConnectionError(f"{address[0]}:{address[1]} serves no slot")
-                    continue
-                self._adopt(fresh)
-                return
-            raise RedisConnectionError(f"no node of the cluster answered: {last}") from last
-
-    def _adopt(self, fresh: ClusterMap) -> None:
-        old = self._map
-        if old is not None and fresh.missing_slots():
-            fresh = fresh.over(old)
-        self._map = fresh
-        self._refreshes += 1
-        self._refreshed_at = trio.current_time()
-
-    def _candidates(self) -> list[Address]:
-        found: list[Address] = []
-        if self._map is not None:
-            for shard in self._map.shards:
-                found += [shard.master, *shard.replicas]
-        found += [*self._seeds, *self._nodes]
-        # Nodes that failed to connect last go last: their backoff would hold us up.
-        return sorted(dict.fromkeys(found), key=self._connect_failures)
-
-    def _connect_failures(self, address: Address) -> int:
-        node = self._nodes.get(address)
-        return 0 if node is None else node.statistics().connect_failures
-
-    async def _ask_topology(self, address: Address) -> ClusterMap:
-        node = self.node(address)
-        try:
-            reply = await node.execute("CLUSTER", "SHARDS")
-        except ResponseError as exc:
-            if exc.code != "ERR":  # unknown subcommand on Redis < 7
-                raise
-            return parse_slots(await node.execute("CLUSTER", "SLOTS"), address)
-        return parse_shards(reply, address, tls=self.config.ssl_context is not None)
+        """Read the slot map again now (see :meth:`ClusterNodes.refresh`)."""
+        await self.nodes.refresh()
 
 
 if TYPE_CHECKING:  # mypy checks that the protocol is implemented

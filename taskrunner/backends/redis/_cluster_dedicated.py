@@ -27,7 +27,7 @@ from ._connection import CommandArg, DedicatedConnection, Reply, pack_command
 from ._errors import RedisConnectionError, ResponseError, error_from_reply
 
 if TYPE_CHECKING:
-    from ._cluster_client import ClusterRedisClient
+    from ._cluster_nodes import ClusterNodes
     from ._protocol import DedicatedRedisConnection
 
 
@@ -40,11 +40,11 @@ class ClusterDedicatedConnection:
 
     def __init__(
         self,
-        client: ClusterRedisClient,
+        nodes: ClusterNodes,
         *,
         on_close: Callable[[ClusterDedicatedConnection], object] | None = None,
     ) -> None:
-        self._client = client
+        self._nodes = nodes
         self._on_close = on_close
         self._connections: dict[Address, DedicatedConnection] = {}
         self._closed = False
@@ -79,12 +79,12 @@ class ClusterDedicatedConnection:
     async def _run(
         self, slot: int | None, args: tuple[CommandArg, ...], reply_timeout: float | None
     ) -> Reply:
-        client = self._client
-        await client.current_map()
+        nodes = self._nodes
+        await nodes.current_map()
         asking: Address | None = None
         last: BaseException | None = None
         for attempt in range(1, MAX_REDIRECTS + 2):
-            target = asking or client.owner_of(slot)
+            target = asking or nodes.owner_of(slot)
             if target is None:
                 raise error_from_reply(f"CLUSTERDOWN slot {slot} is served by no known master")
             connection = self._connection(target)
@@ -94,7 +94,7 @@ class ClusterDedicatedConnection:
                 except RedisConnectionError as exc:  # nothing of ours was sent
                     last = exc
                     await trio.sleep(redirect_delay(RedirectKind.CLUSTERDOWN, attempt))
-                    await client.refresh_quietly()
+                    await nodes.refresh_quietly()
                     asking = None
                     continue
             try:
@@ -105,27 +105,27 @@ class ClusterDedicatedConnection:
                 redirect = parse_redirect(error, target)
                 if redirect is None or attempt > MAX_REDIRECTS:
                     raise
-                client.count_redirect()
+                nodes.count_redirect()
                 asking = None
                 if redirect.kind is RedirectKind.MOVED:
                     assert redirect.slot is not None
                     assert redirect.address is not None
-                    client.adopt_moved(redirect.slot, redirect.address)
+                    nodes.adopt_moved(redirect.slot, redirect.address)
                 elif redirect.kind is RedirectKind.ASK:
                     asking = redirect.address
                 else:
                     await trio.sleep(redirect_delay(redirect.kind, attempt))
                     if redirect.kind is not RedirectKind.TRYAGAIN:
-                        await client.refresh_quietly()
+                        await nodes.refresh_quietly()
             except RedisConnectionError:
-                client.refresh_soon()  # the node may be gone; the command may have run
+                nodes.refresh_soon()  # the node may be gone; the command may have run
                 raise
         raise RedisConnectionError(f"could not reach the cluster: {last}") from last
 
     def _connection(self, address: Address) -> DedicatedConnection:
         connection = self._connections.get(address)
         if connection is None:
-            connection = self._connections[address] = self._client.node(address).dedicated()
+            connection = self._connections[address] = self._nodes.node(address).dedicated()
         return connection
 
     async def aclose(self) -> None:
