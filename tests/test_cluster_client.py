@@ -307,3 +307,17 @@ async def test_a_map_with_unserved_slots_keeps_their_old_owners(cluster: FakeClu
         assert client.owner_of(key_slot(B)) == failed
         assert client.owner_of(key_slot(A)) == cluster.node_of(A).address
         assert len(await client.masters()) == 3
+
+
+async def test_a_hung_node_does_not_hold_up_a_refresh(
+    cluster: FakeCluster, autojump_clock: object
+) -> None:
+    async with make_client(cluster) as client:
+        await client.execute("PING")
+        seed = cluster.nodes[("fake-host", 7001)]
+        seed.hold[b"CLUSTER"] = trio.Event()  # answers nothing, connection open
+        refreshes = client.statistics().refreshes
+        start = trio.current_time()
+        await client.refresh()
+        assert client.statistics().refreshes == refreshes + 1  # another node answered
+        assert trio.current_time() - start == pytest.approx(5.0)  # connect_timeout

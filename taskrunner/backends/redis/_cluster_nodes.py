@@ -215,10 +215,17 @@ class ClusterNodes:
                 return  # refreshed while we waited for the lock
             last: BaseException | None = None
             for address in self._candidates():
+                fresh: ClusterMap | None = None
                 try:
-                    fresh = await self._ask_topology(address)
+                    # A hung node must not hold every refresh for a whole
+                    # command timeout: the next candidate is asked instead.
+                    with trio.move_on_after(self.config.connect_timeout):
+                        fresh = await self._ask_topology(address)
                 except (RedisConnectionError, ResponseError, ValueError) as exc:
                     last = exc
+                    continue
+                if fresh is None:
+                    last = RedisConnectionError(f"{address[0]}:{address[1]} did not answer")
                     continue
                 if not fresh.masters:
                     last = RedisConnectionError(f"{address[0]}:{address[1]} serves no slot")
