@@ -27,6 +27,7 @@ from taskrunner.backends.redis._errors import (
     RedisConnectionError,
     ResponseError,
 )
+from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._scripts import Script
 from taskrunner.backends.redis._state import scan
 from taskrunner.producer import AsyncProducer, Producer
@@ -364,3 +365,13 @@ async def test_sigkill_of_a_master_under_load(own_cluster: ClusterProcess) -> No
         # after it wait for the promotion (connecting fails: nothing was sent).
         assert all(exc.retryable for exc in lost_links), lost_links
         assert all(exc.retryable for exc in refused), refused
+
+
+async def test_pyredis_cluster_scan_visits_every_primary(shared_cluster: ClusterProcess) -> None:
+    cluster = redis.RedisCluster.from_url(shared_cluster.url, protocol=2)
+    async with PyRedisClient(cluster) as client:
+        keys = [f"py-walk-{n}" for n in range(20)]
+        await client.pipeline([("SET", key, 1) for key in keys])
+        assert len(await client.masters()) == 3
+        assert await scan(client, "py-walk-*") == {key.encode() for key in keys}
+        await client.pipeline([("DEL", key) for key in keys])
