@@ -156,6 +156,8 @@ class FakeNode:
             for key in keys:
                 data[key] = b"%d" % (int(data.get(key, b"0")) + 1)
             return [int(data[key]) for key in keys]
+        if name == b"WAIT":
+            return 1  # one replica acknowledged
         if name == b"XREADGROUP":
             return None  # nothing to read (the BLOCK time is not waited)
         return Error(f"ERR unknown command '{name.decode()}'")

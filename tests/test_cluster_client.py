@@ -321,3 +321,19 @@ async def test_a_hung_node_does_not_hold_up_a_refresh(
         await client.refresh()
         assert client.statistics().refreshes == refreshes + 1  # another node answered
         assert trio.current_time() - start == pytest.approx(5.0)  # connect_timeout
+
+
+async def test_wait_goes_with_the_write_before_it(cluster: FakeCluster) -> None:
+    async with make_client(cluster) as client:
+        replies = await client.pipeline([("RPUSH", f"{B}:l", 1), ("WAIT", 1, 100)])
+        assert replies == [1, 1]
+        assert [c[0] for c in logged(cluster.node_of(B))] == [b"RPUSH", b"WAIT"]
+        # the write is MOVED: the WAIT is sent again with it, to the new node
+        source, target = cluster.node_of(B), cluster.nodes[("fake-host", 7002)]
+        cluster.move_slot(key_slot(B), target.address)
+        replies = await client.pipeline([("RPUSH", f"{B}:m", 1), ("WAIT", 1, 100)])
+        assert replies == [1, 1]
+        # the source answered MOVED to the write and 1 to its WAIT: both sent again
+        assert [c[0] for c in logged(source)] == [b"RPUSH", b"WAIT"] * 2
+        assert [c[0] for c in logged(target)] == [b"RPUSH", b"WAIT"]
+        assert logged(cluster.node_of(A)) == []

@@ -61,6 +61,7 @@ PUBLIC: dict[str, set[str]] = {
         "InvalidTaskPayload",
         "InvalidTaskResult",
         "LifespanError",
+        "NotReplicated",
         "ResultTimeout",
         "Retry",
         "SharedStreamError",
@@ -142,6 +143,9 @@ PUBLIC: dict[str, set[str]] = {
         "free_port",
         "running_cluster",
         "running_server",
+        "running_sentinel_deployment",
+        "SentinelDeployment",
+        "SentinelProcess",
         "sync_command",
     },
     "taskrunner.admin": {

@@ -29,6 +29,7 @@ import redis.asyncio
 import redis.exceptions
 
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
@@ -50,6 +51,7 @@ from taskrunner.producer._core import (
     was_cancelled,
 )
 from taskrunner.producer._plan import CatalogView
+from taskrunner.producer._sentinel import async_master
 from taskrunner.producer._sync import RELEASE_SOURCE
 
 log = logging.getLogger("taskrunner.producer")
@@ -172,19 +174,31 @@ class AsyncProducer:
         No connection is opened until the first call, so it can be made at import
         time. :meth:`aclose` closes the client.
 
+        A ``redis+sentinel://s1:26379,s2:26379/mymaster/0`` URL (the one the
+        workers use) builds the client with redis-py's ``Sentinel(...).master_for``
+        instead: see ``docs/redis-sentinel.md``.
+
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.
             ClusterCommandError: a cluster and a URL naming a database other
                 than 0 (with ``cluster=None``, raised by the first call).
         """
+        given = dict(redis_options)
         redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
         redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
+        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
+        if is_sentinel_url(url):
+            if cluster:
+                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
+            cluster = False
         if cluster:
             check_cluster_url(url)
 
         def connect() -> AsyncClient:
             if cluster:
                 return redis.asyncio.RedisCluster.from_url(url, **redis_options)
+            if is_sentinel_url(url):
+                return async_master(url, defaults, given)
             return redis.asyncio.Redis.from_url(url, **redis_options)
 
         producer = cls.__new__(cls)

@@ -127,6 +127,11 @@ from taskrunner.testing._schedule_checks import (  # noqa: F401 - importing regi
     check_in_flight_marks_and_outcomes,
     check_schedule_specs,
 )
+from taskrunner.testing._sentinel import (
+    SentinelDeployment,
+    SentinelProcess,
+    running_sentinel_deployment,
+)
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
     check_heartbeat_holder,
@@ -176,11 +181,14 @@ __all__ = [
     "ClusterProcess",
     "ContractCheck",
     "PartitionedBackend",
+    "SentinelDeployment",
+    "SentinelProcess",
     "ServerProcess",
     "contract_parametrize",
     "find_server_binary",
     "free_port",
     "running_cluster",
+    "running_sentinel_deployment",
     "running_server",
     "sync_command",
 ]

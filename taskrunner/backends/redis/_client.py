@@ -78,7 +78,9 @@ class NativeRedisClient:
     Args:
         config: Where and how to connect.
         pool_size: Number of shared connections (at least 1).
-        opener: How connections are opened (tests pass in-memory fakes).
+        opener: Opens each connection (default :func:`~._connection.open_connection`
+            on ``config``; the Sentinel client's finds the master first; tests
+            pass in-memory fakes).
     """
 
     def __init__(

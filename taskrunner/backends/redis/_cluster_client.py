@@ -245,7 +245,9 @@ class ClusterRedisClient:
 
         Each node receives its commands in the order given; commands of
         different nodes run concurrently. A redirected command is resent
-        after the others of its node (it had not run). Same errors as
+        after the others of its node (it had not run). A key-less command
+        goes with the command before it (``XADD`` then ``WAIT``: one node, one
+        connection) and is resent with it. Same errors as
         :meth:`execute`; with ``raise_on_error`` false, error replies are
         returned in place (a redirect only once it is past its bound).
         """
@@ -258,7 +260,16 @@ class ClusterRedisClient:
             for (slot, _), c in zip(calls, commands, strict=True)
         ):
             raise ClusterCommandError("SCRIPT", "send SCRIPT/FLUSH commands alone, not pipelined")
-        replies = await self._run(calls)
+        # A key-less command (``WAIT`` after ``XADD``) goes with the command before
+        # it, to the same node's connection, and is resent with it.
+        leaders: dict[int, int] = {}
+        keyed: int | None = None
+        for index, (slot, _) in enumerate(calls):
+            if slot is not None:
+                keyed = index
+            elif keyed is not None:
+                leaders[index] = keyed
+        replies = await self._run(calls, leaders=leaders)
         if raise_on_error:
             for reply in replies:
                 if isinstance(reply, ResponseError):
@@ -268,13 +279,19 @@ class ClusterRedisClient:
     # -- routing ---------------------------------------------------------------
 
     async def _run(
-        self, calls: list[tuple[int | None, bytes]], *, first: Redirect | None = None
+        self,
+        calls: list[tuple[int | None, bytes]],
+        *,
+        first: Redirect | None = None,
+        leaders: dict[int, int] | None = None,
     ) -> list[Reply]:
         """Send ``calls`` (slot, packed command) to their nodes, following redirects.
 
         ``first``: the redirect :meth:`execute`'s direct path met for its one
-        call (it counts as the first of the bound).
+        call (it counts as the first of the bound). ``leaders``: the index of
+        the command each key-less one follows.
         """
+        leaders = leaders or {}
         nodes = self.nodes
         cluster_map = await nodes.current_map()
         replies: list[Reply] = [None] * len(calls)
@@ -300,9 +317,14 @@ class ClusterRedisClient:
         for attempt in range(start, MAX_REDIRECTS + 2):
             nodes.maybe_refresh()
             by_node: dict[Address, list[int]] = {}
+            targets: dict[int, Address | None] = {}
             for index in todo:
                 slot = calls[index][0]
-                target = asking.get(index) or nodes.owner_in(cluster_map, slot)
+                if index in leaders:  # WAIT after XADD: on the same connection
+                    target = targets.get(leaders[index])
+                else:
+                    target = asking.get(index) or nodes.owner_in(cluster_map, slot)
+                targets[index] = target
                 if target is None:
                     replies[index] = _unserved(slot or 0)
                     continue
@@ -341,6 +363,8 @@ class ClusterRedisClient:
                         wait = max(wait, redirect_delay(redirect.kind, attempt))
             if not todo:
                 return replies
+            redone = set(todo)
+            todo += [i for i, lead in leaders.items() if lead in redone and i not in redone]
             todo.sort()  # keep each node's order on the resend, too
             if wait:
                 await trio.sleep(wait)

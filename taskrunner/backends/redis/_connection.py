@@ -201,7 +201,9 @@ async def open_connection(config: ConnectionConfig) -> tuple[trio.abc.Stream, hi
 
 
 Opener: TypeAlias = Callable[[ConnectionConfig], Awaitable[tuple[trio.abc.Stream, hiredis.Reader]]]
-"""How a connection is opened: :func:`open_connection`, or an in-memory fake in tests."""
+"""How a connection is opened: :func:`open_connection`, or one that first finds the
+server (the Sentinel client asks the sentinels where the master is), or an
+in-memory fake in tests; same errors."""
 
 
 @attrs.define
@@ -210,6 +212,7 @@ class Reconnector:
 
     ``attempts`` counts finished attempts so that callers queued behind a
     failing attempt can fail with its error instead of each trying again.
+    ``opener`` opens each connection (default :func:`open_connection`).
     """
 
     config: ConnectionConfig
@@ -220,7 +223,7 @@ class Reconnector:
     last_error: BaseException | None = None
 
     async def connect(self) -> tuple[trio.abc.Stream, hiredis.Reader]:
-        """Wait out the backoff delay, then :func:`open_connection` (same errors)."""
+        """Wait out the backoff delay, then open (:func:`open_connection`'s errors)."""
         await trio.sleep_until(self.not_before)
         try:
             opened = await self.opener(self.config)
