@@ -218,6 +218,27 @@ class ClusterProcess:
                 raise RuntimeError(f"cluster_state is not ok after {timeout} s: {states}")
             time.sleep(0.05)
 
+    def failover(self, replica: ClusterNode, timeout: float = _FORM_TIMEOUT) -> None:
+        """``CLUSTER FAILOVER`` on ``replica`` and wait until it serves its slots.
+
+        A manual failover the old master does not join within Redis' own 5 s
+        (a loaded machine) is dropped silently; it is asked again, as an
+        operator would.
+
+        Raises:
+            RuntimeError: ``replica`` is not a master after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            replica.command("CLUSTER", "FAILOVER")
+            again = time.monotonic() + 6.0
+            while time.monotonic() < min(again, deadline):
+                if replica.info("replication").get("role") == "master":
+                    return
+                time.sleep(0.02)
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{replica.port} is not a master after {timeout} s")
+
     def master_of_slot(self, slot: int) -> ClusterNode:
         """The running node that serves ``slot``, as the first running node sees it."""
         asker = next(node for node in self.nodes if node.running)
