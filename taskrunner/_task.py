@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from taskrunner import _wire
-from taskrunner._codec import ExtraKeys, payload_type_of, result_type_of
+from taskrunner._codec import ExtraKeys, encode_payload, payload_type_of, result_type_of
 from taskrunner._config import is_utf8_text, queue_name_problem
 from taskrunner._execution.action import ActionShape, action_shape
 from taskrunner._execution.retry import DEFAULT_BACKOFF, Backoff
@@ -260,6 +260,26 @@ class Task:
                 f"rate_limit_key must return valid UTF-8 text, got {key!r}", task_name=self.name
             )
         return key or ""
+
+    def dispatch_form(self, payload: Any) -> tuple[Any, str | None]:
+        """What a dispatch of ``payload`` sends, before it is encoded: its wire form
+        and, for a unique task with a key function, the lock key (``None``
+        otherwise; see :meth:`~taskrunner._dispatch.enqueue.Planner.entry`).
+
+        The key functions run first, on the payload as given; then a typed
+        payload is checked and unstructured. So a payload is refused before
+        anything is queued, whichever of them refuses it.
+
+        Raises:
+            InvalidTaskPayload: a key function raised or returned a non-string, or
+                the payload does not fit the task's payload type.
+        """
+        if self.rate_limit_key is not None:
+            self.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
+        key = self.lock_key_for(payload) if self.unique and self.unique_key is not None else None
+        if self.payload_type is None:
+            return payload, key
+        return encode_payload(payload, self.payload_type, self.name, self.extra_keys), key
 
     def message_unique_key(self, payload: Any) -> str:
         """The message ``unique_key`` of this unique task for ``payload``, as Go writes it.

@@ -31,15 +31,11 @@ from typing import Any
 
 import trio
 
-from taskrunner import _wire
-from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder, queue_name_problem
 from taskrunner._dispatch.enqueue import (
-    Enqueue,
     LockRequest,
+    Planner,
     delay_seconds,
-    delayed_member,
-    enqueue,
     give_back_lock,
     unix_seconds,
 )
@@ -100,29 +96,7 @@ class Dispatcher:
         self._tracker = tracker
         self.tracer: Tracer | None = None
         """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
-        self._encoders: dict[str, tuple[Task, Callable[[Any], bytes]]] = {}
-
-    def _plain(self, task: Task, payload: Any) -> bytes:
-        """The message of a plain (not unique, not traced) dispatch of ``task``: one
-        encoder per task, so only the payload is encoded per call (the bytes of
-        :func:`~taskrunner._dispatch.enqueue.enqueue`)."""
-        cached = self._encoders.get(task.name)
-        if cached is None or cached[0] is not task:  # first use, or registered anew
-            cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))
-        return cached[1](encode_payload(payload, task.payload_type, task.name, task.extra_keys))
-
-    def _enqueue(self, task: Task, payload: Any, trace: dict[str, str] | None = None) -> Enqueue:
-        wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
-        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
-        if not task.unique:
-            return enqueue(task, wire_payload, trace=trace)
-        return enqueue(
-            task,
-            wire_payload,
-            unique_key=task.message_unique_key(payload),
-            token=uuid.uuid4().hex,
-            trace=trace,
-        )
+        self._planner = Planner()
 
     def _get_task(self, name: str) -> Task:
         try:
@@ -145,22 +119,21 @@ class Dispatcher:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
         group = self._config.current.consumer_group
-        if not task.unique and trace is None:
-            if task.rate_limit_key is not None:
-                task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
-            (message_id,) = await self._backend.add(
-                group, [self._plain(task, payload)], queue=queue
-            )
-            return self._tracker.handle(message_id, task.name)
-        entry = self._enqueue(task, payload, trace)
-        lock = entry.lock
+        # One way: the payload's wire form (_task), encoded once into the plan
+        # (_dispatch.enqueue, _wire), handed to the backend; nothing in this
+        # module touches it in between (tests/test_dispatch_path.py).
+        wire, key = task.dispatch_form(payload)
+        plan = self._planner.entry(
+            task, wire, key=key, token=uuid.uuid4().hex if task.unique else "", trace=trace
+        )
+        lock = plan.lock
         if lock is None:
-            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
+            (message_id,) = await self._backend.add(group, [plan.data], queue=queue)
             return self._tracker.handle(message_id, task.name)
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
-            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
+            (message_id,) = await self._backend.add(group, [plan.data], queue=queue)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 await self._give_back(lock)
@@ -205,14 +178,8 @@ class Dispatcher:
     async def _add_many(
         self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None, queue: str | None
     ) -> list[TaskHandle]:
-        if trace is None:
-            if task.rate_limit_key is not None:
-                payloads = list(payloads)
-                for payload in payloads:
-                    task.rate_key_for(payload)
-            data = [self._plain(task, payload) for payload in payloads]
-        else:
-            data = [self._enqueue(task, payload, trace).data for payload in payloads]
+        form = task.dispatch_form
+        data = self._planner.entries(task, [form(payload)[0] for payload in payloads], trace)
         if not data:
             return []
         ids = await self._backend.add(self._config.current.consumer_group, data, queue=queue)
@@ -258,17 +225,15 @@ class Dispatcher:
     ) -> TaskHandle:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
-        wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
-        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         delayed_id = str(uuid.uuid4())
         group = self._config.current.consumer_group
-        member = delayed_member(
+        wire, key = task.dispatch_form(payload)
+        member = self._planner.member(
             task,
-            wire_payload,
+            wire,
             run_at,
             id=delayed_id,
-            # Computed now, on the payload as given: the scheduler only has its JSON.
-            unique_key=task.message_unique_key(payload) if task.unique else None,
+            key=key,
             # The default queue's member has no field: it is what it always was.
             queue=None if queue == self._backend.stream_keys(group).queue else queue,
             dispatched_at=self._backend.now(),

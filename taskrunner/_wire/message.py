@@ -257,9 +257,48 @@ def encode_message(message: TaskMessage) -> bytes:
     return data
 
 
-_MARK = "\x00taskrunner:payload\x00"
+PAYLOAD_MARK = "\x00taskrunner:payload\x00"
 """A payload no task name can hold (names have no control characters in practice; if one
 does, :func:`plain_encoder` falls back to :func:`encode_message`)."""
+
+
+def payload_bytes(task_name: str, payload: Any) -> bytes:
+    """``payload``'s JSON, encoded once: what a message (or a delayed member) splices in.
+
+    Raises:
+        InvalidTaskPayload: the payload is not JSON-serialisable (the words of
+            :func:`encode_message`).
+    """
+    try:
+        return dumps(payload).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskPayload(f"not JSON-serialisable: {exc}", task_name=task_name) from exc
+
+
+def frame_size(task: TaskSettings) -> int | None:
+    """The bytes of ``encode_message(new_message(task, payload))`` around the payload's
+    JSON, so the message's size is known from the payload's bytes alone; ``None``
+    when the frame cannot be told apart (then encode the message to know)."""
+    mark = dumps(PAYLOAD_MARK).encode()
+    sample = encode_message(new_message(task, PAYLOAD_MARK))
+    if sample.count(mark) != 1:
+        return None
+    return len(sample) - len(mark)
+
+
+def check_size(task_name: str, frame: int, body: bytes) -> None:
+    """Refuse a message of ``frame`` bytes around a payload of ``body`` bytes that is
+    over the limit, in the words of :func:`encode_message`.
+
+    Raises:
+        InvalidTaskPayload: over :data:`MAX_MESSAGE_BYTES`.
+    """
+    if frame + len(body) > MAX_MESSAGE_BYTES:
+        raise InvalidTaskPayload(
+            f"encoded message is {frame + len(body)} bytes, over the "
+            f"{MAX_MESSAGE_BYTES}-byte limit",
+            task_name=task_name,
+        )
 
 
 def plain_encoder(task: TaskSettings) -> Callable[[Any], bytes]:
@@ -272,8 +311,8 @@ def plain_encoder(task: TaskSettings) -> Callable[[Any], bytes]:
         InvalidTaskPayload: the payload is not JSON-serialisable, or the message too large.
     """
     name = task.name
-    mark = dumps(_MARK).encode()
-    sample = encode_message(new_message(task, _MARK))
+    mark = dumps(PAYLOAD_MARK).encode()
+    sample = encode_message(new_message(task, PAYLOAD_MARK))
     if task.unique or sample.count(mark) != 1:
         return lambda payload: encode_message(new_message(task, payload))
     head, _, tail = sample.partition(mark)
