@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -41,7 +41,6 @@ from taskrunner._dispatch.enqueue import (
 )
 from taskrunner._dispatch.handle import TaskHandle
 from taskrunner._dispatch.tracker import Tracker
-from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
@@ -49,6 +48,16 @@ from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
+
+
+
+class Nudged(Protocol):
+    """What a dispatcher tells of every delayed task it adds: the runner's delayed-task
+    scheduler (:class:`taskrunner._serve.scheduler.Scheduler`), so that it moves it on
+    time. A protocol, so that this layer does not import the serve services."""
+
+    def nudge(self, run_at: float) -> None: ...
+
 
 Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 """``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
@@ -86,7 +95,7 @@ class Dispatcher:
         config: ConfigHolder,
         backend: Backend,
         tasks: Mapping[str, Task],
-        scheduler: Scheduler,
+        scheduler: Nudged,
         tracker: Tracker,
     ) -> None:
         self._config = config
