@@ -121,7 +121,7 @@ def _runner() -> TaskRunner:
     return runner
 
 
-RUNNER = "taskrunner._runner"
+RUNNER = "taskrunner._dispatch.api"  # TaskRunner.dispatch and the rest are defined there
 DISPATCHER = "taskrunner._dispatch.dispatcher"
 TASK = "taskrunner._task"
 CODEC = "taskrunner._codec"

@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 LOCK_RELEASE_TIMEOUT = 2.0
 
 
-
 class Nudged(Protocol):
     """What a dispatcher tells of every delayed task it adds: the runner's delayed-task
     scheduler (:class:`taskrunner._serve.scheduler.Scheduler`), so that it moves it on

@@ -20,8 +20,9 @@ asyncio, tasks known by name), goes the same way, one way:
    gets in), and the worker that runs it releases it.
 
 A payload therefore visits each module once on its way to the backend:
-``_runner`` -> ``_dispatch.dispatcher`` -> ``_task`` -> ``_codec`` ->
-``_dispatch.enqueue`` -> ``_wire`` (tests/test_dispatch_path.py follows it).
+``_dispatch.api`` (``TaskRunner.dispatch``) -> ``_dispatch.dispatcher`` ->
+``_task`` -> ``_codec`` (a typed payload) -> ``_dispatch.enqueue`` -> ``_wire``
+(tests/test_dispatch_path.py follows it).
 
 Delays and times are checked here too (:func:`delay_seconds`,
 :func:`unix_seconds`), so every sender refuses the same values with the same
