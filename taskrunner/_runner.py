@@ -341,7 +341,15 @@ class TaskRunner(Registering, Scheduling, Dispatching):
         self._serving = True
         cfg = self.config
         default_queue = self.backend.stream_keys(cfg.consumer_group).queue
-        tree.warn_unread_queues(self._registry.tasks.values(), default_queue, self.queues)
+        tasks = self._registry.tasks.values()
+        for name, queue in tree.unread_queues(tasks, default_queue, self.queues):
+            log.warning(
+                "task %s goes to queue %s, which this runner does not read (it reads %s); "
+                "other runners of the group must",
+                name,
+                queue,
+                ", ".join(self.queues),
+            )
         log.info(
             "serving group %s as host %s (instance %s): %d fetcher(s), %d worker(s), tasks: %s",
             cfg.consumer_group,

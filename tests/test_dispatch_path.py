@@ -127,6 +127,7 @@ TASK = "taskrunner._task"
 CODEC = "taskrunner._codec"
 ENQUEUE = "taskrunner._dispatch.enqueue"
 MESSAGE = "taskrunner._wire.message"
+FRAMES = "taskrunner._wire.frames"
 LOCKS = "taskrunner._wire.locks"
 DELAYED = "taskrunner._wire.delayed"
 
@@ -160,22 +161,22 @@ def _dict() -> Any:
 @pytest.mark.parametrize(
     ("call", "make", "stops"),
     [
-        (_dispatch("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, MESSAGE]),
-        (_dispatch("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, MESSAGE]),
-        (_dispatch("typed"), _dict, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, MESSAGE]),
+        (_dispatch("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
+        (_dispatch("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES]),
+        (_dispatch("typed"), _dict, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES]),
         (_dispatch("unique"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, LOCKS, MESSAGE]),
-        (_dispatch("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, MESSAGE]),
-        (_many("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, MESSAGE]),
-        (_many("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, MESSAGE]),
-        (_many("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, MESSAGE]),
-        (_delayed("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, MESSAGE, DELAYED]),
-        (_delayed("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, MESSAGE, DELAYED]),
+        (_dispatch("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
+        (_many("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
+        (_many("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES]),
+        (_many("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
+        (_delayed("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES, DELAYED]),
+        (_delayed("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES, DELAYED]),
         (
             _delayed("unique"),
             _dict,
-            [RUNNER, DISPATCHER, TASK, ENQUEUE, LOCKS, MESSAGE, DELAYED],
+            [RUNNER, DISPATCHER, TASK, ENQUEUE, LOCKS, FRAMES, DELAYED],
         ),
-        (_at("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, MESSAGE, DELAYED]),
+        (_at("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES, DELAYED]),
     ],
 )
 async def test_a_payload_visits_each_module_once_and_is_encoded_once(
@@ -200,4 +201,4 @@ def test_the_follower_sees_a_bounce() -> None:
         task.dispatch_form(payload)
         runner._dispatcher._planner.entry(task, payload)
         task.lock_key_for(payload)  # back in _task, after _dispatch.enqueue and _wire
-    assert way.stops == [TASK, ENQUEUE, MESSAGE, TASK]
+    assert way.stops == [TASK, ENQUEUE, FRAMES, TASK]

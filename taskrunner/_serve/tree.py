@@ -49,7 +49,6 @@ once its checks have passed and its lifespan is open.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -87,8 +86,6 @@ from taskrunner._serve.worker import Worker
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 from taskrunner.errors import DuplicateHost
-
-log = logging.getLogger(__name__)
 
 DEFAULT_REFRESH_TICK = 30.0
 """Seconds between two refreshes of long runs when no task is registered."""
@@ -148,18 +145,17 @@ def refresh_tick(tasks: Mapping[str, Task]) -> float:
     return min(timeouts) / 2 if timeouts else DEFAULT_REFRESH_TICK
 
 
-def warn_unread_queues(tasks: Iterable[Task], default: str, served: Sequence[str]) -> None:
-    """Log each task whose queue this runner does not read (others of the group must)."""
+def unread_queues(
+    tasks: Iterable[Task], default: str, served: Sequence[str]
+) -> list[tuple[str, str]]:
+    """``(task, queue)`` for each task whose queue a runner reading ``served`` does not
+    read (other runners of the group must); ``default`` is the backend's queue (pure)."""
+    found = []
     for task in tasks:
         queue = task.queue or default
         if queue not in served:
-            log.warning(
-                "task %s goes to queue %s, which this runner does not read (it reads %s); "
-                "other runners of the group must",
-                task.name,
-                queue,
-                ", ".join(served),
-            )
+            found.append((task.name, queue))
+    return found
 
 
 async def run(

@@ -7,7 +7,8 @@ one reader here, so the bytes are decided in one place and pinned by golden
 tests (tests/test_wire.py). This docstring is the specification of those bytes;
 docs/go-interop.md says the same for users. Each kind has a module of its own
 (``message``, ``locks``, ``delayed``, ``metrics``; ``encoding`` holds the JSON
-conventions they share), and everything is imported from ``taskrunner._wire``.
+conventions they share, ``frames`` the splicing that encodes a payload once),
+and everything is imported from ``taskrunner._wire``.
 
 **The stream message** (``message``: :class:`TaskMessage`, :func:`new_message`,
 :func:`encode_message`, :func:`decode_message`). A stream entry has one field,
@@ -166,21 +167,21 @@ from taskrunner._wire.delayed import encode_delayed as encode_delayed
 from taskrunner._wire.delayed import encode_delayed_around as encode_delayed_around
 from taskrunner._wire.delayed import new_delayed as new_delayed
 from taskrunner._wire.delayed import retry_delayed as retry_delayed
+from taskrunner._wire.frames import PAYLOAD_MARK as PAYLOAD_MARK
+from taskrunner._wire.frames import check_size as check_size
+from taskrunner._wire.frames import frame_size as frame_size
+from taskrunner._wire.frames import payload_bytes as payload_bytes
+from taskrunner._wire.frames import plain_encoder as plain_encoder
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
 from taskrunner._wire.locks import message_unique_key as message_unique_key
 from taskrunner._wire.locks import unique_lock as unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
-from taskrunner._wire.message import PAYLOAD_MARK as PAYLOAD_MARK
 from taskrunner._wire.message import MessageExtras as MessageExtras
 from taskrunner._wire.message import TaskMessage as TaskMessage
 from taskrunner._wire.message import TaskSettings as TaskSettings
-from taskrunner._wire.message import check_size as check_size
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
-from taskrunner._wire.message import frame_size as frame_size
 from taskrunner._wire.message import new_message as new_message
-from taskrunner._wire.message import payload_bytes as payload_bytes
-from taskrunner._wire.message import plain_encoder as plain_encoder
 from taskrunner._wire.message import reservation_ns as reservation_ns
 from taskrunner._wire.message import unique_for_seconds as unique_for_seconds
 from taskrunner._wire.metrics import SCHEDULE_TIMING_NAME as SCHEDULE_TIMING_NAME

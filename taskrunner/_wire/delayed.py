@@ -8,7 +8,8 @@ from typing import Any
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
-from taskrunner._wire.message import PAYLOAD_MARK, TaskMessage, extras_of
+from taskrunner._wire.frames import PAYLOAD_MARK
+from taskrunner._wire.message import TaskMessage, extras_of
 from taskrunner.errors import InvalidTaskPayload
 
 
