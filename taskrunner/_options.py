@@ -160,6 +160,7 @@ class TaskOptions:
     was cancelled. ``TaskHandle.result`` waits for it and ``TaskRunner.get_task``
     reports it until it expires. ``None`` (the default) keeps nothing and costs
     nothing per run."""
+
     queue: str | None = attrs.field(default=None, validator=_queue)
     """The queue its messages go to (``dispatch(..., queue=)`` overrides it);
     ``None``: the backend's queue (``tasks``)."""

@@ -1,5 +1,4 @@
-"""The runner: it owns its parts (registry, dispatcher, the serve services) and
-``serve``'s nursery tree.
+"""The runner: it owns its parts (registry, dispatcher, the serve services) and serves.
 
 Theory of operation. The runner composes its parts and owns ``serve``. Its
 public API is its own methods and those of its bases, each kept with the
@@ -115,8 +114,8 @@ class TaskRunner(Registering, Scheduling, Dispatching):
         self._registry = Registry(self._config)
         tasks = self._registry.tasks
         self._parts = parts = ServeParts(self._config, backend, tasks, self.instance_id)
-        self._worker = parts.worker
-        self._periodic = parts.periodic
+        self._worker = parts.worker  # (the observers' home; taskrunner.otel's too)
+        self._periodic = parts.periodic  # (Scheduling's schedule book)
         self._lifespan: Lifespan | None = None
         self._middlewares: list[Middleware] = []
         self._tracker = Tracker(self._config, backend, tasks)
