@@ -24,14 +24,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, cast
 
 import trio
 
-from taskrunner._config import ConfigHolder, queue_name_problem
+from taskrunner._config import ConfigHolder, TaskRunnerConfig, queue_name_problem
 from taskrunner._dispatch.enqueue import (
     LockRequest,
     Planner,
@@ -43,6 +44,7 @@ from taskrunner._dispatch.handle import TaskHandle
 from taskrunner._dispatch.tracker import Tracker
 from taskrunner._task import Task
 from taskrunner.backends import Backend
+from taskrunner.backends._protocols.replication import ReplicatedAdd
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
 log = logging.getLogger(__name__)
@@ -126,7 +128,9 @@ class Dispatcher:
     ) -> TaskHandle:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
-        group = self._config.current.consumer_group
+        config = self._config.current
+        group = config.consumer_group
+        add = self._backend.add if not config.min_replicas else self._replicated_add(config)
         # One way: the payload's wire form (_task), encoded once into the plan
         # (_dispatch.enqueue, _wire), handed to the backend; nothing in this
         # module touches it in between (tests/test_dispatch_path.py).
@@ -136,12 +140,12 @@ class Dispatcher:
         )
         lock = plan.lock
         if lock is None:
-            (message_id,) = await self._backend.add(group, [plan.data], queue=queue)
+            (message_id,) = await add(group, [plan.data], queue=queue)
             return self._tracker.handle(message_id, task.name)
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
-            (message_id,) = await self._backend.add(group, [plan.data], queue=queue)
+            (message_id,) = await add(group, [plan.data], queue=queue)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 await self._give_back(lock)
@@ -156,6 +160,16 @@ class Dispatcher:
                 )
             raise
         return self._tracker.handle(message_id, task.name)
+
+    def _replicated_add(self, config: TaskRunnerConfig) -> Callable[..., Awaitable[list[str]]]:
+        """``backend.add`` followed by a wait for ``min_replicas`` replicas: chosen before
+        the payload is planned, so the plan goes straight to the backend's one call."""
+        backend = cast(ReplicatedAdd, self._backend)  # checked when the runner was made
+        return partial(
+            backend.add_replicated,
+            replicas=config.min_replicas,
+            wait_timeout=config.replica_timeout,
+        )
 
     async def _give_back(self, lock: LockRequest) -> None:
         with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
@@ -190,7 +204,9 @@ class Dispatcher:
         data = self._planner.entries(task, [form(payload)[0] for payload in payloads], trace)
         if not data:
             return []
-        ids = await self._backend.add(self._config.current.consumer_group, data, queue=queue)
+        config = self._config.current
+        add = self._backend.add if not config.min_replicas else self._replicated_add(config)
+        ids = await add(config.consumer_group, data, queue=queue)
         tracker, name = self._tracker, task.name
         return [TaskHandle(message_id, name, tracker) for message_id in ids]
 
@@ -234,7 +250,15 @@ class Dispatcher:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
         delayed_id = str(uuid.uuid4())
-        group = self._config.current.consumer_group
+        config = self._config.current
+        group = config.consumer_group
+        add_delayed: Callable[..., Awaitable[None]] = self._backend.add_delayed
+        if config.min_replicas:  # the delayed set's add, then the wait for the replicas
+            add_delayed = partial(
+                cast(ReplicatedAdd, self._backend).add_delayed_replicated,
+                replicas=config.min_replicas,
+                wait_timeout=config.replica_timeout,
+            )
         wire, key = task.dispatch_form(payload)
         member = self._planner.member(
             task,
@@ -247,8 +271,6 @@ class Dispatcher:
             dispatched_at=self._backend.now(),
             trace=trace,
         )
-        await self._backend.add_delayed(
-            self._config.current.consumer_group, member, run_at, task_id=delayed_id
-        )
+        await add_delayed(group, member, run_at, task_id=delayed_id)
         self._scheduler.nudge(run_at)
         return self._tracker.handle(delayed_id, task.name)
