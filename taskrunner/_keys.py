@@ -81,8 +81,8 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity``, ``desired_instances``, ``catalog``, ``paused``, ``schedules``,
-            ``schedule_specs``, ``delayed_ids``, ``entry_ids`` or ``cancelled``, or
+            ``worker_tuning_capacity``, ``desired_instances``, ``catalog``, ``paused``,
+            ``schedules``, ``schedule_specs``, ``delayed_ids``, ``entry_ids`` or ``cancelled``, or
             one starting with ``result:``, ``notify:``, ``concurrency:``, ``rate:``,
             ``rate_pace:`` or ``parked:``).
     """

@@ -134,6 +134,7 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:<group>:delayed_tasks`",
         "`taskrunner:leader:<base32(sha1(<group>))>`",
         "`taskrunner:<group>:worker_tuning_capacity`",
+        "`taskrunner:<group>:desired_instances`",
         "`taskrunner:<group>:metrics`",
         "`taskrunner:<group>:catalog`",
         "`taskrunner:<group>:delayed_ids`",

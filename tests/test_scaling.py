@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -169,7 +170,7 @@ def test_a_wobbling_need_never_turns_the_value_around() -> None:
             now=tick * 2.0, state=state, need=need, replicas=5, max_instances=None, hold=HOLD
         )
         published.append(state.desired)
-    changes = [b for a, b in zip(published, published[1:], strict=False) if a != b]
+    changes = [b for a, b in itertools.pairwise(published) if a != b]
     assert published[0] == 6
     assert changes == [], published
 
@@ -181,7 +182,9 @@ def test_down_from_high_to_low_within_the_documented_bound() -> None:
     history = [(t, 16)]
     while state.desired != 1:
         t += 2.0
-        state = next_desired(now=t, state=state, need=1.0, replicas=16, max_instances=None, hold=HOLD)
+        state = next_desired(
+            now=t, state=state, need=1.0, replicas=16, max_instances=None, hold=HOLD
+        )
         if state.desired != history[-1][1]:
             history.append((t, state.desired))
     assert [d for _, d in history] == [16, 8, 4, 2, 1]

@@ -253,6 +253,7 @@ DOCUMENTED = [
     "ring:taskrunner:{group}:metrics:{queue}",
     "taskrunner:{group}:delayed_tasks",
     "taskrunner:{group}:worker_tuning_capacity",
+    "taskrunner:{group}:desired_instances",
     "taskrunner:{group}:metrics",
     "taskrunner:{group}:catalog",
     "taskrunner:{group}:delayed_ids",
