@@ -4,9 +4,9 @@ String keys with expiry model Redis strings with ``PX`` (leases, locks,
 heartbeats, the tuning value, the desired instance count); the delayed set is a
 dict of member -> score per group; the metrics hash a dict of integers,
 incremented by the wire's rule (:func:`taskrunner._wire.add_timing`, which the
-Redis backend runs in Lua). Expired keys vanish lazily when looked at, exactly as observed through Redis. Key names are the documented
-ones (``taskrunner._keys``), so a test can inspect them the same way on both
-backends.
+Redis backend runs in Lua). Expired keys vanish lazily when looked at, exactly
+as observed through Redis. Key names are the documented ones
+(``taskrunner._keys``), so a test can inspect them the same way on both backends.
 
 Text that Redis could not be sent (a string with no UTF-8 form: a lone
 surrogate) is refused here too, with the same
