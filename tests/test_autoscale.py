@@ -10,21 +10,29 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import re
 from typing import Any
 
+import httpx
+import prometheus_client
 import pytest
 import trio
 import trio.testing
 from _flaky import GROUP, add_runs
 from _fleet import make_runner
+from prometheus_client import CollectorRegistry
 from test_aggregator import FakeHost, config
+from test_top import constructed_snapshot
 
-from taskrunner import TaskRunner, _keys
+from taskrunner import TaskRunner, _keys, admin
 from taskrunner._fleet.stats import Stats
 from taskrunner._fleet.tuning import tuning_ttl
 from taskrunner._serve import aggregator
 from taskrunner._serve.aggregator import timing_statistics
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.cli.views import History, render_text, top_view
+from taskrunner.dashboard import create_app
+from taskrunner.prometheus import RunnerCollector
 
 
 class FleetHost(FakeHost):
@@ -237,3 +245,55 @@ async def test_the_fleet_follows_a_step_up_and_down_without_flapping(
     # The fleet's size followed the value at each poll.
     assert [c for _, c in sizes] == [v for v in values if v is not None], (sizes, history)
     assert all(b - a >= POLL - 1e-9 for a, b in itertools.pairwise(t for t, _ in sizes))
+
+
+# Where the number is shown ------------------------------------------------------------
+
+
+async def test_admin_prometheus_and_the_dashboard_show_the_published_number(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+    registry = CollectorRegistry()
+    collector = RunnerCollector(runner)
+    registry.register(collector)
+
+    def gauge() -> list[tuple[dict[str, str], float]]:
+        return [
+            (sample.labels, sample.value)
+            for family in registry.collect()
+            if family.name == "taskrunner_desired_instances"
+            for sample in family.samples
+        ]
+
+    async def dashboard() -> tuple[dict[str, Any], str]:
+        transport = httpx.ASGITransport(app=create_app(backend))
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as http:
+            return (await http.get("/api/groups/g")).json(), (await http.get("/groups/g")).text
+
+    assert await admin.desired_instances(backend, GROUP) is None
+    await collector.refresh()
+    assert gauge() == [], "no sample while nothing is published"
+    doc, _ = await dashboard()
+    assert doc["desired_instances"] is None
+
+    await backend.publish_desired_instances(GROUP, 7, 60.0)
+    assert await admin.desired_instances(backend, GROUP) == 7
+    await collector.refresh()
+    assert gauge() == [({"group": GROUP}, 7.0)]
+    assert "taskrunner_desired_instances" in prometheus_client.generate_latest(registry).decode()
+    doc, page = await dashboard()
+    assert doc["desired_instances"] == 7
+    assert doc["live_instances"] == 0
+    assert re.search(r'id="desired-instances"[^>]*>7<', page), page
+
+
+def test_top_shows_the_published_number() -> None:
+    history = History(size=4)
+    history.add(0.0, 0, 0)
+    text = render_text(top_view(constructed_snapshot(), history, width=10), width=110)
+    assert re.search(r"desired instances\s+none published", text), text
+    snapshot = constructed_snapshot(desired_instances=5)
+    text = render_text(top_view(snapshot, history, width=10), width=110)
+    assert re.search(r"desired instances\s+5\b", text), text

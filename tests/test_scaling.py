@@ -179,7 +179,7 @@ def test_down_from_high_to_low_within_the_documented_bound() -> None:
     """From 16 to a need of 1: halving steps, one hold each: 8, 4, 2, 1 after 4 holds."""
     state = S(desired=16)
     t = 0.0
-    history = [(t, 16)]
+    history: list[tuple[float, int | None]] = [(t, 16)]
     while state.desired != 1:
         t += 2.0
         state = next_desired(

@@ -278,6 +278,8 @@ class FleetSnapshot:
     """The group's paused queues and tasks."""
     schedules: tuple[ScheduleRow, ...] = ()
     """The group's periodic schedules (``taskrunner.admin.schedules``)."""
+    desired_instances: int | None = None
+    """The instance count the leader publishes for an autoscaler (``target_wait``)."""
 
     @property
     def runs(self) -> dict[str, int]:
@@ -377,6 +379,10 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         mark = " (leader)" if instance_id == snapshot.leader else ""
         fleet.add_row(f"  {host}", instance_id + mark)
     fleet.add_row("tuning", tuning)
+    fleet.add_row(
+        "desired instances",
+        "none published" if snapshot.desired_instances is None else str(snapshot.desired_instances),
+    )
     fleet.add_row("workers per instance", str(snapshot.workers))
     fleet.add_row("paused", paused_text(snapshot.paused))
 
