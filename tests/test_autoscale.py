@@ -32,6 +32,7 @@ from taskrunner._serve.aggregator import timing_statistics
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.cli.views import History, render_text, top_view
 from taskrunner.dashboard import create_app
+from taskrunner.errors import BackendError
 from taskrunner.prometheus import RunnerCollector
 
 
@@ -125,6 +126,33 @@ async def test_the_need_counts_in_the_pool_size_the_tuner_just_chose(
     await aggregator.tick(host, aggregator.AggregatorState(last_reset=0.0))
     assert host.capacity == 8
     assert await backend.read_desired_instances(GROUP) == 2
+
+
+class LosesPublishes(MemoryBackend):
+    """A memory backend whose first ``fails`` desired-instance publishes are lost."""
+
+    fails = 1
+
+    async def publish_desired_instances(self, group: str, count: int, ttl: float) -> None:
+        if self.fails:
+            self.fails -= 1
+            raise BackendError("connection lost")
+        await super().publish_desired_instances(group, count, ttl)
+
+
+async def test_a_failed_publish_is_logged_and_the_next_tick_publishes(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = LosesPublishes()
+    host = FleetHost(backend, config(**scaling(), num_workers=4), replication=2)
+    await add_runs(backend, work=(10_000.0, 10))
+    await backend.add(GROUP, [b"x"] * 60)
+    state = aggregator.AggregatorState(last_reset=0.0)
+    await aggregator.tick(host, state)
+    assert await backend.read_desired_instances(GROUP) is None
+    assert "could not publish the desired instances of group g" in caplog.text
+    await aggregator.tick(host, state)
+    assert await backend.read_desired_instances(GROUP) == 3
 
 
 # A fleet that follows its own number --------------------------------------------------
