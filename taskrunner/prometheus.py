@@ -79,7 +79,8 @@ class Snapshot:
     queue: QueueMetrics
     replication: int
     desired_instances: int | None = None
-    """The instance count the group's leader publishes (``target_wait``), if any."""
+    """The instance count the group's leader publishes (``target_wait``), if any; read
+    only when this runner has ``target_wait`` set."""
 
 
 class _DurationHistogram:
@@ -164,8 +165,13 @@ class RunnerCollector(Collector):
         stats = await self.runner.get_timing_statistics()
         queue = await self.runner.backend.get_metrics(self.runner.config.consumer_group)
         replication = await self.runner.get_number_of_replications()
-        desired = await self.runner.backend.read_desired_instances(
-            self.runner.config.consumer_group
+        config = self.runner.config
+        # Only a runner that autoscales asks: one without target_wait costs no read, and a
+        # backend of one's own need not implement it.
+        desired = (
+            None
+            if config.target_wait is None
+            else await self.runner.backend.read_desired_instances(config.consumer_group)
         )
         snapshot = Snapshot(
             taken_at=time.monotonic(),

@@ -282,7 +282,7 @@ async def test_admin_prometheus_and_the_dashboard_show_the_published_number(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     backend = MemoryBackend()
-    runner = make_runner(backend)
+    runner = make_runner(backend, target_wait=5.0)
     registry = CollectorRegistry()
     collector = RunnerCollector(runner)
     registry.register(collector)
@@ -315,6 +315,12 @@ async def test_admin_prometheus_and_the_dashboard_show_the_published_number(
     assert doc["desired_instances"] == 7
     assert doc["live_instances"] == 0
     assert re.search(r'id="desired-instances"[^>]*>7<', page), page
+
+    # A runner without target_wait does not read it (a backend of one's own need not have it).
+    plain = RunnerCollector(make_runner(backend))
+    snapshot = await plain.refresh()
+    plain.close()
+    assert snapshot.desired_instances is None
 
 
 def test_top_shows_the_published_number() -> None:
