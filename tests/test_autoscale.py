@@ -169,9 +169,9 @@ async def test_the_fleet_follows_a_step_up_and_down_without_flapping(
 ) -> None:
     """Load 3/s, then 11/s, then 3/s again (each give or take 2 a second), of 1 s tasks on
     pools of 2: about 2, 6 and 2 instances keep up. The published number rises within
-    30 s of the step up, comes back within three holds of the step down, never turns
-    around within a phase (with no hold it flaps between 1 and 2 in the first phase),
-    and the fleet's size follows it."""
+    30 s of the step up, comes back within three holds of the step down, turns around at
+    most once in a phase, only after the step up's overshoot (with no hold it flaps
+    between 1 and 2 in the first phase), and the fleet's size follows it."""
     backend = MemoryBackend()
     settings = {
         "num_workers": WORKERS,
