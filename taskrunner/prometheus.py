@@ -166,8 +166,7 @@ class RunnerCollector(Collector):
         queue = await self.runner.backend.get_metrics(self.runner.config.consumer_group)
         replication = await self.runner.get_number_of_replications()
         config = self.runner.config
-        # Only a runner that autoscales asks: one without target_wait costs no read, and a
-        # backend of one's own need not implement it.
+        # Only a runner that autoscales asks, so one without target_wait costs no read.
         desired = (
             None
             if config.target_wait is None

@@ -316,7 +316,7 @@ async def test_admin_prometheus_and_the_dashboard_show_the_published_number(
     assert doc["live_instances"] == 0
     assert re.search(r'id="desired-instances"[^>]*>7<', page), page
 
-    # A runner without target_wait does not read it (a backend of one's own need not have it).
+    # A runner without target_wait does not read it: off costs no read.
     plain = RunnerCollector(make_runner(backend))
     snapshot = await plain.refresh()
     plain.close()
