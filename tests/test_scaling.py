@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from taskrunner import TaskRunnerConfig
 from taskrunner._fleet.scaling import ScalingState, growth_bound, instances_needed, next_desired
 
 # instances_needed --------------------------------------------------------------------
@@ -189,3 +190,31 @@ def test_down_from_high_to_low_within_the_documented_bound() -> None:
             history.append((t, state.desired))
     assert [d for _, d in history] == [16, 8, 4, 2, 1]
     assert t <= 4 * (HOLD + 2.0)
+
+
+# The configuration -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("target_wait", 0, "target_wait must be > 0 and finite, got 0.0"),
+        ("target_wait", -1.5, "target_wait must be > 0 and finite, got -1.5"),
+        ("target_wait", math.inf, "target_wait must be > 0 and finite, got inf"),
+        ("target_wait", math.nan, "target_wait must be > 0 and finite, got nan"),
+        ("max_instances", 0, "max_instances must be >= 1, got 0"),
+        ("scale_down_hold", -1, "scale_down_hold must be >= 0 and finite, got -1.0"),
+    ],
+)
+def test_an_autoscaling_setting_out_of_range_names_the_field_and_the_value(
+    field: str, value: float, message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{field} ") as info:
+        TaskRunnerConfig(consumer_group="g", **{field: value})
+    assert str(info.value) == message
+
+
+def test_autoscaling_is_off_by_default() -> None:
+    config = TaskRunnerConfig(consumer_group="g")
+    assert (config.target_wait, config.max_instances, config.scale_down_hold) == (None, None, 300.0)
+    assert TaskRunnerConfig(consumer_group="g", target_wait=2).target_wait == 2.0
