@@ -30,7 +30,7 @@ from taskrunner._fleet.tuning import tuning_ttl
 from taskrunner._serve import aggregator
 from taskrunner._serve.aggregator import timing_statistics
 from taskrunner.backends.memory import MemoryBackend
-from taskrunner.cli.views import History, render_text, top_view
+from taskrunner.cli.views import History, render_text, top_line, top_view
 from taskrunner.dashboard import create_app
 from taskrunner.errors import BackendError
 from taskrunner.prometheus import RunnerCollector
@@ -331,3 +331,5 @@ def test_top_shows_the_published_number() -> None:
     snapshot = constructed_snapshot(desired_instances=5)
     text = render_text(top_view(snapshot, history, width=10), width=110)
     assert re.search(r"desired instances\s+5\b", text), text
+    assert "0 instance(s) (5 desired), paused:" in top_line(snapshot, history)
+    assert "0 instance(s), paused:" in top_line(constructed_snapshot(), history)

@@ -351,11 +351,14 @@ def top_line(snapshot: FleetSnapshot, history: History) -> str:
     """One plain summary line of a ``top`` frame."""
     rates = history.throughput()
     rate = f"{rates[-1]:.1f}/s" if rates else "n/a"
+    desired = snapshot.desired_instances
     return (
         f"group {snapshot.group}: queue {snapshot.queue.queue_size}, throughput {rate}, "
         f"predicted wait {snapshot.stats.predicted_wait_time:.1f} ms, "
         f"leader {snapshot.leader_host or snapshot.leader or 'none'}, "
-        f"{len(snapshot.instances)} instance(s), paused: {paused_text(snapshot.paused)}"
+        f"{len(snapshot.instances)} instance(s)"
+        + ("" if desired is None else f" ({desired} desired)")
+        + f", paused: {paused_text(snapshot.paused)}"
     )
 
 
