@@ -263,6 +263,17 @@ class TaskRunnerConfig:
     their queue; one that names none goes to the backend's queue, so list it
     here too if this runner should read it."""
 
+    min_replicas: int = _count(default=0, validator=_non_negative)
+    """Replicas that must hold a dispatched message before ``dispatch`` returns: each
+    dispatch (``dispatch_many``, ``dispatch_delayed`` and ``schedule_for`` too) is
+    followed by ``WAIT min_replicas replica_timeout`` on its connection, and raises
+    :class:`~taskrunner.errors.NotReplicated` when fewer replicas confirmed it. 0
+    (the default) waits for none and costs nothing. Needs a backend with replicas
+    (``RedisBackend``); see ``docs/redis-sentinel.md``."""
+
+    replica_timeout: float = _seconds(default=1.0, validator=_positive)
+    """Longest a dispatch waits for ``min_replicas`` replicas, in seconds."""
+
     def __attrs_post_init__(self) -> None:
         if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
             raise ValueError(

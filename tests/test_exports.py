@@ -61,6 +61,7 @@ PUBLIC: dict[str, set[str]] = {
         "InvalidTaskPayload",
         "InvalidTaskResult",
         "LifespanError",
+        "NotReplicated",
         "ResultTimeout",
         "Retry",
         "SharedStreamError",
@@ -139,6 +140,9 @@ PUBLIC: dict[str, set[str]] = {
         "find_server_binary",
         "free_port",
         "running_server",
+        "running_sentinel_deployment",
+        "SentinelDeployment",
+        "SentinelProcess",
         "sync_command",
     },
     "taskrunner.admin": {

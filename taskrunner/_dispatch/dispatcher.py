@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import trio
 
@@ -47,12 +47,12 @@ from taskrunner._dispatch.handle import TaskHandle
 from taskrunner._dispatch.tracker import Tracker
 from taskrunner._task import Task
 from taskrunner.backends import Backend
+from taskrunner.backends._protocols.replication import ReplicatedAdd
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
 log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
-
 
 
 class Nudged(Protocol):
@@ -153,23 +153,27 @@ class Dispatcher:
     ) -> TaskHandle:
         task = self._get_task(name)
         queue = _queue_of(task, queue)
-        group = self._config.current.consumer_group
+        config = self._config.current
+        group = config.consumer_group
         if not task.unique and trace is None:
             if task.rate_limit_key is not None:
                 task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
-            (message_id,) = await self._backend.add(
-                group, [self._plain(task, payload)], queue=queue
-            )
+            if config.min_replicas:
+                (message_id,) = await self._add_replicated([self._plain(task, payload)], queue)
+            else:
+                (message_id,) = await self._backend.add(
+                    group, [self._plain(task, payload)], queue=queue
+                )
             return self._tracker.handle(message_id, task.name)
         entry = self._enqueue(task, payload, trace)
         lock = entry.lock
         if lock is None:
-            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
+            (message_id,) = await self._add_replicated([entry.data], queue)
             return self._tracker.handle(message_id, task.name)
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
-            (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
+            (message_id,) = await self._add_replicated([entry.data], queue)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 await self._give_back(lock)
@@ -184,6 +188,23 @@ class Dispatcher:
                 )
             raise
         return self._tracker.handle(message_id, task.name)
+
+    async def _add_replicated(self, payloads: list[bytes], queue: str | None) -> list[str]:
+        """``backend.add``, followed by a wait for ``min_replicas`` replicas when set.
+
+        The plain dispatch tests ``min_replicas`` itself, to keep its path one call
+        shorter when it is off (the default)."""
+        config = self._config.current
+        if not config.min_replicas:
+            return await self._backend.add(config.consumer_group, payloads, queue=queue)
+        backend = cast(ReplicatedAdd, self._backend)  # checked when the runner was made
+        return await backend.add_replicated(
+            config.consumer_group,
+            payloads,
+            queue=queue,
+            replicas=config.min_replicas,
+            wait_timeout=config.replica_timeout,
+        )
 
     async def _give_back(self, lock: LockRequest) -> None:
         with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
@@ -224,7 +245,7 @@ class Dispatcher:
             data = [self._enqueue(task, payload, trace).data for payload in payloads]
         if not data:
             return []
-        ids = await self._backend.add(self._config.current.consumer_group, data, queue=queue)
+        ids = await self._add_replicated(data, queue)
         tracker, name = self._tracker, task.name
         return [TaskHandle(message_id, name, tracker) for message_id in ids]
 
@@ -283,8 +304,17 @@ class Dispatcher:
             dispatched_at=self._backend.now(),
             trace=trace,
         )
-        await self._backend.add_delayed(
-            self._config.current.consumer_group, member, run_at, task_id=delayed_id
-        )
+        config = self._config.current
+        if config.min_replicas:
+            await cast(ReplicatedAdd, self._backend).add_delayed_replicated(
+                group,
+                member,
+                run_at,
+                task_id=delayed_id,
+                replicas=config.min_replicas,
+                wait_timeout=config.replica_timeout,
+            )
+        else:
+            await self._backend.add_delayed(group, member, run_at, task_id=delayed_id)
         self._scheduler.nudge(run_at)
         return self._tracker.handle(delayed_id, task.name)
