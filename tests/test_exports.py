@@ -156,6 +156,7 @@ PUBLIC: dict[str, set[str]] = {
         "cancel",
         "dead_letter",
         "dead_letters",
+        "desired_instances",
         "documented_keys",
         "flush",
         "get_task",

@@ -27,7 +27,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -39,16 +39,9 @@ import redis.exceptions
 from redis.connection import parse_url
 
 from taskrunner import _keys
-from taskrunner._dispatch.enqueue import (
-    Enqueue,
-    LockRequest,
-    delay_seconds,
-    delayed_member,
-    enqueue,
-    unix_seconds,
-)
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, Planner, delay_seconds, unix_seconds
 from taskrunner._dispatch.results import outcome_of
-from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
+from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
 from taskrunner.backends.redis._errors import ClusterCommandError
@@ -230,7 +223,7 @@ class ProducerCore:
         self.catalog = CatalogView()
         self._names: set[str] = set()
         self._tasks: dict[str, CatalogTask] = {}  # by name, when not strict
-        self._encoders: dict[CatalogTask, Callable[[Any], bytes]] = {}
+        self._planner = Planner()
 
     def needs_catalog(self, name: str) -> bool:
         """Whether a strict producer reads the catalog before dispatching ``name``."""
@@ -262,14 +255,6 @@ class ProducerCore:
             task = self._tasks[name] = served_task(name, self.destination, self._served(name))
         return task
 
-    def _encode(self, task: CatalogTask, payload: Any) -> bytes:
-        """The message of ``task`` (not unique) for ``payload``: one encoder per task's
-        settings, so only the payload is encoded per call."""
-        encode = self._encoders.get(task)
-        if encode is None:
-            encode = self._encoders[task] = plain_encoder(task)
-        return encode(wire_payload(payload))
-
     def one(
         self,
         name: str,
@@ -285,11 +270,11 @@ class ProducerCore:
         if unique_key is None and unique_for is None:
             task = self._task(name)
             if not task.unique:  # the common case, without a lock
-                return Enqueue(data=self._encode(task, payload))
+                return self._planner.entry(task, wire_payload(payload))
         settings = self.settings(name, unique_key, unique_for)
         if not settings.task.unique:
-            return enqueue(settings.task, wire_payload(payload))
-        return enqueue(
+            return self._planner.entry(settings.task, wire_payload(payload))
+        return self._planner.entry(
             settings.task,
             wire_payload(payload),
             unique_key=settings.unique_key,
@@ -305,7 +290,7 @@ class ProducerCore:
         task = self._task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        return [self._encode(task, p) for p in payloads]
+        return self._planner.entries(task, [wire_payload(p) for p in payloads])
 
     def delayed(self, name: str, payload: Any, run_at: float) -> tuple[str, bytes]:
         """``(id, member)`` of a delayed dispatch at ``run_at`` (unix seconds).
@@ -317,7 +302,7 @@ class ProducerCore:
         member_id = str(uuid.uuid4())
         # The leader computes a unique task's key from the payload when it moves it.
         plain = attrs.evolve(task, unique=False, unique_for=0.0)
-        member = delayed_member(
+        member = self._planner.member(
             plain,
             wire_payload(payload),
             run_at,

@@ -134,6 +134,7 @@ from taskrunner.testing._sentinel import (
 )
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
+    check_desired_instances,
     check_heartbeat_holder,
     check_heartbeats,
     check_lease_expiry,
