@@ -337,3 +337,19 @@ async def test_wait_goes_with_the_write_before_it(cluster: FakeCluster) -> None:
         assert [c[0] for c in logged(source)] == [b"RPUSH", b"WAIT"] * 2
         assert [c[0] for c in logged(target)] == [b"RPUSH", b"WAIT"]
         assert logged(cluster.node_of(A)) == []
+
+
+async def test_closed_while_waiting_to_resend(cluster: FakeCluster, autojump_clock: object) -> None:
+    client = make_client(cluster)
+    await client.execute("PING")
+    cluster.node_of(A).errors = ["TRYAGAIN busy"] * 3
+    cluster.node_of(B).errors = ["TRYAGAIN busy"] * 3  # two nodes to resend to
+
+    async def close_soon() -> None:
+        await trio.sleep(0.01)  # inside the first TRYAGAIN wait
+        await client.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(close_soon)
+        with pytest.raises(trio.ClosedResourceError):
+            await client.pipeline([("INCR", A), ("INCR", B)])

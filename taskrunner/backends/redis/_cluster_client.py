@@ -315,6 +315,7 @@ class ClusterRedisClient:
                     await nodes.refresh_quietly()
             cluster_map = nodes.map or cluster_map
         for attempt in range(start, MAX_REDIRECTS + 2):
+            nodes.check_open()  # closed while we waited to resend
             nodes.maybe_refresh()
             by_node: dict[Address, list[int]] = {}
             targets: dict[int, Address | None] = {}
