@@ -372,3 +372,13 @@ async def test_pyredis_cluster_scan_visits_every_primary(shared_cluster: Cluster
         assert len(await client.masters()) == 3
         assert await scan(client, "py-walk-*") == {key.encode() for key in keys}
         await client.pipeline([("DEL", key) for key in keys])
+
+
+def test_a_cluster_with_two_replicas_per_master() -> None:
+    with running_cluster(_binary(), replicas=2) as cluster:
+        assert len(cluster.nodes) == 9
+        for master in cluster.masters_at_start:
+            assert master.info("replication")["connected_slaves"] == "2"
+            assert len(cluster.replicas_of[master.port]) == 2
+        ports = {node.port for node in cluster.nodes} | {node.bus_port for node in cluster.nodes}
+        assert len(ports) == 18  # every client and bus port its own
