@@ -353,3 +353,18 @@ async def test_closed_while_waiting_to_resend(cluster: FakeCluster, autojump_clo
         nursery.start_soon(close_soon)
         with pytest.raises(trio.ClosedResourceError):
             await client.pipeline([("INCR", A), ("INCR", B)])
+
+
+async def test_closing_inside_async_with_cancels_nothing_of_the_callers(
+    cluster: FakeCluster, autojump_clock: object
+) -> None:
+    async with make_client(cluster, refresh_interval=1.0) as client:
+        for _ in range(3):  # background refreshes come and go
+            await client.execute("PING")
+            await trio.sleep(2)
+        cluster.nodes[("fake-host", 7001)].hold[b"CLUSTER"] = trio.Event()
+        await client.execute("PING")  # stale: a refresh starts, and hangs
+        await client.aclose()
+        await trio.sleep(1)  # the caller's code goes on after aclose
+        survived = True
+    assert survived

@@ -151,14 +151,11 @@ class ClusterRedisClient:
 
     async def aclose(self) -> None:
         """Close every node's connections; later calls raise ``trio.ClosedResourceError``."""
-        nodes = self.nodes
-        nodes.closed = True
-        if nodes.nursery is not None:
-            nodes.nursery.cancel_scope.cancel()  # a background refresh
+        self.nodes.closed = True
         dedicated, self._dedicated = self._dedicated, set()
         for connection in list(dedicated):
             await connection.aclose()
-        await nodes.aclose()
+        await self.nodes.aclose()
         await trio.lowlevel.checkpoint()
 
     def statistics(self) -> ClusterStatistics:

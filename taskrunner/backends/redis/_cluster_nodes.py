@@ -81,11 +81,16 @@ class ClusterNodes:
         self._refreshing = False
         self.redirects = 0
         self.nursery: trio.Nursery | None = None
+        # Cancelled by aclose: a background refresh ends at once, not the
+        # client's whole nursery (the caller's own code may run inside it).
+        self._background: trio.CancelScope | None = None
         self.closed = False
 
     async def aclose(self) -> None:
-        """Close every node's client."""
+        """Stop a background refresh and close every node's client."""
         self.closed = True
+        if self._background is not None:
+            self._background.cancel()
         clients, self.clients = self.clients, {}
         for client in clients.values():
             await client.aclose()
@@ -187,9 +192,11 @@ class ClusterNodes:
 
     async def _background_refresh(self) -> None:
         try:
-            await self.refresh_quietly()
+            with trio.CancelScope() as self._background:  # one at a time (_refreshing)
+                await self.refresh_quietly()
         finally:
             self._refreshing = False
+            self._background = None
 
     async def refresh_quietly(self) -> None:
         """:meth:`refresh`, logging a failure instead of raising it."""
