@@ -73,6 +73,7 @@ from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing regis
     check_catalog,
     check_catalog_expiry,
 )
+from taskrunner.testing._cluster import ClusterNode, ClusterProcess, running_cluster
 from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
     check_defer,
     check_defer_on_a_queue,
@@ -134,6 +135,7 @@ from taskrunner.testing._sentinel import (
 )
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
+    check_desired_instances,
     check_heartbeat_holder,
     check_heartbeats,
     check_lease_expiry,
@@ -177,6 +179,8 @@ __all__ = [
     "CHECK_TIMEOUT",
     "CONTRACT_CHECKS",
     "INSPECTION_CHECKS",
+    "ClusterNode",
+    "ClusterProcess",
     "ContractCheck",
     "PartitionedBackend",
     "SentinelDeployment",
@@ -185,6 +189,7 @@ __all__ = [
     "contract_parametrize",
     "find_server_binary",
     "free_port",
+    "running_cluster",
     "running_sentinel_deployment",
     "running_server",
     "sync_command",

@@ -108,7 +108,11 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
             found[_keys.schedules(group)] = self._state_fields(group), None
         if self._schedule_specs.get(group):
             found[_keys.schedule_specs(group)] = len(self._schedule_specs[group]), None
-        for name in (_keys.leader(group), _keys.worker_tuning_capacity(group)):
+        for name in (
+            _keys.leader(group),
+            _keys.worker_tuning_capacity(group),
+            _keys.desired_instances(group),
+        ):
             value = self._get(name)
             if value is not None:
                 found[name] = len(value.encode()), self.ttl(name)
