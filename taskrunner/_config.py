@@ -241,8 +241,8 @@ class TaskRunnerConfig:
     names to integer weights is *weighted*: while every queue has work, each
     gets a share of the reads in proportion to its weight, and none starves,
     ``{"critical": 6, "default": 3, "low": 1}``. Tasks (and dispatches) name
-    their queue; one that names none goes to the backend's queue, so list it
-    here too if this runner should read it."""
+    their queue; one that names none goes to :attr:`default_queue`, the first
+    queue named here (never to an unread ``tasks`` stream)."""
 
     def __attrs_post_init__(self) -> None:
         if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
@@ -268,6 +268,17 @@ class TaskRunnerConfig:
         if isinstance(queues, dict):
             return tuple(sorted(queues, key=lambda q: -queues[q]))
         return queues
+
+    @property
+    def default_queue(self) -> str | None:
+        """The queue of a task registered without ``queue=`` (its dispatches, periodic
+        ticks and retries): the first queue :attr:`queues` names, as written; ``None``
+        when it names none (the backend's one queue)."""
+        return None if self.queues is None else next(iter(self.queues))
+
+    def queue_of(self, task_queue: str | None) -> str | None:
+        """The queue of a task whose own is ``task_queue``: it, else :attr:`default_queue`."""
+        return task_queue if task_queue is not None else self.default_queue
 
     @property
     def queue_weights(self) -> tuple[int, ...] | None:

@@ -59,15 +59,15 @@ Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 one for the batch), yielding the trace context to carry, if any."""
 
 
-def _queue_of(task: Task, queue: str | None) -> str | None:
-    """The queue a dispatch goes to: the one given, else the task's (``None``: the
-    backend's).
+def _queue_of(task: Task, queue: str | None, default: str | None) -> str | None:
+    """The queue a dispatch goes to: the one given, else the task's, else ``default``
+    (the first queue the config names; ``None``: the backend's).
 
     Raises:
         ValueError: ``queue`` cannot name a queue.
     """
     if queue is None:
-        return task.queue
+        return task.queue if task.queue is not None else default
     problem = queue_name_problem(queue)
     if problem is not None:
         raise ValueError(f"queue {problem}, got {queue!r}")
@@ -124,6 +124,13 @@ class Dispatcher:
             trace=trace,
         )
 
+    def _queue_name(self, queue: str | None) -> str:
+        """``queue``, or the name of the backend's own queue for ``None`` (what a
+        handle keeps, so that its lookups look on that queue alone)."""
+        if queue is not None:
+            return queue
+        return self._backend.stream_keys(self._config.current.consumer_group).queue
+
     def _get_task(self, name: str) -> Task:
         try:
             return self._tasks[name]
@@ -143,7 +150,7 @@ class Dispatcher:
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue)
+        queue = _queue_of(task, queue, self._config.current.default_queue)
         group = self._config.current.consumer_group
         if not task.unique and trace is None:
             if task.rate_limit_key is not None:
@@ -151,12 +158,12 @@ class Dispatcher:
             (message_id,) = await self._backend.add(
                 group, [self._plain(task, payload)], queue=queue
             )
-            return self._tracker.handle(message_id, task.name)
+            return self._tracker.handle(message_id, task.name, self._queue_name(queue))
         entry = self._enqueue(task, payload, trace)
         lock = entry.lock
         if lock is None:
             (message_id,) = await self._backend.add(group, [entry.data], queue=queue)
-            return self._tracker.handle(message_id, task.name)
+            return self._tracker.handle(message_id, task.name, self._queue_name(queue))
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
@@ -174,7 +181,7 @@ class Dispatcher:
                     lock.ttl,
                 )
             raise
-        return self._tracker.handle(message_id, task.name)
+        return self._tracker.handle(message_id, task.name, self._queue_name(queue))
 
     async def _give_back(self, lock: LockRequest) -> None:
         with trio.move_on_after(LOCK_RELEASE_TIMEOUT, shield=True):
@@ -196,7 +203,7 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        queue = _queue_of(task, queue)
+        queue = _queue_of(task, queue, self._config.current.default_queue)
         if self.tracer is not None:
             with self.tracer(name) as trace:
                 return await self._add_many(task, payloads, trace, queue)
@@ -217,7 +224,8 @@ class Dispatcher:
             return []
         ids = await self._backend.add(self._config.current.consumer_group, data, queue=queue)
         tracker, name = self._tracker, task.name
-        return [TaskHandle(message_id, name, tracker) for message_id in ids]
+        queue = self._queue_name(queue)
+        return [TaskHandle(message_id, name, tracker, queue) for message_id in ids]
 
     async def dispatch_delayed(
         self,
@@ -257,7 +265,7 @@ class Dispatcher:
         queue: str | None,
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue)
+        queue = _queue_of(task, queue, self._config.current.default_queue)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         delayed_id = str(uuid.uuid4())
@@ -278,4 +286,4 @@ class Dispatcher:
             self._config.current.consumer_group, member, run_at, task_id=delayed_id
         )
         self._scheduler.nudge(run_at)
-        return self._tracker.handle(delayed_id, task.name)
+        return self._tracker.handle(delayed_id, task.name, self._queue_name(queue))

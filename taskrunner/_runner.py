@@ -62,7 +62,7 @@ import attrs
 import trio
 
 from taskrunner._codec import ExtraKeys
-from taskrunner._config import ConfigHolder, TaskRunnerConfig
+from taskrunner._config import ConfigHolder, TaskRunnerConfig, queue_name_problem
 from taskrunner._dispatch import Dispatcher
 from taskrunner._guards import check_runner_arguments, require_trio
 from taskrunner._handle import TaskHandle, TaskInfo
@@ -148,6 +148,23 @@ class RunnerStatistics:
     rate limit (not attempts)."""
     parked: int = 0
     """Runs of a paused task parked until it is resumed."""
+
+
+def _queue_hint(task_id: str | TaskHandle, queue: str | None) -> str | None:
+    """The queue to look for a task's entry on: ``queue``, else the handle's, else
+    ``None`` (every queue).
+
+    Raises:
+        ValueError: ``queue`` cannot name a queue.
+    """
+    if queue is not None:
+        problem = queue_name_problem(queue)
+        if problem is not None:
+            raise ValueError(f"queue {problem}, got {queue!r}")
+        return queue
+    if isinstance(task_id, TaskHandle):
+        return task_id.queue
+    return None
 
 
 class TaskRunner:
@@ -624,7 +641,9 @@ class TaskRunner:
         return await self._dispatcher.schedule_for(name, payload, when, queue=queue)
 
     # Tasks by id -------------------------------------------------------------
-    async def get_task(self, task_id: str | TaskHandle) -> TaskInfo | None:
+    async def get_task(
+        self, task_id: str | TaskHandle, *, queue: str | None = None
+    ) -> TaskInfo | None:
         """Where a task is now, and, once done, what it did.
 
         Read in one atomic step from the backend, so it answers for a task run by
@@ -633,8 +652,16 @@ class TaskRunner:
         delay or waiting for a retry), and, for a task that keeps results, its
         final state (succeeded, failed, cancelled) until ``keep_result`` runs out.
 
+        A queued or running task is looked for on every queue this runner knows
+        (``config.queues``, its tasks' queues, the backend's own), in that order.
+        Stream ids are unique per stream only: two queues may hold entries of the
+        same id (added in the same millisecond), so pass the handle (it knows its
+        queue) or ``queue=`` to name one.
+
         Args:
             task_id: A task id (``handle.id``), or the handle.
+            queue: The queue its entry is on; by default the handle's, else every
+                queue this runner knows.
 
         Returns:
             ``None`` for an id the backend does not know now: never dispatched,
@@ -645,9 +672,9 @@ class TaskRunner:
             BackendError: the backend could not be reached.
         """
         require_trio("TaskRunner.get_task")
-        return await self._tracker.get_task(str(task_id))
+        return await self._tracker.get_task(str(task_id), _queue_hint(task_id, queue))
 
-    async def cancel(self, task_id: str | TaskHandle) -> bool:
+    async def cancel(self, task_id: str | TaskHandle, *, queue: str | None = None) -> bool:
         """Cancel a task, wherever it is in the fleet.
 
         - queued: its entry is deleted from the stream in one atomic step, so it
@@ -662,8 +689,13 @@ class TaskRunner:
         is recorded as cancelled (``handle.result`` raises
         :class:`~taskrunner.errors.TaskCancelled`).
 
+        Its entry is looked for on every queue this runner knows, as
+        :meth:`get_task` does.
+
         Args:
             task_id: A task id (``handle.id``), or the handle.
+            queue: The queue its entry is on; by default the handle's, else every
+                queue this runner knows, the first holding it winning.
 
         Returns:
             ``True`` if it was cancelled (or, running, asked to stop: a run that
@@ -677,7 +709,7 @@ class TaskRunner:
         ``False`` once it is gone.
         """
         require_trio("TaskRunner.cancel")
-        return await self._tracker.cancel(str(task_id))
+        return await self._tracker.cancel(str(task_id), _queue_hint(task_id, queue))
 
     # Fleet ------------------------------------------------------------------
     @property
@@ -877,7 +909,9 @@ class TaskRunner:
             log.info("stopped serving group %s", cfg.consumer_group)
 
     def _warn_unread_queues(self) -> None:
-        default = self.backend.stream_keys(self.config.consumer_group).queue
+        default = (
+            self.config.default_queue or self.backend.stream_keys(self.config.consumer_group).queue
+        )
         served = set(self.queues)
         for task in self._registry.tasks.values():
             queue = task.queue or default
@@ -901,7 +935,15 @@ class TaskRunner:
                     heartbeat.run, backend, cfg.host, self.instance_id, self._lost_host
                 )
                 await services.start(
-                    catalog.run, backend, group, cfg.host, self.instance_id, self._registry.tasks
+                    partial(
+                        catalog.run,
+                        backend,
+                        group,
+                        cfg.host,
+                        self.instance_id,
+                        self._registry.tasks,
+                        default_queue=cfg.default_queue,
+                    )
                 )
                 await services.start(
                     partial(

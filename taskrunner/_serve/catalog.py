@@ -43,25 +43,36 @@ def catalog_document(
     stream: str,
     now: float,
     queue_streams: Mapping[str, str] | None = None,
+    default_queue: str | None = None,
 ) -> CatalogDocument:
     """What this instance publishes at ``now`` (the backend's clock): every registered
     task, served from its queue's stream (``queue_streams``, by queue name) or else
-    from ``stream``, counting until ``now + CATALOG_TTL`` (pure)."""
+    from ``stream`` (a task without a queue of its own: ``default_queue``'s stream, when
+    given), counting until ``now + CATALOG_TTL`` (pure)."""
     return CatalogDocument(
         host=host,
         instance=instance_id,
         expires=now + CATALOG_TTL,
-        tasks=_wire.catalog_tasks(tasks.values(), stream, queue_streams),
+        tasks=_wire.catalog_tasks(tasks.values(), stream, queue_streams, default_queue),
     )
 
 
 async def _publish(
-    backend: Backend, group: str, host: str, instance_id: str, tasks: Mapping[str, Task]
+    backend: Backend,
+    group: str,
+    host: str,
+    instance_id: str,
+    tasks: Mapping[str, Task],
+    default_queue: str | None,
 ) -> None:
     stream = backend.stream_keys(group).stream
     queues = {task.queue for task in tasks.values() if task.queue is not None}
+    if default_queue is not None:
+        queues.add(default_queue)
     streams = {queue: backend.stream_keys(group, queue).stream for queue in queues}
-    document = catalog_document(host, instance_id, tasks, stream, backend.now(), streams)
+    document = catalog_document(
+        host, instance_id, tasks, stream, backend.now(), streams, default_queue
+    )
     try:
         await backend.publish_catalog(group, document, CATALOG_TTL)
     except BackendError as exc:
@@ -75,6 +86,7 @@ async def run(
     instance_id: str,
     tasks: Mapping[str, Task],
     *,
+    default_queue: str | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Publish at once, then every :data:`PUBLISH_INTERVAL`, until cancelled; then
@@ -84,12 +96,12 @@ async def run(
     published within an interval. A failed publish is logged; the next one tries
     again.
     """
-    await _publish(backend, group, host, instance_id, tasks)
+    await _publish(backend, group, host, instance_id, tasks, default_queue)
     task_status.started()
     try:
         while True:
             await trio.sleep(PUBLISH_INTERVAL)
-            await _publish(backend, group, host, instance_id, tasks)
+            await _publish(backend, group, host, instance_id, tasks, default_queue)
     finally:
         with trio.move_on_after(REMOVE_TIMEOUT, shield=True):
             try:

@@ -54,16 +54,25 @@ class CatalogDocument:
 
 
 def catalog_tasks(
-    tasks: Iterable[Task], stream: str, queue_streams: Mapping[str, str] | None = None
+    tasks: Iterable[Task],
+    stream: str,
+    queue_streams: Mapping[str, str] | None = None,
+    default_queue: str | None = None,
 ) -> tuple[CatalogTask, ...]:
     """The catalog entries of registered ``tasks``, sorted by name: each served from
-    its queue's stream (``queue_streams[task.queue]``), or from ``stream`` (the
-    backend's queue) for a task with no queue of its own."""
+    its queue's stream (``queue_streams[task.queue]``); a task with no queue of its
+    own from ``default_queue``'s (the first queue the runner's config names), else
+    from ``stream`` (the backend's queue)."""
     streams = queue_streams or {}
+
+    def stream_of(task: Task) -> str:
+        queue = task.queue if task.queue is not None else default_queue
+        return stream if queue is None else streams.get(queue, stream)
+
     return tuple(
         CatalogTask(
             name=task.name,
-            stream=stream if task.queue is None else streams.get(task.queue, stream),
+            stream=stream_of(task),
             reservation_timeout=task.reservation,
             unique=task.unique,
             unique_for=task.unique_for if task.unique else 0.0,

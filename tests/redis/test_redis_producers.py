@@ -153,8 +153,13 @@ async def test_a_strict_producer_knows_what_live_runners_serve(redis_url: str) -
             with other, pytest.raises(TaskNotFound, match="group 'mail'"):
                 other.dispatch("resize", 1)
             queue = Producer.from_url(redis_url, consumer_group="shop", queue="low", strict=True)
-            with queue, pytest.raises(TaskNotFound, match=r"served on taskrunner:shop:tasks"):
-                queue.dispatch("resize", 1)
+            with queue:
+                # Strict, a dispatch without queue= goes where a live runner serves the
+                # task (issue 24); one to a queue nobody serves it on is refused.
+                sent = queue.dispatch("resize", 1)
+                assert client.xrange("taskrunner:shop:tasks", sent.id, sent.id)
+                with pytest.raises(TaskNotFound, match=r"served on taskrunner:shop:tasks"):
+                    queue.dispatch("resize", 1, queue="low")
 
     async with backend, trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
