@@ -102,6 +102,12 @@ from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing re
     check_read_lease,
 )
 from taskrunner.testing._partition import PartitionedBackend
+from taskrunner.testing._queue_tracking_checks import (  # noqa: F401 - importing registers the checks
+    check_claim_delays_of_every_queue,
+    check_dead_letters_of_every_queue,
+    check_lookup_and_cancel_on_every_queue,
+    check_lookup_follows_a_moved_task_to_its_queue,
+)
 from taskrunner.testing._queues_checks import (  # noqa: F401 - importing registers the checks
     check_queue_reclaim_and_moves_stay_apart,
     check_queues_are_separate_streams,
@@ -192,6 +198,7 @@ _MODULE_ORDER = (
     "_catalog_checks",
     "_schedule_checks",
     "_tracking_checks",
+    "_queue_tracking_checks",
     "_inspection_checks",
 )
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
