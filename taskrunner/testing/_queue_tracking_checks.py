@@ -28,24 +28,23 @@ async def check_lookup_and_cancel_on_every_queue(backend: Backend) -> None:
     assert queued != running, f"ids of two adds 10 ms apart: {running!r}, {queued!r}"
     await backend.read(group, consumer, 10, 0, queue=qa)
     found = await backend.lookup(group, queued, queues=both)
-    assert found is not None and found.entry_id == queued and not found.pending, (
-        f"a queued entry of {qb!r} must be found looking in {both!r}: {found!r}"
-    )
+    assert found is not None, f"a queued entry of {qb!r} must be found looking in {both!r}"
+    assert (found.entry_id, found.pending) == (queued, False), f"queued: {found!r}"
     assert await backend.lookup(group, queued, queues=[qa]) is None, (
         f"an entry of {qb!r} must not be found in {qa!r} alone"
     )
     assert await backend.lookup(group, queued) is None, "queues=None is the backend's own queue"
     on_a = await backend.lookup(group, running, queues=[qb, qa])
-    assert on_a is not None and on_a.pending, f"a running entry of {qa!r}: {on_a!r}"
+    assert on_a is not None, f"a running entry of {qa!r} must be found"
+    assert on_a.pending, f"a running entry of {qa!r}: {on_a!r}"
     done = await backend.cancel(group, queued, queues=[qa, qb])
     assert done.state is TaskState.QUEUED, f"cancel of a queued entry of {qb!r}: {done!r}"
     assert await backend.length(group, queue=qb) == 0, "its entry is deleted from its stream"
     assert await backend.length(group, queue=qa) == 1, "the other queue's stream is untouched"
     assert await backend.read(group, consumer, 10, 0, queue=qb) == [], "no fetcher reads it"
     kept = await backend.lookup(group, queued, queues=both)
-    assert kept is not None and kept.result is not None, (
-        f"a task that keeps results is recorded cancelled: {kept!r}"
-    )
+    assert kept is not None, "a task that keeps results is recorded cancelled"
+    assert kept.result is not None, f"a task that keeps results is recorded: {kept!r}"
     stopping = await backend.cancel(group, running, queues=both)
     assert stopping.state is TaskState.RUNNING, f"cancel of a running entry: {stopping!r}"
     assert await backend.cancel_requested(group, [running]) == [running], "asked to stop"
@@ -62,13 +61,15 @@ async def check_lookup_follows_a_moved_task_to_its_queue(backend: Backend) -> No
     member = _message(id=task_id)
     await backend.add_delayed(group, member, backend.now() - 1, task_id=task_id)
     scheduled = await backend.lookup(group, task_id, queues=[qa, qb])
-    assert scheduled is not None and scheduled.member is not None, f"scheduled: {scheduled!r}"
+    assert scheduled is not None, "a scheduled task is found"
+    assert scheduled.member is not None, f"scheduled: {scheduled!r}"
     moved = await backend.move_delayed(
         group, [DelayedMove(member=member, message=member, queue=qb, task_id=task_id)]
     )
     assert moved == 1, "the member was due"
     found = await backend.lookup(group, task_id, queues=[qa, qb])
-    assert found is not None and found.entry_id is not None, f"moved to {qb!r}: {found!r}"
+    assert found is not None, f"a task moved to {qb!r} is found"
+    assert found.entry_id is not None, f"moved to {qb!r}: {found!r}"
     done = await backend.cancel(group, task_id, queues=[qa, qb])
     assert done.state is TaskState.QUEUED, f"cancel of the moved task: {done!r}"
     assert await backend.length(group, queue=qb) == 0, "deleted from its queue's stream"
