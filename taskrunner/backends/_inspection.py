@@ -20,11 +20,12 @@ same names, answers exactly as Redis does:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
 from taskrunner import _keys, _wire
+from taskrunner._config import queue_name_problem
 from taskrunner._keys import StreamKeys
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "KeyInfo",
     "KeyKind",
     "Lease",
+    "group_key_kind",
     "group_keys",
     "group_named_by",
     "keys_to_flush",
@@ -73,6 +75,17 @@ class KeyKind(enum.StrEnum):
     """The periodic schedules' states (``taskrunner:<group>:schedules``)."""
     SCHEDULE_SPECS = "schedule_specs"
     """The periodic schedules' published specs (``taskrunner:<group>:schedule_specs``)."""
+    PAUSED = "paused"
+    """The group's paused queues and tasks (``taskrunner:<group>:paused``)."""
+    CONCURRENCY = "concurrency"
+    """A task's leased concurrency slots (``taskrunner:<group>:concurrency:<task>``)."""
+    RATE = "rate"
+    """A task's rate-limit log (``taskrunner:<group>:rate:<task>[:<key>]``)."""
+    RATE_PACE = "rate_pace"
+    """When a rate-limited task's next refused run comes back
+    (``taskrunner:<group>:rate_pace:<task>[:<key>]``)."""
+    PARKED = "parked"
+    """A paused task's parked delayed members (``taskrunner:<group>:parked:<task>``)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -95,6 +108,11 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.CATALOG: "task catalog (what serving runners serve)",
     KeyKind.SCHEDULES: "periodic schedules' states",
     KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
+    KeyKind.PAUSED: "paused queues and tasks",
+    KeyKind.CONCURRENCY: "a task's concurrency slots",
+    KeyKind.RATE: "a task's rate-limit log",
+    KeyKind.RATE_PACE: "a rate-limited task's next start",
+    KeyKind.PARKED: "a paused task's parked runs",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -116,6 +134,11 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.CATALOG: "hash",
     KeyKind.SCHEDULES: "hash",
     KeyKind.SCHEDULE_SPECS: "hash",
+    KeyKind.PAUSED: "set",
+    KeyKind.CONCURRENCY: "zset",
+    KeyKind.RATE: "zset",
+    KeyKind.RATE_PACE: "string",
+    KeyKind.PARKED: "set",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -153,8 +176,10 @@ class KeyCounts:
     """How many keys of each kind a group has on the store (see :class:`KeyKind`).
 
     ``heartbeat`` and ``unique_lock`` count every group's (those keys are not per
-    group); ``result`` and ``result_notice`` are one per task of the group; every
-    other count is 0 or 1.
+    group); ``result`` and ``result_notice`` are one per task of the group;
+    ``stream``, ``dead_letter`` and ``claim_delay_ring`` one per queue;
+    ``concurrency``, ``rate``, ``rate_pace`` and ``parked`` one per task (and rate
+    key) that uses them; every other count is 0 or 1.
     """
 
     stream: int = 0
@@ -172,6 +197,11 @@ class KeyCounts:
     catalog: int = 0
     schedules: int = 0
     schedule_specs: int = 0
+    paused: int = 0
+    concurrency: int = 0
+    rate: int = 0
+    rate_pace: int = 0
+    parked: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -234,6 +264,7 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.catalog(group): KeyKind.CATALOG,
         _keys.schedules(group): KeyKind.SCHEDULES,
         _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
+        _keys.paused(group): KeyKind.PAUSED,
     }
 
 
@@ -287,6 +318,7 @@ _GROUP_TAILS = (
     ":catalog",
     ":schedules",
     ":schedule_specs",
+    ":paused",
 )
 _PER_TASK_HEADS = (":result:", ":notify:")
 
@@ -317,19 +349,113 @@ def group_named_by(name: str, queue: str) -> str | None:
     return None
 
 
+FLOW_KINDS = (
+    ("rate_pace:", KeyKind.RATE_PACE),
+    ("rate:", KeyKind.RATE),
+    ("concurrency:", KeyKind.CONCURRENCY),
+    ("parked:", KeyKind.PARKED),
+)
+"""The heads of a group's per-task flow-control keys after ``taskrunner:<group>:``,
+``rate_pace:`` before ``rate:`` (whose head it is not, but which is tried in order)."""
+
+
+def group_head(group: str) -> str:
+    """``taskrunner:<group>:``, the head of every key named after ``group``."""
+    return f"{_keys.PREFIX}:{group}:"
+
+
+def stream_head(keys: StreamKeys) -> str:
+    """The head every queue's stream of the group shares (``taskrunner:<group>:`` in
+    the stream-per-group layout, ``<prefix>:`` with an explicit prefix)."""
+    return keys.stream[: len(keys.stream) - len(keys.queue)]
+
+
+def ring_head(keys: StreamKeys) -> str:
+    """The head every queue's claim-delay ring shares (``ring:<prefix>:metrics:``)."""
+    return keys.claim_delay_ring[: len(keys.claim_delay_ring) - len(keys.queue)]
+
+
+def _queue_named(text: str) -> str | None:
+    """``text`` if it can be the queue of a key of the layout, else ``None``."""
+    if queue_name_problem(text) is not None:
+        return None
+    if text in _keys._GROUP_KEY_NAMES or text.startswith(_keys._GROUP_KEY_HEADS):
+        return None
+    return text
+
+
+def queue_key(name: str, keys: StreamKeys) -> tuple[KeyKind, str] | None:
+    """``(kind, queue)`` when ``name`` is the stream, dead-letter stream or claim-delay
+    ring of one of the group's queues (given its own queue's ``keys``), else ``None``
+    (pure). A name of a stream kind counts only if it holds a stream (the caller
+    checks the type: ``<prefix>:<word>`` may be another key)."""
+    ring = ring_head(keys)
+    if name.startswith(ring):
+        queue = _queue_named(name[len(ring) :])
+        return None if queue is None else (KeyKind.CLAIM_DELAY_RING, queue)
+    head = stream_head(keys)
+    if not name.startswith(head):
+        return None
+    rest = name[len(head) :]
+    dead = rest.endswith(":dead")
+    queue = _queue_named(rest[: -len(":dead")] if dead else rest)
+    if queue is None:
+        return None
+    return (KeyKind.DEAD_LETTER if dead else KeyKind.STREAM), queue
+
+
+def group_key_kind(name: str, group: str, keys: StreamKeys) -> KeyKind | None:
+    """The kind of any key ``name`` a walk of the store meets, as a key of ``group``
+    (whose own queue's stream keys are ``keys``), or ``None`` when it is none of the
+    group's (pure): a fixed key, a heartbeat or unique lock (every group's), a
+    task's result or notice, a task's flow-control key, or a queue's stream,
+    dead-letter stream or ring."""
+    kind = kind_of(name, group_keys(keys, group), group)
+    if kind is not None:
+        return kind
+    head = group_head(group)
+    if name.startswith(head):
+        rest = name[len(head) :]
+        for flow_head, flow_kind in FLOW_KINDS:
+            if rest.startswith(flow_head) and len(rest) > len(flow_head):
+                return flow_kind
+    found = queue_key(name, keys)
+    return None if found is None else found[0]
+
+
+def queues_in(keys: Iterable[KeyInfo], own: StreamKeys) -> list[str]:
+    """The queues whose stream, dead-letter stream or ring is among ``keys`` (a
+    listing of the group whose own queue's keys are ``own``), the group's own first,
+    then by name (pure)."""
+    found = {own.queue}
+    for key in keys:
+        hit = queue_key(key.name, own)
+        if hit is not None:
+            found.add(hit[1])
+    return [own.queue, *sorted(found - {own.queue})]
+
+
 _STREAM_KINDS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER, KeyKind.CLAIM_DELAY_RING})
 
 
-def keys_to_flush(keys: Sequence[KeyInfo], *, stream_shared: bool, heartbeats: bool) -> list[str]:
+def keys_to_flush(
+    keys: Sequence[KeyInfo],
+    *,
+    stream_shared: bool = False,
+    heartbeats: bool,
+    shared_names: Collection[str] = (),
+) -> list[str]:
     """The names a flush of a group deletes, of the keys its listing found, in order.
 
     Args:
         keys: The group's listing (``Inspection.list_keys``).
-        stream_shared: Other consumer groups read the group's stream: its stream,
-            dead-letter stream and claim-delay ring are kept for them.
+        stream_shared: Other consumer groups read every one of the group's streams:
+            every stream, dead-letter stream and claim-delay ring is kept for them.
         heartbeats: Delete the heartbeat keys too.
+        shared_names: The streams, dead-letter streams and rings of the queues other
+            consumer groups read too: kept for them.
     """
     kept = set(_STREAM_KINDS) if stream_shared else set()
     if not heartbeats:
         kept.add(KeyKind.HEARTBEAT)
-    return [key.name for key in keys if key.kind not in kept]
+    return [key.name for key in keys if key.kind not in kept and key.name not in shared_names]
