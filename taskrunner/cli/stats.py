@@ -51,8 +51,12 @@ TIMEOUT = 30.0
 # Shared by stats, keys and flush ------------------------------------------------
 
 
-def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True) -> None:
-    """``--url``, ``--group``, ``--prefix``, ``--queue`` (and ``--json``)."""
+def redis_arguments(
+    parser: argparse.ArgumentParser, *, json_option: bool = True, every_queue: bool = False
+) -> None:
+    """``--url``, ``--group``, ``--prefix``, ``--queue`` (and ``--json``); with
+    ``every_queue``, ``--queue`` names one queue of the group and defaults to
+    ``None`` (every queue), the backend being made with its own queue (``tasks``)."""
     parser.add_argument(
         "--url", required=True, help="Redis URL, e.g. redis://localhost:6379/0 (required)"
     )
@@ -65,11 +69,19 @@ def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True
         help="stream prefix, as given to RedisBackend "
         "(default: taskrunner:<group>, the group's own stream)",
     )
-    parser.add_argument(
-        "--queue",
-        default="tasks",
-        help="stream name, as given to RedisBackend (default: %(default)s)",
-    )
+    if every_queue:
+        parser.add_argument(
+            "--queue",
+            default=None,
+            help="one queue of the group (default: every queue of the group: the "
+            "backend's own, the catalog's, the paused ones and those with keys)",
+        )
+    else:
+        parser.add_argument(
+            "--queue",
+            default="tasks",
+            help="stream name, as given to RedisBackend (default: %(default)s)",
+        )
     if json_option:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON document (stable keys)"
@@ -87,7 +99,7 @@ def run_on_redis(
         raised :class:`~taskrunner.cli.groups.UnknownGroup`.
     """
     try:
-        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue or "tasks")
     except ValueError as exc:
         return None, fail(prog, f"invalid --url: {exc}")
 
