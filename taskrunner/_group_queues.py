@@ -9,9 +9,10 @@ group name only finds them in:
 - the group's task catalog: every serving Python runner publishes, for each task it
   serves, the stream of that task's queue;
 - the paused set: a paused queue stays listed so that it can be resumed;
-- the keys on the store (:meth:`~taskrunner.backends.Inspection.list_keys`, when the
-  backend implements it): every queue with a stream, dead letters or a claim-delay
-  ring, so a queue that has messages is found even when no runner serves it yet.
+- the keys on the store (:meth:`~taskrunner.backends.Inspection.list_queues`, when
+  the backend implements it): every queue with a stream, dead letters or a
+  claim-delay ring, so a queue that has messages is found even when no runner
+  serves it yet.
 
 A stream is mapped back to its queue by the layout
 (:func:`taskrunner.backends._inspection.queue_key`): a name that maps to no valid
@@ -24,8 +25,8 @@ from collections.abc import Iterable
 
 from taskrunner._guards import implements_inspection
 from taskrunner._keys import StreamKeys
-from taskrunner.backends import Backend, KeyInfo
-from taskrunner.backends._inspection import queue_key, queues_in
+from taskrunner.backends import Backend
+from taskrunner.backends._inspection import queue_key
 
 __all__ = ["group_queues", "queues_of"]
 
@@ -34,18 +35,18 @@ def queues_of(
     own: StreamKeys,
     streams: Iterable[str],
     paused: Iterable[str],
-    keys: Iterable[KeyInfo] = (),
+    stored: Iterable[str] = (),
 ) -> list[str]:
     """The group's queues (pure): the backend's own first, then the others by name,
-    from the catalog's ``streams``, the ``paused`` queues and a listing's ``keys``.
+    from the catalog's ``streams``, the ``paused`` queues and those with keys.
 
     Args:
         own: The backend's own queue's keys (``backend.stream_keys(group)``).
         streams: Streams the catalog names.
         paused: The queues paused.
-        keys: The group's keys (``Inspection.list_keys``), if read.
+        stored: The queues with keys on the store (``Inspection.list_queues``).
     """
-    found = set(queues_in(keys, own))
+    found = {own.queue, *stored}
     for stream in streams:
         hit = queue_key(stream, own)
         if hit is not None:
@@ -58,8 +59,8 @@ async def group_queues(backend: Backend, group: str) -> list[str]:
     """Every queue of ``group`` the store shows (see the module docstring).
 
     Cost: the catalog and the paused set (two round trips), and, on a backend that
-    implements :class:`~taskrunner.backends.Inspection`, a listing of the group's
-    keys (its walks of the key space): an operator's call, not the per-task path.
+    implements :class:`~taskrunner.backends.Inspection`, its ``list_queues`` (two
+    walks of the key space): an operator's call, not the per-task path.
 
     Raises:
         BackendError: the store could not be read.
@@ -67,6 +68,6 @@ async def group_queues(backend: Backend, group: str) -> list[str]:
     own = backend.stream_keys(group)
     catalog = await backend.read_catalog(group)
     paused = (await backend.paused(group)).queues
-    keys = await backend.list_keys(group) if implements_inspection(backend) else []
+    stored = await backend.list_queues(group) if implements_inspection(backend) else []
     streams = (task.stream for doc in catalog for task in doc.tasks)
-    return queues_of(own, streams, paused, keys)
+    return queues_of(own, streams, paused, stored)

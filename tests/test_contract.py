@@ -20,6 +20,7 @@ from taskrunner.backends import (
     Heartbeat,
     KeyCounts,
     KeyInfo,
+    KeyKind,
     Lease,
     LimitedBy,
     Outcome,
@@ -1269,6 +1270,24 @@ def _ring_of_own_queue_only(b: MemoryBackend) -> None:
     _wrap(b, "get_metrics", make)
 
 
+def _keys_of_own_queue_only(b: MemoryBackend) -> None:
+    """Lists (and so flushes) the backend's own queue's keys only (the 0.2 layout)."""
+
+    def make(orig: Any) -> Any:
+        async def list_keys(group: str) -> list[Any]:
+            own = b.stream_keys(group)
+            mine = {own.stream, own.dead_letter, own.claim_delay_ring}
+            return [
+                k
+                for k in await orig(group)
+                if k.kind not in (KeyKind.STREAM, KeyKind.DEAD_LETTER) or k.name in mine
+            ]
+
+        return list_keys
+
+    _wrap(b, "list_keys", make)
+
+
 MUTANTS: dict[str, tuple[str, Mutant]] = {
     "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
     "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
@@ -1362,6 +1381,7 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     ),
     "replay_to_own_queue": ("check_dead_letters_of_every_queue", _replay_to_own_queue),
     "ring_of_own_queue_only": ("check_claim_delays_of_every_queue", _ring_of_own_queue_only),
+    "keys_of_own_queue_only": ("check_every_queue_in_keys_and_flush", _keys_of_own_queue_only),
     "dead_letters_ignore_after": ("check_purge_and_page_dead_letters", _dead_letters_ignore_after),
     "queues_share_a_stream": ("check_queues_are_separate_streams", _queues_share_a_stream),
     "read_many_ignores_quotas": (

@@ -423,13 +423,13 @@ def group_key_kind(name: str, group: str, keys: StreamKeys) -> KeyKind | None:
     return None if found is None else found[0]
 
 
-def queues_in(keys: Iterable[KeyInfo], own: StreamKeys) -> list[str]:
-    """The queues whose stream, dead-letter stream or ring is among ``keys`` (a
-    listing of the group whose own queue's keys are ``own``), the group's own first,
-    then by name (pure)."""
+def queues_in(names: Iterable[str], own: StreamKeys) -> list[str]:
+    """The queues whose stream, dead-letter stream or ring is among ``names`` (keys of
+    the group whose own queue's keys are ``own``), the group's own first, then by
+    name (pure)."""
     found = {own.queue}
-    for key in keys:
-        hit = queue_key(key.name, own)
+    for name in names:
+        hit = queue_key(name, own)
         if hit is not None:
             found.add(hit[1])
     return [own.queue, *sorted(found - {own.queue})]

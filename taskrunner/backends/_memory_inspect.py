@@ -162,6 +162,10 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         await trio.lowlevel.checkpoint()
         return KeyCounts.of(key.kind for key in self._key_infos(group))
 
+    async def list_queues(self, group: str) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return queues_in([key.name for key in self._key_infos(group)], self.stream_keys(group))
+
     async def list_heartbeats(self) -> list[Heartbeat]:
         await trio.lowlevel.checkpoint()
         found = []
@@ -182,7 +186,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         await trio.lowlevel.checkpoint()
         listed = self._key_infos(group)
-        queues = queues_in(listed, self.stream_keys(group))
+        queues = queues_in([key.name for key in listed], self.stream_keys(group))
         shared: set[str] = set()
         streams: dict[str, _Stream] = {}  # by each of its three names, of the queues found
         for queue in queues:

@@ -564,6 +564,20 @@ class Inspection(Protocol):
         """
         ...
 
+    async def list_queues(self, group: str) -> list[str]:
+        """Every queue of ``group`` with a key on the store: a stream, a dead-letter
+        stream or a claim-delay ring (with an explicit prefix, shared by several
+        groups, a stream counts when ``group`` reads it); the backend's own queue
+        first (listed even without keys), then the others by name.
+
+        So a queue that has messages is found even when no runner serves it (the
+        task catalog names only the queues of tasks that serving runners declare).
+
+        Cost: two walks of the key space (the streams and the rings under the
+        group's heads), plus, with an explicit prefix, one round trip.
+        """
+        ...
+
     async def list_heartbeats(self) -> list[Heartbeat]:
         """Every live instance (heartbeat key) of every group, sorted by host,
         with the instance id it holds and its seconds left.

@@ -105,6 +105,7 @@ from taskrunner.testing._partition import PartitionedBackend
 from taskrunner.testing._queue_tracking_checks import (  # noqa: F401 - importing registers the checks
     check_claim_delays_of_every_queue,
     check_dead_letters_of_every_queue,
+    check_every_queue_in_keys_and_flush,
     check_lookup_and_cancel_on_every_queue,
     check_lookup_follows_a_moved_task_to_its_queue,
 )

@@ -484,6 +484,9 @@ class PartitionedBackend(Backend, Inspection):
     async def count_keys(self, group: str) -> KeyCounts:
         return await self._through("count_keys", partial(self._inspection().count_keys, group))
 
+    async def list_queues(self, group: str) -> list[str]:
+        return await self._through("list_queues", partial(self._inspection().list_queues, group))
+
     async def list_heartbeats(self) -> list[Heartbeat]:
         return await self._through("list_heartbeats", self._inspection().list_heartbeats)
 

@@ -213,6 +213,22 @@ class RedisInspection(RedisQueue, RedisState):
             [*(kind for (_, kind), n in zip(fixed, exists, strict=True) if n), *walked]
         )
 
+    async def list_queues(self, group: str) -> list[str]:
+        own = self.stream_keys(group)
+        found: list[tuple[CommandArg, str, KeyKind, bool]] = []
+        for pattern, kind_filter in (
+            (f"{glob_escape(stream_head(own))}*", "stream"),
+            (f"{glob_escape(ring_head(own))}*", None),
+        ):
+            for raw in sorted(await scan(self._client, pattern, kind=kind_filter)):
+                name = _text(raw)
+                hit = queue_key(name, own)
+                if hit is not None and (hit[0] in _STREAM_KINDS) == (kind_filter == "stream"):
+                    found.append((raw, name, hit[0], True))
+        if stream_head(own) != group_head(group):
+            found = await self._read_by(group, own, found)
+        return queues_in((name for _, name, _, _ in found), own)
+
     async def list_heartbeats(self) -> list[Heartbeat]:
         names = sorted(await scan(self._client, _keys.REPLICATION_PATTERN))
         if not names:
@@ -242,7 +258,7 @@ class RedisInspection(RedisQueue, RedisState):
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         own = self.stream_keys(group)
         listed = await self._list(group)
-        queues = queues_in([key for _, key in listed], own)
+        queues = queues_in([key.name for _, key in listed], own)
         shared: set[str] = set()
         for queue in queues:
             keys = self.stream_keys(group, queue)
