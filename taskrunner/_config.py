@@ -241,8 +241,9 @@ class TaskRunnerConfig:
     names to integer weights is *weighted*: while every queue has work, each
     gets a share of the reads in proportion to its weight, and none starves,
     ``{"critical": 6, "default": 3, "low": 1}``. Tasks (and dispatches) name
-    their queue; one that names none goes to :attr:`default_queue`, the first
-    queue named here (never to an unread ``tasks`` stream)."""
+    their queue; one that names none goes to the backend's queue when it is
+    named here, else to the first queue named here (:meth:`default_queue`), never
+    to a stream this runner does not read."""
 
     def __attrs_post_init__(self) -> None:
         if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
@@ -269,16 +270,20 @@ class TaskRunnerConfig:
             return tuple(sorted(queues, key=lambda q: -queues[q]))
         return queues
 
-    @property
-    def default_queue(self) -> str | None:
+    def default_queue(self, own: str) -> str | None:
         """The queue of a task registered without ``queue=`` (its dispatches, periodic
-        ticks and retries): the first queue :attr:`queues` names, as written; ``None``
-        when it names none (the backend's one queue)."""
-        return None if self.queues is None else next(iter(self.queues))
+        ticks and retries), given the backend's own queue ``own``: ``None`` (that
+        queue) when :attr:`queues` is ``None`` or names it, else the first queue
+        :attr:`queues` names, as written, so such a task never goes to a stream this
+        runner does not read."""
+        if self.queues is None or own in self.queues:
+            return None
+        return next(iter(self.queues))
 
-    def queue_of(self, task_queue: str | None) -> str | None:
-        """The queue of a task whose own is ``task_queue``: it, else :attr:`default_queue`."""
-        return task_queue if task_queue is not None else self.default_queue
+    def queue_of(self, task_queue: str | None, own: str) -> str | None:
+        """The queue of a task whose own is ``task_queue``: it, else
+        :meth:`default_queue` (``None``: the backend's own queue ``own``)."""
+        return task_queue if task_queue is not None else self.default_queue(own)
 
     @property
     def queue_weights(self) -> tuple[int, ...] | None:

@@ -124,6 +124,11 @@ class Dispatcher:
             trace=trace,
         )
 
+    def _default_queue(self) -> str | None:
+        """Where a task without a queue of its own goes (see ``TaskRunnerConfig.default_queue``)."""
+        config = self._config.current
+        return config.default_queue(self._backend.stream_keys(config.consumer_group).queue)
+
     def _queue_name(self, queue: str | None) -> str:
         """``queue``, or the name of the backend's own queue for ``None`` (what a
         handle keeps, so that its lookups look on that queue alone)."""
@@ -150,7 +155,7 @@ class Dispatcher:
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue, self._config.current.default_queue)
+        queue = _queue_of(task, queue, self._default_queue())
         group = self._config.current.consumer_group
         if not task.unique and trace is None:
             if task.rate_limit_key is not None:
@@ -203,7 +208,7 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        queue = _queue_of(task, queue, self._config.current.default_queue)
+        queue = _queue_of(task, queue, self._default_queue())
         if self.tracer is not None:
             with self.tracer(name) as trace:
                 return await self._add_many(task, payloads, trace, queue)
@@ -265,7 +270,7 @@ class Dispatcher:
         queue: str | None,
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue, self._config.current.default_queue)
+        queue = _queue_of(task, queue, self._default_queue())
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         delayed_id = str(uuid.uuid4())

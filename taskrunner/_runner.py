@@ -909,9 +909,8 @@ class TaskRunner:
             log.info("stopped serving group %s", cfg.consumer_group)
 
     def _warn_unread_queues(self) -> None:
-        default = (
-            self.config.default_queue or self.backend.stream_keys(self.config.consumer_group).queue
-        )
+        own = self.backend.stream_keys(self.config.consumer_group).queue
+        default = self.config.default_queue(own) or own
         served = set(self.queues)
         for task in self._registry.tasks.values():
             queue = task.queue or default
@@ -942,7 +941,7 @@ class TaskRunner:
                         cfg.host,
                         self.instance_id,
                         self._registry.tasks,
-                        default_queue=cfg.default_queue,
+                        default_queue=cfg.default_queue(backend.stream_keys(group).queue),
                     )
                 )
                 await services.start(
