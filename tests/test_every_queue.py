@@ -156,7 +156,7 @@ async def fleet_round(backends: list[Any], runners: list[TaskRunner], ran: list[
         return len(letters) == 2
 
     with trio.fail_after(60):
-        while not await two_letters():
+        while not await two_letters():  # noqa: ASYNC110
             await trio.sleep(0.1)
     assert sorted(d.queue for d in letters) == ["emails", "orders"], letters
     assert [d.task_name for d in await admin.dead_letters(backends[0], "shop", queue="emails")] == [
@@ -170,7 +170,7 @@ async def fleet_round(backends: list[Any], runners: list[TaskRunner], ran: list[
     )
     assert [r.replayed for r in replayed] == [True]
     with trio.fail_after(60):
-        while len(await admin.dead_letters(backends[0], "shop")) < 2:  # it fails again
+        while len(await admin.dead_letters(backends[0], "shop")) < 2:  # noqa: ASYNC110 - it fails again
             await trio.sleep(0.1)
     assert await admin.purge_dead_letters(backends[2], "shop", confirm=True) == 2
     assert await admin.dead_letters(backends[1], "shop") == []
@@ -191,7 +191,7 @@ async def running_round(runners: list[TaskRunner], started: list[str]) -> None:
         await trio.sleep(0.01)
         handle = await runners[0].dispatch(task, queue)
         with trio.fail_after(30):
-            while queue not in started:
+            while queue not in started:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         info = await runners[1].get_task(handle.id)
         assert info is not None
@@ -199,7 +199,7 @@ async def running_round(runners: list[TaskRunner], started: list[str]) -> None:
         assert await runners[2].cancel(handle.id) is True
         cancelled_at = trio.current_time()
         with trio.fail_after(30):
-            while (found := await runners[1].get_task(handle.id)) is None or (
+            while (found := await runners[1].get_task(handle.id)) is None or (  # noqa: ASYNC110
                 found.state is not TaskState.CANCELLED
             ):
                 await trio.sleep(0.05)
