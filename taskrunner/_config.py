@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._hooks import Hook
+from taskrunner._execution.hooks import Hook
 
 
 def _default_host() -> str:

@@ -37,19 +37,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from taskrunner._config import queue_name_problem
-from taskrunner._dead import (
+from taskrunner._dispatch.dead import (
     DeadLetterInfo,
     ReplayResult,
     dead_letter_info,
     replay_of,
     replay_result,
 )
-from taskrunner._group_queues import group_queues
-from taskrunner._guards import require_inspection
-from taskrunner._handle import TaskInfo, task_info
-from taskrunner._schedule_view import ScheduleRow, schedule_rows
+from taskrunner._dispatch.guards import require_inspection
+from taskrunner._dispatch.handle import TaskInfo, task_info
+from taskrunner._dispatch.queues import group_queues
+from taskrunner._schedules.view import ScheduleRow, schedule_rows
 from taskrunner.backends import Backend, KeyInfo, Paused, Replay
-from taskrunner.backends._inspection import PURPOSES, group_keys
+from taskrunner.backends._layout import group_keys
+from taskrunner.backends._protocols.inspection import PURPOSES
 
 __all__ = [
     "DeadLetterInfo",

@@ -16,13 +16,12 @@ per task.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import trio
 
-from taskrunner import _wire
 from taskrunner._task import Task
-from taskrunner._wire import CatalogDocument
+from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
@@ -53,7 +52,29 @@ def catalog_document(
         host=host,
         instance=instance_id,
         expires=now + CATALOG_TTL,
-        tasks=_wire.catalog_tasks(tasks.values(), stream, queue_streams, default_queue),
+        tasks=catalog_tasks(tasks.values(), stream, queue_streams, default_queue),
+    )
+
+
+def catalog_tasks(
+    tasks: Iterable[Task],
+    stream: str,
+    queue_streams: Mapping[str, str] | None = None,
+    default_queue: str | None = None,
+) -> tuple[CatalogTask, ...]:
+    """The catalog entries of registered ``tasks``, sorted by name: each served from
+    its queue's stream (``queue_streams[task.queue]``); a task with no queue of its
+    own from ``default_queue``'s (where the runner sends it, see
+    ``TaskRunnerConfig.default_queue``), else from ``stream`` (the backend's queue)
+    (pure)."""
+    streams = queue_streams or {}
+
+    def stream_of(task: Task) -> str:
+        queue = task.queue if task.queue is not None else default_queue
+        return stream if queue is None else streams.get(queue, stream)
+
+    return tuple(
+        task.catalog_entry(stream_of(task)) for task in sorted(tasks, key=lambda task: task.name)
     )
 
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
 from taskrunner.errors import InvalidTaskPayload
-
-if TYPE_CHECKING:
-    from taskrunner._task import Task
 
 
 @attrs.frozen(kw_only=True)
@@ -51,36 +48,6 @@ class CatalogDocument:
     """When the document stops counting unless republished, in the backend's clock
     (unix seconds on Redis)."""
     tasks: tuple[CatalogTask, ...] = ()
-
-
-def catalog_tasks(
-    tasks: Iterable[Task],
-    stream: str,
-    queue_streams: Mapping[str, str] | None = None,
-    default_queue: str | None = None,
-) -> tuple[CatalogTask, ...]:
-    """The catalog entries of registered ``tasks``, sorted by name: each served from
-    its queue's stream (``queue_streams[task.queue]``); a task with no queue of its
-    own from ``default_queue``'s (the first queue the runner's config names), else
-    from ``stream`` (the backend's queue)."""
-    streams = queue_streams or {}
-
-    def stream_of(task: Task) -> str:
-        queue = task.queue if task.queue is not None else default_queue
-        return stream if queue is None else streams.get(queue, stream)
-
-    return tuple(
-        CatalogTask(
-            name=task.name,
-            stream=stream_of(task),
-            reservation_timeout=task.reservation,
-            unique=task.unique,
-            unique_for=task.unique_for if task.unique else 0.0,
-            keyed=task.unique and task.unique_key is not None,
-            keep_result=task.keep_result,
-        )
-        for task in sorted(tasks, key=lambda task: task.name)
-    )
 
 
 def encode_catalog(document: CatalogDocument) -> bytes:

@@ -28,7 +28,7 @@ from typing import Any, Self
 import attrs
 import redis
 
-from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,

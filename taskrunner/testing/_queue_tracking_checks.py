@@ -8,9 +8,10 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._wire import TaskState
-from taskrunner.backends._inspection import KeyKind
-from taskrunner.backends._protocols import Backend, DelayedMove
-from taskrunner.backends._tracking import Replay
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.inspection import KeyKind
+from taskrunner.backends._protocols.queue import DelayedMove
+from taskrunner.backends._protocols.tracking import Replay
 from taskrunner.testing._harness import _contract_check, _name, _shares_stream
 from taskrunner.testing._inspection_checks import _inspection
 from taskrunner.testing._tracking_checks import _message

@@ -1,7 +1,7 @@
 """The :class:`~taskrunner.backends.Inspection` protocol on Redis.
 
 Theory of operation: an operator read finds names first and reads them after.
-Names come from the group's fixed keys (:func:`~taskrunner.backends._inspection.group_keys`)
+Names come from the group's fixed keys (:func:`~taskrunner.backends._layout.group_keys`)
 and from ``SCAN MATCH`` walks, never ``KEYS``: of the names under ``taskrunner:<group>:``
 (its tasks' results and notices, their flow-control keys), of the streams under the
 group's stream head (``TYPE stream``: every queue's stream and dead-letter stream), of
@@ -14,7 +14,7 @@ reported with the zeros of a missing key. A key of another type than the layout'
 by hand) is sized in a second round trip with its own command.
 
 Which name is which kind, which names name a group and what a flush deletes are the
-pure functions of :mod:`taskrunner.backends._inspection`, shared with the memory
+pure functions of :mod:`taskrunner.backends._protocols.inspection`, shared with the memory
 backend, so both answer alike (the contract suite holds them to it).
 """
 
@@ -26,16 +26,10 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys, glob_escape
-from taskrunner.backends._inspection import (
+from taskrunner.backends._layout import (
     _STREAM_KINDS,
     HEARTBEAT_PREFIX,
-    REDIS_TYPES,
     UNIQUE_LOCK_PATTERN,
-    Heartbeat,
-    KeyCounts,
-    KeyInfo,
-    KeyKind,
-    Lease,
     group_head,
     group_key_kind,
     group_keys,
@@ -45,6 +39,14 @@ from taskrunner.backends._inspection import (
     queues_in,
     ring_head,
     stream_head,
+)
+from taskrunner.backends._protocols.inspection import (
+    REDIS_TYPES,
+    Heartbeat,
+    KeyCounts,
+    KeyInfo,
+    KeyKind,
+    Lease,
 )
 from taskrunner.backends.redis._connection import CommandArg, Reply
 from taskrunner.backends.redis._errors import ResponseError, WrongTypeError
