@@ -198,7 +198,7 @@ async def running_round(runners: list[TaskRunner], started: list[str]) -> None:
         assert info.state is TaskState.RUNNING, f"{task}: {info!r}"
         assert await runners[2].cancel(handle.id) is True
         cancelled_at = trio.current_time()
-        with trio.fail_after(30):
+        with trio.fail_after(10):
             while (found := await runners[1].get_task(handle.id)) is None or (  # noqa: ASYNC110
                 found.state is not TaskState.CANCELLED
             ):
@@ -226,7 +226,7 @@ async def test_a_running_task_without_timeout_stops_on_every_queue(
 ) -> None:
     backend = MemoryBackend()
     started: list[str] = []
-    runners = [shop(backend, [], block_duration=0.05) for _ in range(3)]
+    runners = [shop(backend, [], block_duration=0.05, shutdown_grace=0.5) for _ in range(3)]
     for runner in runners:
         hanging(runner, started)
     async with serving(*runners):

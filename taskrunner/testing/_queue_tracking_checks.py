@@ -137,7 +137,8 @@ async def check_every_queue_in_keys_and_flush(backend: Backend) -> None:
     qa, qb = _name("qa"), _name("qb")
     for g in (group, other):
         await backend.add(g, [b"a1"], queue=qa)
-        await backend.read_many(g, _name("c"), [qa, qb], [0, 0], 10, 0)  # reads both
+        read = await backend.read_many(g, _name("c"), [qa, qb], [0, 0], 10, 0)  # reads both
+        await backend.ack(g, [e.id for e in read], queue=qa)  # its claim delay: qa's ring
         await backend.dead_letter(g, "1700000000000-0", b"x", "boom", queue=qb)
         await backend.pause(g, task="t")
         await backend.admit(g, "t", "h1", max_concurrency=1, lease=30.0)
@@ -149,6 +150,7 @@ async def check_every_queue_in_keys_and_flush(backend: Backend) -> None:
     wanted = {
         backend.stream_keys(group, qa).stream: KeyKind.STREAM,
         backend.stream_keys(group, qb).dead_letter: KeyKind.DEAD_LETTER,
+        backend.stream_keys(group, qa).claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
         _keys.paused(group): KeyKind.PAUSED,
         _keys.concurrency(group, "t"): KeyKind.CONCURRENCY,
     }

@@ -73,6 +73,8 @@ _PATTERNS = (
 
 
 _QUEUE_KINDS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER, KeyKind.CLAIM_DELAY_RING})
+_STREAMS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER})
+"""The kinds that are streams: found by the walk of streams (``TYPE stream``) only."""
 
 
 def _text(value: bytes | str) -> str:
@@ -142,7 +144,7 @@ class RedisInspection(RedisQueue, RedisState):
                 kind = group_key_kind(name, group, own)
                 if kind is None or name in seen:
                     continue
-                if kind in _STREAM_KINDS and kind_filter != "stream":
+                if kind in _STREAMS and kind_filter != "stream":
                     continue  # a stream is taken from the walk of streams only
                 seen.add(name)
                 found.append((raw, name, kind, True))
