@@ -34,9 +34,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from taskrunner import _wire
+from taskrunner import _wire, admin
 from taskrunner._fleet.stats import Stats, compute_stats
 from taskrunner._flow.limits import Paused
+from taskrunner.backends import QueueMetrics
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import DEFAULT_WORKERS, Command, fail, paused_text, positive_int
 from taskrunner.cli.groups import UnknownGroup, require_group
@@ -150,6 +151,11 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     lease = await backend.read_lease(group)
     queue = await backend.get_metrics(group)
     paused = await backend.paused(group)
+    own = backend.stream_keys(group).queue
+    every = {own: queue}
+    for name in await admin.queues(backend, group):
+        if name != own:
+            every[name] = await backend.get_metrics(group, queue=name)
 
     if published is not None:
         workers, source = published, "published"
@@ -173,7 +179,6 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
         leader = {"instance_id": owner, "host": host, "ttl": lease.ttl}
     for instance in live:
         instance["leader"] = instance["instance_id"] == owner
-    ns_to_ms = 1e-6
     return {
         "group": group,
         "stream": backend.stream_keys(group).stream,
@@ -192,14 +197,13 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
             "predicted_wait_time_ms": stats.predicted_wait_time,
             "tps": stats.tps,
         },
+        "queues": {
+            name: {"size": m.queue_size, "claim_delay_ms": _delays_ms(m)}
+            for name, m in every.items()
+        },
         "queue": {
             "size": queue.queue_size,
-            "claim_delay_ms": {
-                "avg": queue.message_claim_delay_avg * ns_to_ms,
-                "std": queue.message_claim_delay_std * ns_to_ms,
-                "max": queue.message_claim_delay_max * ns_to_ms,
-                "last": queue.message_claim_delay_last * ns_to_ms,
-            },
+            "claim_delay_ms": _delays_ms(queue),
             "groups": [
                 {
                     "name": g.name,
@@ -212,6 +216,16 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
                 for g in queue.groups
             ],
         },
+    }
+
+
+def _delays_ms(metrics: QueueMetrics) -> dict[str, float]:
+    ns_to_ms = 1e-6
+    return {
+        "avg": metrics.message_claim_delay_avg * ns_to_ms,
+        "std": metrics.message_claim_delay_std * ns_to_ms,
+        "max": metrics.message_claim_delay_max * ns_to_ms,
+        "last": metrics.message_claim_delay_last * ns_to_ms,
     }
 
 
@@ -273,6 +287,14 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  group {g['name']}: pending {g['pending']}, lag {g['lag']}")
         for c in g["consumers"]:
             lines.append(f"    {c['name']:<40} pending {c['pending']:>6}  idle {c['idle']:.1f}s")
+    if len(doc["queues"]) > 1:
+        lines.append("every queue of the group:")
+        for name, each in doc["queues"].items():
+            d = each["claim_delay_ms"]
+            lines.append(
+                f"  {name:<24} {each['size']:>8} entries; claim delay avg {d['avg']:.1f} ms, "
+                f"max {d['max']:.1f}, last {d['last']:.1f}"
+            )
     return "\n".join(lines)
 
 
