@@ -67,15 +67,15 @@ Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 one for the batch), yielding the trace context to carry, if any."""
 
 
-def _queue_of(task: Task, queue: str | None, default: str | None) -> str | None:
-    """The queue a dispatch goes to: the one given, else the task's, else ``default``
-    (the first queue the config names; ``None``: the backend's).
+def _queue_of(task: Task, queue: str | None, default: Callable[[], str | None]) -> str | None:
+    """The queue a dispatch goes to: the one given, else the task's, else ``default()``
+    (see ``TaskRunnerConfig.default_queue``; ``None``: the backend's), asked only then.
 
     Raises:
         ValueError: ``queue`` cannot name a queue.
     """
     if queue is None:
-        return task.queue if task.queue is not None else default
+        return task.queue if task.queue is not None else default()
     problem = queue_name_problem(queue)
     if problem is not None:
         raise ValueError(f"queue {problem}, got {queue!r}")
@@ -163,7 +163,7 @@ class Dispatcher:
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue, self._default_queue())
+        queue = _queue_of(task, queue, self._default_queue)
         group = self._config.current.consumer_group
         if not task.unique and trace is None:
             if task.rate_limit_key is not None:
@@ -216,7 +216,7 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        queue = _queue_of(task, queue, self._default_queue())
+        queue = _queue_of(task, queue, self._default_queue)
         if self.tracer is not None:
             with self.tracer(name) as trace:
                 return await self._add_many(task, payloads, trace, queue)
@@ -278,7 +278,7 @@ class Dispatcher:
         queue: str | None,
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue, self._default_queue())
+        queue = _queue_of(task, queue, self._default_queue)
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         delayed_id = str(uuid.uuid4())
