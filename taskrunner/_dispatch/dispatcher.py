@@ -67,15 +67,15 @@ Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 one for the batch), yielding the trace context to carry, if any."""
 
 
-def _queue_of(task: Task, queue: str | None, default: Callable[[], str | None]) -> str | None:
-    """The queue a dispatch goes to: the one given, else the task's, else ``default()``
-    (see ``TaskRunnerConfig.default_queue``; ``None``: the backend's), asked only then.
+def _queue_of(task: Task, queue: str | None, default: str | None) -> str | None:
+    """The queue a dispatch goes to: the one given, else the task's, else ``default``
+    (see ``TaskRunnerConfig.default_queue``; ``None``: the backend's).
 
     Raises:
         ValueError: ``queue`` cannot name a queue.
     """
     if queue is None:
-        return task.queue if task.queue is not None else default()
+        return task.queue if task.queue is not None else default
     problem = queue_name_problem(queue)
     if problem is not None:
         raise ValueError(f"queue {problem}, got {queue!r}")
@@ -109,6 +109,7 @@ class Dispatcher:
         self.tracer: Tracer | None = None
         """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
         self._encoders: dict[str, tuple[Task, Callable[[Any], bytes]]] = {}
+        self._queues_of: tuple[object, str | None, str] | None = None
 
     def _plain(self, task: Task, payload: Any) -> bytes:
         """The message of a plain (not unique, not traced) dispatch of ``task``: one
@@ -132,17 +133,22 @@ class Dispatcher:
             trace=trace,
         )
 
-    def _default_queue(self) -> str | None:
-        """Where a task without a queue of its own goes (see ``TaskRunnerConfig.default_queue``)."""
+    def _queues(self) -> tuple[str | None, str]:
+        """``(default, own)``: where a task without a queue of its own goes (see
+        ``TaskRunnerConfig.default_queue``; ``None``: the backend's queue) and the
+        backend's queue's name (what a handle of a dispatch with ``queue=None`` keeps,
+        so that its lookups look on that queue alone). Worked out once per
+        configuration: the per-dispatch path only compares it."""
         config = self._config.current
-        return config.default_queue(self._backend.stream_keys(config.consumer_group).queue)
+        cached = self._queues_of
+        if cached is None or cached[0] is not config:
+            own = self._backend.stream_keys(config.consumer_group).queue
+            cached = self._queues_of = (config, config.default_queue(own), own)
+        return cached[1], cached[2]
 
     def _queue_name(self, queue: str | None) -> str:
-        """``queue``, or the name of the backend's own queue for ``None`` (what a
-        handle keeps, so that its lookups look on that queue alone)."""
-        if queue is not None:
-            return queue
-        return self._backend.stream_keys(self._config.current.consumer_group).queue
+        """``queue``, or the backend's own queue's name for ``None``."""
+        return queue if queue is not None else self._queues()[1]
 
     def _get_task(self, name: str) -> Task:
         try:
@@ -163,7 +169,8 @@ class Dispatcher:
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue, self._default_queue)
+        default, own = self._queues()
+        queue = _queue_of(task, queue, default)
         group = self._config.current.consumer_group
         if not task.unique and trace is None:
             if task.rate_limit_key is not None:
@@ -171,7 +178,7 @@ class Dispatcher:
             (message_id,) = await self._backend.add(
                 group, [self._plain(task, payload)], queue=queue
             )
-            return self._tracker.handle(message_id, task.name, self._queue_name(queue))
+            return self._tracker.handle(message_id, task.name, own if queue is None else queue)
         entry = self._enqueue(task, payload, trace)
         lock = entry.lock
         if lock is None:
@@ -216,7 +223,7 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        queue = _queue_of(task, queue, self._default_queue)
+        queue = _queue_of(task, queue, self._queues()[0])
         if self.tracer is not None:
             with self.tracer(name) as trace:
                 return await self._add_many(task, payloads, trace, queue)
@@ -278,7 +285,7 @@ class Dispatcher:
         queue: str | None,
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue, self._default_queue)
+        queue = _queue_of(task, queue, self._queues()[0])
         wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
         task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
         delayed_id = str(uuid.uuid4())
