@@ -26,6 +26,8 @@ PURE = [
     "_flow/slots",
     "_fleet/stats",
     "_fleet/tuning",
+    "_fleet/scaling",
+    "backends/redis/_failover",
 ]
 """The modules of pure decisions (see docs/concepts.md, "Where things live")."""
 FORBIDDEN = (

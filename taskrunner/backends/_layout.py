@@ -50,6 +50,7 @@ def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
         _keys.cancelled(group): KeyKind.STOP_REQUESTS,
         _keys.leader(group): KeyKind.LEADER,
         _keys.worker_tuning_capacity(group): KeyKind.TUNING,
+        _keys.desired_instances(group): KeyKind.DESIRED_INSTANCES,
         _keys.metrics(group): KeyKind.METRICS,
         _keys.catalog(group): KeyKind.CATALOG,
         _keys.schedules(group): KeyKind.SCHEDULES,
@@ -102,6 +103,7 @@ _GROUP_TAILS = (
     ":metrics",
     ":delayed_tasks",
     ":worker_tuning_capacity",
+    ":desired_instances",
     ":delayed_ids",
     ":entry_ids",
     ":cancelled",
@@ -118,8 +120,8 @@ def group_named_by(name: str, queue: str) -> str | None:
 
     Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
     stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules``, ``:schedule_specs``,
-    ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a task's
+    ``:worker_tuning_capacity``, ``:desired_instances``, ``:catalog``, ``:schedules``,
+    ``:schedule_specs``, ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a task's
     ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids
     hold no colon). The leader lease is named by a hash of the group, so it names
     none.

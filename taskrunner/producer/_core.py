@@ -27,7 +27,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -37,16 +37,9 @@ import redis.exceptions
 
 from taskrunner import _keys
 from taskrunner._config import queue_name_problem
-from taskrunner._dispatch.enqueue import (
-    Enqueue,
-    LockRequest,
-    delay_seconds,
-    delayed_member,
-    enqueue,
-    unix_seconds,
-)
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, Planner, delay_seconds, unix_seconds
 from taskrunner._dispatch.results import outcome_of
-from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
+from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
 from taskrunner.backends.redis._pyredis import translate_error
@@ -165,7 +158,7 @@ class ProducerCore:
         self.catalog = CatalogView()
         self._names: set[str] = set()
         self._tasks: dict[tuple[str, str], CatalogTask] = {}  # by (name, queue), when not strict
-        self._encoders: dict[CatalogTask, Callable[[Any], bytes]] = {}
+        self._planner = Planner()
         self._destinations: dict[str, Destination] = {queue: self.destination}
         """Every queue this producer sent to (or was made for): where ``cancel`` looks."""
 
@@ -248,14 +241,6 @@ class ProducerCore:
             self._tasks[name, destination.queue] = task
         return task
 
-    def _encode(self, task: CatalogTask, payload: Any) -> bytes:
-        """The message of ``task`` (not unique) for ``payload``: one encoder per task's
-        settings, so only the payload is encoded per call."""
-        encode = self._encoders.get(task)
-        if encode is None:
-            encode = self._encoders[task] = plain_encoder(task)
-        return encode(wire_payload(payload))
-
     def one(
         self,
         name: str,
@@ -274,11 +259,11 @@ class ProducerCore:
         if unique_key is None and unique_for is None:
             task = self._task(name, destination)
             if not task.unique:  # the common case, without a lock
-                return Enqueue(data=self._encode(task, payload))
+                return self._planner.entry(task, wire_payload(payload))
         settings = self.settings(name, unique_key, unique_for, destination)
         if not settings.task.unique:
-            return enqueue(settings.task, wire_payload(payload))
-        return enqueue(
+            return self._planner.entry(settings.task, wire_payload(payload))
+        return self._planner.entry(
             settings.task,
             wire_payload(payload),
             unique_key=settings.unique_key,
@@ -297,7 +282,7 @@ class ProducerCore:
         task = self._task(name, self.destination if destination is None else destination)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        return [self._encode(task, p) for p in payloads]
+        return self._planner.entries(task, [wire_payload(p) for p in payloads])
 
     def delayed(
         self, name: str, payload: Any, run_at: float, destination: Destination | None = None
@@ -313,7 +298,7 @@ class ProducerCore:
         member_id = str(uuid.uuid4())
         # The leader computes a unique task's key from the payload when it moves it.
         plain = attrs.evolve(task, unique=False, unique_for=0.0)
-        member = delayed_member(
+        member = self._planner.member(
             plain,
             wire_payload(payload),
             run_at,

@@ -31,6 +31,7 @@ import attrs
 from taskrunner import _keys, _wire
 from taskrunner._codec import converter
 from taskrunner._config import _name, is_utf8_text, queue_name_problem
+from taskrunner._options import DEFAULT_OPTIONS
 from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.errors import TaskNotFound
 
@@ -161,8 +162,8 @@ def served_task(
     Raises:
         TaskNotFound: strict, and no live runner serves ``name`` on the producer's stream.
     """
-    if served is None:
-        return CatalogTask(name=name, stream=destination.stream)
+    if served is None:  # known by name only: the default options' entry
+        return DEFAULT_OPTIONS.catalog_task(name, destination.stream)
     here = [entry for entry in served if entry.stream == destination.stream]
     if not here:
         raise not_served(name, destination, served)
