@@ -45,7 +45,9 @@ class MemoryTracking(MemoryStream, MemoryState):
         self._notices: dict[str, tuple[bytes, float]] = {}  # notify key -> (doc, expires)
         self._result_lots: dict[str, trio.lowlevel.ParkingLot] = {}
         self._stop_requests: dict[str, dict[str, float]] = {}  # group -> entry id -> time
-        self._found_on: str | None = None  # the queue of the last queued entry _find found
+        # The queue of the queued entry _find found last: cancel reads it right after,
+        # with no checkpoint between, to delete the entry from that stream.
+        self._found_on: str | None = None
 
     # Expiring values ------------------------------------------------------
     @staticmethod
