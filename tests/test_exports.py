@@ -132,6 +132,8 @@ PUBLIC: dict[str, set[str]] = {
     "taskrunner.testing": {
         "CHECK_TIMEOUT",
         "CONTRACT_CHECKS",
+        "ClusterNode",
+        "ClusterProcess",
         "ContractCheck",
         "INSPECTION_CHECKS",
         "PartitionedBackend",
@@ -139,6 +141,7 @@ PUBLIC: dict[str, set[str]] = {
         "contract_parametrize",
         "find_server_binary",
         "free_port",
+        "running_cluster",
         "running_server",
         "running_sentinel_deployment",
         "SentinelDeployment",

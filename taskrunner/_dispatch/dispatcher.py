@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Protocol, cast
@@ -63,6 +63,9 @@ class Nudged(Protocol):
 Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 """``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
 one for the batch), yielding the trace context to carry, if any."""
+
+_UNTRACED: AbstractContextManager[None] = nullcontext()
+"""What an untraced dispatch enters instead (reusable: it holds no state)."""
 
 
 def _queue_of(task: Task, queue: str | None, default: str | None) -> str | None:
@@ -132,10 +135,8 @@ class Dispatcher:
         self, name: str, payload: Any = None, *, queue: str | None = None
     ) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
-        if self.tracer is not None:
-            with self.tracer(name) as trace:
-                return await self._dispatch(name, payload, trace, queue)
-        return await self._dispatch(name, payload, None, queue)
+        with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
+            return await self._dispatch(name, payload, trace, queue)
 
     async def _dispatch(
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
@@ -208,10 +209,8 @@ class Dispatcher:
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
         queue = _queue_of(task, queue, self._queues()[0])
-        if self.tracer is not None:
-            with self.tracer(name) as trace:
-                return await self._add_many(task, payloads, trace, queue)
-        return await self._add_many(task, payloads, None, queue)
+        with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
+            return await self._add_many(task, payloads, trace, queue)
 
     async def _add_many(
         self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None, queue: str | None
@@ -251,10 +250,8 @@ class Dispatcher:
     async def _add_delayed(
         self, name: str, payload: Any, run_at: float, queue: str | None
     ) -> TaskHandle:
-        if self.tracer is not None:
-            with self.tracer(name) as trace:
-                return await self._add_delayed_traced(name, payload, run_at, trace, queue)
-        return await self._add_delayed_traced(name, payload, run_at, None, queue)
+        with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
+            return await self._add_delayed_traced(name, payload, run_at, trace, queue)
 
     async def _add_delayed_traced(
         self,

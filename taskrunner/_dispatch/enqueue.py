@@ -131,7 +131,8 @@ class Planner:
                 if cached is None or cached[0] is not task:
                     cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))
                 return _unlocked((cached[1](payload), None))
-            return Enqueue(data=_wire.encode_message(_wire.new_message(task, payload, trace=trace)))
+            traced = _wire.new_message(task, payload, trace=trace)
+            return Enqueue(data=_wire.encode_message(traced))
         if unique_key is None:
             unique_key = _wire.message_unique_key(task.name, key)
         lock = LockRequest(
@@ -201,7 +202,8 @@ class Planner:
         body = _wire.payload_bytes(task.name, payload)
         frame = self._frame(task)
         if frame is None:  # the message's frame could not be told apart: encode it whole
-            _wire.encode_message(_wire.new_message(task, payload))
+            whole = _wire.new_message(task, payload)
+            _wire.encode_message(whole)  # for its checks (JSON, size) alone
         else:
             _wire.check_size(task.name, frame, body)
         delayed = _wire.new_delayed(

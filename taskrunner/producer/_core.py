@@ -33,7 +33,10 @@ from importlib import resources
 from typing import Any
 
 import attrs
+import redis
+import redis.asyncio
 import redis.exceptions
+from redis.connection import parse_url
 
 from taskrunner import _keys
 from taskrunner._config import queue_name_problem
@@ -42,6 +45,7 @@ from taskrunner._dispatch.results import outcome_of
 from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
+from taskrunner.backends.redis._errors import ClusterCommandError
 from taskrunner.backends.redis._pyredis import translate_error
 from taskrunner.producer._plan import (
     CATALOG_CACHE,
@@ -119,6 +123,70 @@ def translated() -> Iterator[None]:
         yield
     except (redis.exceptions.RedisError, OSError) as exc:
         raise translate_error(exc) from exc
+
+
+def is_cluster(info: Any) -> bool:
+    """Whether redis-py's ``info("cluster")`` reply says ``cluster_enabled:1``."""
+    return str(info.get("cluster_enabled", 0)) == "1" if isinstance(info, dict) else False
+
+
+def _probe_pool(pool_class: Any, url: str, options: dict[str, Any]) -> Any:
+    pool = pool_class.from_url(url, **options)
+    # Database 0: a cluster node refuses SELECT, and Valkey 9's clusters may
+    # have other databases we still refuse.
+    pool.connection_kwargs["db"] = 0
+    return pool
+
+
+def ask_is_cluster(url: str, options: dict[str, Any]) -> bool:
+    """Ask the server at ``url`` once, on a connection of its own to database 0, whether
+    it is a cluster node (``INFO cluster``); a user without ``INFO`` is taken as standalone.
+
+    Raises:
+        redis.exceptions.RedisError: It cannot be reached.
+    """
+    probe = redis.Redis(connection_pool=_probe_pool(redis.ConnectionPool, url, options))
+    try:
+        return is_cluster(probe.info("cluster"))
+    except redis.exceptions.NoPermissionError:
+        return False
+    finally:
+        probe.close()
+        probe.connection_pool.disconnect()
+
+
+async def ask_is_cluster_async(url: str, options: dict[str, Any]) -> bool:
+    """:func:`ask_is_cluster` with ``redis.asyncio``."""
+    pool = _probe_pool(redis.asyncio.ConnectionPool, url, options)
+    probe = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        return is_cluster(await probe.info("cluster"))
+    except redis.exceptions.NoPermissionError:
+        return False
+    finally:
+        await probe.aclose()
+        await pool.disconnect()
+
+
+def check_cluster_url(url: str) -> None:
+    """Refuse a URL naming a database other than 0 for a cluster.
+
+    Raises:
+        ClusterCommandError: It names another database.
+    """
+    db = int(parse_url(url).get("db", 0) or 0)  # type: ignore[no-untyped-call]
+    if db:
+        raise ClusterCommandError(
+            "SELECT", f"a cluster has only database 0, the URL names database {db}"
+        )
+
+
+def socket_timeout_of(client: Any) -> float | None:
+    """The ``socket_timeout`` a redis-py client (standalone or cluster) was made with."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = pool.connection_kwargs if pool is not None else client.nodes_manager.connection_kwargs
+    timeout: float | None = kwargs.get("socket_timeout")
+    return timeout
 
 
 def text(reply: bytes | str) -> str:

@@ -73,6 +73,7 @@ from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing regis
     check_catalog,
     check_catalog_expiry,
 )
+from taskrunner.testing._cluster import ClusterNode, ClusterProcess, running_cluster
 from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
     check_defer,
     check_defer_on_a_queue,
@@ -186,6 +187,8 @@ __all__ = [
     "CHECK_TIMEOUT",
     "CONTRACT_CHECKS",
     "INSPECTION_CHECKS",
+    "ClusterNode",
+    "ClusterProcess",
     "ContractCheck",
     "PartitionedBackend",
     "SentinelDeployment",
@@ -194,6 +197,7 @@ __all__ = [
     "contract_parametrize",
     "find_server_binary",
     "free_port",
+    "running_cluster",
     "running_sentinel_deployment",
     "running_server",
     "sync_command",
