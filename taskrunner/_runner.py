@@ -339,7 +339,8 @@ class TaskRunner(Registering, Scheduling, Dispatching):
             raise AlreadyServing(f"{self!r} is already serving")
         self._serving = True
         cfg = self.config
-        default_queue = self.backend.stream_keys(cfg.consumer_group).queue
+        own = self.backend.stream_keys(cfg.consumer_group).queue
+        default_queue = cfg.default_queue(own) or own  # where a task without a queue goes
         tasks = self._registry.tasks.values()
         for name, queue in tree.unread_queues(tasks, default_queue, self.queues):
             log.warning(

@@ -162,6 +162,7 @@ PUBLIC: dict[str, set[str]] = {
         "get_task",
         "list_keys",
         "purge_dead_letters",
+        "queues",
         "replay_all_dead_letters",
         "replay_dead_letters",
         "pause",

@@ -15,10 +15,28 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.dispatcher import Dispatcher
 from taskrunner._dispatch.guards import require_trio
 from taskrunner._dispatch.handle import TaskHandle, TaskInfo
 from taskrunner._dispatch.tracker import Tracker
+
+
+def _queue_hint(task_id: str | TaskHandle, queue: str | None) -> str | None:
+    """The queue to look for a task's entry on: ``queue``, else the handle's, else
+    ``None`` (every queue).
+
+    Raises:
+        ValueError: ``queue`` cannot name a queue.
+    """
+    if queue is not None:
+        problem = queue_name_problem(queue)
+        if problem is not None:
+            raise ValueError(f"queue {problem}, got {queue!r}")
+        return queue
+    if isinstance(task_id, TaskHandle):
+        return task_id.queue
+    return None
 
 
 class Dispatching:
@@ -35,7 +53,8 @@ class Dispatching:
 
         Args:
             queue: The queue to add it to, instead of the task's own (its
-                ``queue``, else the backend's).
+                ``queue``, else the backend's queue when ``config.queues`` names it
+                or is ``None``, else the first queue ``config.queues`` names).
 
         Returns:
             Its handle: ``handle.id`` (also ``str(handle)``) is the task id, the
@@ -124,7 +143,9 @@ class Dispatching:
         require_trio("TaskRunner.schedule_for")
         return await self._dispatcher.schedule_for(name, payload, when, queue=queue)
 
-    async def get_task(self, task_id: str | TaskHandle) -> TaskInfo | None:
+    async def get_task(
+        self, task_id: str | TaskHandle, *, queue: str | None = None
+    ) -> TaskInfo | None:
         """Where a task is now, and, once done, what it did.
 
         Read in one atomic step from the backend, so it answers for a task run by
@@ -133,8 +154,16 @@ class Dispatching:
         delay or waiting for a retry), and, for a task that keeps results, its
         final state (succeeded, failed, cancelled) until ``keep_result`` runs out.
 
+        A queued or running task is looked for on every queue this runner knows
+        (``config.queues``, its tasks' queues, the backend's own), in that order.
+        Stream ids are unique per stream only: two queues may hold entries of the
+        same id (added in the same millisecond), so pass the handle (it knows its
+        queue) or ``queue=`` to name one.
+
         Args:
             task_id: A task id (``handle.id``), or the handle.
+            queue: The queue its entry is on; by default the handle's, else every
+                queue this runner knows.
 
         Returns:
             ``None`` for an id the backend does not know now: never dispatched,
@@ -142,12 +171,13 @@ class Dispatching:
             task the Go library dispatched (it does not index its members).
 
         Raises:
+            ValueError: ``queue`` is not a queue name.
             BackendError: the backend could not be reached.
         """
         require_trio("TaskRunner.get_task")
-        return await self._tracker.get_task(str(task_id))
+        return await self._tracker.get_task(str(task_id), _queue_hint(task_id, queue))
 
-    async def cancel(self, task_id: str | TaskHandle) -> bool:
+    async def cancel(self, task_id: str | TaskHandle, *, queue: str | None = None) -> bool:
         """Cancel a task, wherever it is in the fleet.
 
         - queued: its entry is deleted from the stream in one atomic step, so it
@@ -162,8 +192,13 @@ class Dispatching:
         is recorded as cancelled (``handle.result`` raises
         :class:`~taskrunner.errors.TaskCancelled`).
 
+        Its entry is looked for on every queue this runner knows, as
+        :meth:`get_task` does.
+
         Args:
             task_id: A task id (``handle.id``), or the handle.
+            queue: The queue its entry is on; by default the handle's, else every
+                queue this runner knows, the first holding it winning.
 
         Returns:
             ``True`` if it was cancelled (or, running, asked to stop: a run that
@@ -171,10 +206,11 @@ class Dispatching:
             or unknown.
 
         Raises:
+            ValueError: ``queue`` is not a queue name.
             BackendError: the backend could not be reached.
 
         Cancellation: the task may have been cancelled; a repeat returns
         ``False`` once it is gone.
         """
         require_trio("TaskRunner.cancel")
-        return await self._tracker.cancel(str(task_id))
+        return await self._tracker.cancel(str(task_id), _queue_hint(task_id, queue))

@@ -55,6 +55,9 @@ class DeadLetterInfo:
     """The stream id it had."""
     group: str
     """The consumer group that dead-lettered it."""
+    queue: str | None = None
+    """The queue whose dead-letter stream holds it (what ``replay`` and ``purge`` take
+    as ``queue=``); ``None`` when not known."""
 
 
 def _decoded(raw: bytes | None) -> _wire.TaskMessage | None:
@@ -64,8 +67,9 @@ def _decoded(raw: bytes | None) -> _wire.TaskMessage | None:
         return None
 
 
-def dead_letter_info(dead: DeadLetter) -> DeadLetterInfo:
-    """What a listing shows of ``dead`` (pure, never raises)."""
+def dead_letter_info(dead: DeadLetter, *, queue: str | None = None) -> DeadLetterInfo:
+    """What a listing shows of ``dead``, read from ``queue``'s dead letters (pure,
+    never raises)."""
     message = _decoded(dead.payload)
     return DeadLetterInfo(
         id=dead.id,
@@ -77,6 +81,7 @@ def dead_letter_info(dead: DeadLetter) -> DeadLetterInfo:
         dead_at=int(dead.id.partition("-")[0]) / 1000,
         message_id=dead.message_id,
         group=dead.group,
+        queue=queue,
     )
 
 

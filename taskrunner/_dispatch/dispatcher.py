@@ -68,15 +68,15 @@ _UNTRACED: AbstractContextManager[None] = nullcontext()
 """What an untraced dispatch enters instead (reusable: it holds no state)."""
 
 
-def _queue_of(task: Task, queue: str | None) -> str | None:
-    """The queue a dispatch goes to: the one given, else the task's (``None``: the
-    backend's).
+def _queue_of(task: Task, queue: str | None, default: str | None) -> str | None:
+    """The queue a dispatch goes to: the one given, else the task's, else ``default``
+    (see ``TaskRunnerConfig.default_queue``; ``None``: the backend's).
 
     Raises:
         ValueError: ``queue`` cannot name a queue.
     """
     if queue is None:
-        return task.queue
+        return task.queue if task.queue is not None else default
     problem = queue_name_problem(queue)
     if problem is not None:
         raise ValueError(f"queue {problem}, got {queue!r}")
@@ -110,6 +110,20 @@ class Dispatcher:
         self.tracer: Tracer | None = None
         """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
         self._planner = Planner()
+        self._queues_of: tuple[object, str | None, str] | None = None
+
+    def _queues(self) -> tuple[str | None, str]:
+        """``(default, own)``: where a task without a queue of its own goes (see
+        ``TaskRunnerConfig.default_queue``; ``None``: the backend's queue) and the
+        backend's queue's name (what a handle of a dispatch with ``queue=None`` keeps,
+        so that its lookups look on that queue alone). Worked out once per
+        configuration: the per-dispatch path only compares it."""
+        config = self._config.current
+        cached = self._queues_of
+        if cached is None or cached[0] is not config:
+            own = self._backend.stream_keys(config.consumer_group).queue
+            cached = self._queues_of = (config, config.default_queue(own), own)
+        return cached[1], cached[2]
 
     def _get_task(self, name: str) -> Task:
         try:
@@ -128,7 +142,9 @@ class Dispatcher:
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue)
+        default, own = self._queues()
+        queue = _queue_of(task, queue, default)
+        handle_queue = own if queue is None else queue
         config = self._config.current
         group = config.consumer_group
         add = self._backend.add if not config.min_replicas else self._replicated_add(config)
@@ -142,7 +158,7 @@ class Dispatcher:
         lock = plan.lock
         if lock is None:
             (message_id,) = await add(group, [plan.data], queue=queue)
-            return self._tracker.handle(message_id, task.name)
+            return self._tracker.handle(message_id, task.name, handle_queue)
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
@@ -160,7 +176,7 @@ class Dispatcher:
                     lock.ttl,
                 )
             raise
-        return self._tracker.handle(message_id, task.name)
+        return self._tracker.handle(message_id, task.name, handle_queue)
 
     def _replicated_add(self, config: TaskRunnerConfig) -> Callable[..., Awaitable[list[str]]]:
         """``backend.add`` followed by a wait for ``min_replicas`` replicas: chosen before
@@ -192,7 +208,7 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        queue = _queue_of(task, queue)
+        queue = _queue_of(task, queue, self._queues()[0])
         with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
             return await self._add_many(task, payloads, trace, queue)
 
@@ -207,7 +223,8 @@ class Dispatcher:
         add = self._backend.add if not config.min_replicas else self._replicated_add(config)
         ids = await add(config.consumer_group, data, queue=queue)
         tracker, name = self._tracker, task.name
-        return [TaskHandle(message_id, name, tracker) for message_id in ids]
+        kept = self._queues()[1] if queue is None else queue
+        return [TaskHandle(message_id, name, tracker, kept) for message_id in ids]
 
     async def dispatch_delayed(
         self,
@@ -245,7 +262,7 @@ class Dispatcher:
         queue: str | None,
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue)
+        queue = _queue_of(task, queue, self._queues()[0])
         delayed_id = str(uuid.uuid4())
         config = self._config.current
         group = config.consumer_group
@@ -270,4 +287,6 @@ class Dispatcher:
         )
         await add_delayed(group, member, run_at, task_id=delayed_id)
         self._scheduler.nudge(run_at)
-        return self._tracker.handle(delayed_id, task.name)
+        return self._tracker.handle(
+            delayed_id, task.name, self._queues()[1] if queue is None else queue
+        )

@@ -149,7 +149,8 @@ def unread_queues(
     tasks: Iterable[Task], default: str, served: Sequence[str]
 ) -> list[tuple[str, str]]:
     """``(task, queue)`` for each task whose queue a runner reading ``served`` does not
-    read (other runners of the group must); ``default`` is the backend's queue (pure)."""
+    read (other runners of the group must); ``default`` is where a task without a queue
+    of its own goes (``TaskRunnerConfig.default_queue``, else the backend's) (pure)."""
     found = []
     for task in tasks:
         queue = task.queue or default
@@ -181,7 +182,18 @@ async def run(
     with trio.CancelScope(shield=True):
         async with trio.open_nursery() as services:
             await services.start(heartbeat.run, backend, cfg.host, instance_id, lost_host)
-            await services.start(catalog.run, backend, group, cfg.host, instance_id, tasks)
+            own = backend.stream_keys(group).queue
+            await services.start(
+                partial(
+                    catalog.run,
+                    backend,
+                    group,
+                    cfg.host,
+                    instance_id,
+                    tasks,
+                    default_queue=cfg.default_queue(own),
+                )
+            )
             keeper = partial(
                 leadership.run,
                 backend,

@@ -265,17 +265,17 @@ class AsyncProducer:
             await self._choose()
         return self._client
 
-    async def _read_catalog(self, client: AsyncClient, name: str) -> None:
+    async def _read_catalog(self, client: AsyncClient, name: str | None) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = await client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    async def _add(self, client: AsyncClient, data: bytes) -> str:
+    async def _add(self, client: AsyncClient, data: bytes, stream: str) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
             reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
-                "XADD", self.stream, "*", "payload", data
+                "XADD", stream, "*", "payload", data
             )
         return text(reply)
 
@@ -287,23 +287,27 @@ class AsyncProducer:
         *,
         unique_key: str | None = None,
         unique_for: float | None = None,
+        queue: str | None = None,
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` (see ``Producer.dispatch``)."""
         client = await self._redis()
         await self._read_catalog(client, name)
-        entry = self._core.one(name, payload, unique_key, unique_for)
-        return AsyncProducerHandle(await self._send(client, name, entry), name, self)
+        destination = self._core.route(name, queue)
+        entry = self._core.one(name, payload, unique_key, unique_for, destination)
+        return AsyncProducerHandle(
+            await self._send(client, name, entry, destination.stream), name, self
+        )
 
-    async def _send(self, client: AsyncClient, name: str, entry: Enqueue) -> str:
+    async def _send(self, client: AsyncClient, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
         if lock is None:
-            return await self._add(client, entry.data)
+            return await self._add(client, entry.data, stream)
         with translated():
             taken = await client.set(lock.key, lock.token, nx=True, px=lock_px(lock.ttl))
         if not taken:
             raise TaskAlreadyDispatched(name, lock.key)
         try:
-            return await self._add(client, entry.data)
+            return await self._add(client, entry.data, stream)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 await self._give_back(lock)
@@ -323,37 +327,49 @@ class AsyncProducer:
                 lock.ttl,
             )
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[AsyncProducerHandle]:
+    async def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[AsyncProducerHandle]:
         """Queue one run of task ``name`` per payload, pipelined (see
         ``Producer.dispatch_many``)."""
         client = await self._redis()
         await self._read_catalog(client, name)
-        data = self._core.many(name, payloads)
+        destination = self._core.route(name, queue)
+        data = self._core.many(name, payloads, destination)
+        stream = destination.stream
         ids: list[str] = []
         for start in range(0, len(data), ADD_CHUNK):
             with translated():
                 pipe = client.pipeline(transaction=False)
                 for item in data[start : start + ADD_CHUNK]:
-                    pipe.execute_command("XADD", self.stream, "*", "payload", item)
+                    pipe.execute_command("XADD", stream, "*", "payload", item)
                 ids.extend(text(reply) for reply in await pipe.execute())
         return [AsyncProducerHandle(entry_id, name, self) for entry_id in ids]
 
     async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` after ``delay`` (see ``Producer.dispatch_delayed``)."""
-        return await self._add_delayed(name, payload, self._core.run_at_after(delay))
+        return await self._add_delayed(name, payload, self._core.run_at_after(delay), queue)
 
     async def schedule_for(
-        self, name: str, payload: Any, when: datetime | float
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` at ``when`` (see ``Producer.schedule_for``)."""
-        return await self._add_delayed(name, payload, self._core.run_at(when))
+        return await self._add_delayed(name, payload, self._core.run_at(when), queue)
 
-    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> AsyncProducerHandle:
+    async def _add_delayed(
+        self, name: str, payload: Any, run_at: float, queue: str | None
+    ) -> AsyncProducerHandle:
         client = await self._redis()
         await self._read_catalog(client, name)
-        member_id, member = self._core.delayed(name, payload, run_at)
+        destination = self._core.route(name, queue)
+        member_id, member = self._core.delayed(name, payload, run_at, destination)
         keys, args = self._core.add_delayed_call(member_id, member, run_at)
         with translated():
             await self._add_delayed_script(keys=keys, args=args, client=client)
@@ -409,6 +425,7 @@ class AsyncProducer:
             BackendError: Redis could not be reached.
         """
         client = await self._redis()
+        await self._read_catalog(client, None)  # the queues its runners serve
         keys, args = self._core.cancel_call(task_id)
         with translated():
             reply = await self._track(keys=keys, args=args, client=client)

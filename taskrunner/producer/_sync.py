@@ -262,17 +262,17 @@ class Producer:
             self._scripts(self._client)
         self._core.catalog = CatalogView()
 
-    def _read_catalog(self, client: Client, name: str) -> None:
+    def _read_catalog(self, client: Client, name: str | None) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    def _add(self, client: Client, data: bytes) -> str:
+    def _add(self, client: Client, data: bytes, stream: str) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
             reply = client.execute_command(  # type: ignore[no-untyped-call]
-                "XADD", self.stream, "*", "payload", data
+                "XADD", stream, "*", "payload", data
             )
         return text(reply)
 
@@ -284,6 +284,7 @@ class Producer:
         *,
         unique_key: str | None = None,
         unique_for: float | None = None,
+        queue: str | None = None,
     ) -> ProducerHandle:
         """Queue one run of task ``name``: one ``XADD`` (a unique task takes its lock first).
 
@@ -297,35 +298,40 @@ class Producer:
                 name (``taskrunner:unique:<task>``). A strict producer takes both
                 from the catalog when not given (but for a key its runners compute
                 with a function: pass ``unique_key``).
+            queue: The queue of the group to add it to (its stream by the producer's
+                prefix). By default: strict, the queue a live runner serves the
+                task on (the catalog's), else the producer's ``queue``.
 
         Returns:
             The task's handle; its id is the stream id.
 
         Raises:
-            TaskNotFound: strict, and no live runner serves ``name`` here.
+            TaskNotFound: strict, and no live runner serves ``name`` (on ``queue``,
+                when given).
             InvalidTaskPayload: ``payload`` cannot be encoded, or is over the size
                 limit; nothing was queued.
             TaskAlreadyDispatched: the task is unique and its lock is held.
             BackendError: Redis could not be reached. A unique task's lock is given
                 back only when the add certainly did not happen; otherwise it is
                 kept (no duplicate gets in) and expires after ``unique_for``.
-            ValueError: a bad name, ``unique_key`` or ``unique_for``.
+            ValueError: a bad name, ``unique_key``, ``unique_for`` or ``queue``.
         """
         client = self._redis()
         self._read_catalog(client, name)
-        entry = self._core.one(name, payload, unique_key, unique_for)
-        return ProducerHandle(self._send(client, name, entry), name, self)
+        destination = self._core.route(name, queue)
+        entry = self._core.one(name, payload, unique_key, unique_for, destination)
+        return ProducerHandle(self._send(client, name, entry, destination.stream), name, self)
 
-    def _send(self, client: Client, name: str, entry: Enqueue) -> str:
+    def _send(self, client: Client, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
         if lock is None:
-            return self._add(client, entry.data)
+            return self._add(client, entry.data, stream)
         with translated():
             taken = client.set(lock.key, lock.token, nx=True, px=lock_px(lock.ttl))
         if not taken:
             raise TaskAlreadyDispatched(name, lock.key)
         try:
-            return self._add(client, entry.data)
+            return self._add(client, entry.data, stream)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 self._give_back(lock)
@@ -345,7 +351,9 @@ class Producer:
                 lock.ttl,
             )
 
-    def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[ProducerHandle]:
+    def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[ProducerHandle]:
         """Queue one run of task ``name`` per payload, pipelined (one round trip per
         2,000). Every payload is encoded before anything is sent, so an invalid one
         queues none.
@@ -356,20 +364,27 @@ class Producer:
         """
         client = self._redis()
         self._read_catalog(client, name)
-        data = self._core.many(name, payloads)
+        destination = self._core.route(name, queue)
+        data = self._core.many(name, payloads, destination)
+        stream = destination.stream
         ids: list[str] = []
         for start in range(0, len(data), ADD_CHUNK):
             with translated():
                 pipe = client.pipeline(transaction=False)
                 for item in data[start : start + ADD_CHUNK]:
                     pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
-                        "XADD", self.stream, "*", "payload", item
+                        "XADD", stream, "*", "payload", item
                     )
                 ids.extend(text(reply) for reply in pipe.execute())
         return [ProducerHandle(entry_id, name, self) for entry_id in ids]
 
     def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> ProducerHandle:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta):
         one ``ZADD`` to the group's delayed set, which the group's leader moves to
@@ -383,9 +398,11 @@ class Producer:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``delay`` is negative or not finite.
         """
-        return self._add_delayed(name, payload, self._core.run_at_after(delay))
+        return self._add_delayed(name, payload, self._core.run_at_after(delay), queue)
 
-    def schedule_for(self, name: str, payload: Any, when: datetime | float) -> ProducerHandle:
+    def schedule_for(
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+    ) -> ProducerHandle:
         """Queue one run of task ``name`` at ``when`` (an aware datetime, or unix
         seconds; a time in the past runs at the leader's next pass).
 
@@ -393,12 +410,15 @@ class Producer:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``when`` is a naive datetime or not finite.
         """
-        return self._add_delayed(name, payload, self._core.run_at(when))
+        return self._add_delayed(name, payload, self._core.run_at(when), queue)
 
-    def _add_delayed(self, name: str, payload: Any, run_at: float) -> ProducerHandle:
+    def _add_delayed(
+        self, name: str, payload: Any, run_at: float, queue: str | None
+    ) -> ProducerHandle:
         client = self._redis()
         self._read_catalog(client, name)
-        member_id, member = self._core.delayed(name, payload, run_at)
+        destination = self._core.route(name, queue)
+        member_id, member = self._core.delayed(name, payload, run_at, destination)
         keys, args = self._core.add_delayed_call(member_id, member, run_at)
         with translated():
             self._add_delayed_script(keys=keys, args=args, client=client)
@@ -462,7 +482,9 @@ class Producer:
 
     def cancel(self, task_id: str) -> bool:
         """Cancel task ``task_id``, wherever it is, as ``TaskRunner.cancel`` does (one
-        call of the runner's ``lua/track.lua``): a queued task is deleted from the
+        call of the runner's ``lua/track.lua``, on the streams of the producer's own
+        queue, the queues it dispatched to and those the catalog names, in that
+        order, the catalog read when older than 5 s): a queued task is deleted from the
         stream before any worker reads it, a delayed one removed from the delayed
         set (each has its unique lock released and, when it keeps results, is
         recorded as cancelled); a running one is asked to stop, and the runner
@@ -475,6 +497,7 @@ class Producer:
             BackendError: Redis could not be reached.
         """
         client = self._redis()
+        self._read_catalog(client, None)  # the queues its runners serve
         keys, args = self._core.cancel_call(task_id)
         with translated():
             reply = self._track(keys=keys, args=args, client=client)

@@ -4,10 +4,13 @@
 -- KEYS[2] the delayed-task ZSET (taskrunner:<group>:delayed_tasks)
 -- KEYS[3] the delayed id index (taskrunner:<group>:delayed_ids, task id -> member)
 -- KEYS[4] the entry index (taskrunner:<group>:entry_ids, task id -> stream id)
--- KEYS[5] the stream
+-- KEYS[5] the stream (of the group's first queue)
 -- KEYS[6] the stop requests (taskrunner:<group>:cancelled, stream id -> time)
 -- KEYS[7] its result notice (taskrunner:<group>:notify:<task id>)
 -- KEYS[8] the task catalog (taskrunner:<group>:catalog, host -> document)
+-- KEYS[9..] optional: the streams of the group's other queues, looked in after
+--          KEYS[5], in order (a group reading several queues; the first stream
+--          holding the entry wins)
 -- ARGV[1] the task id
 -- ARGV[2] the consumer group
 -- ARGV[3] '1' when the task id has the shape of a stream id (<ms>-<seq>), else '0'
@@ -68,8 +71,14 @@ local function id_less_or_equal(a, b)
     return number_less_or_equal(aseq, bseq)
 end
 
+local streams = {KEYS[5]}
+for i = 9, #KEYS do
+    streams[#streams + 1] = KEYS[i]
+end
+local stream = KEYS[5] -- the stream the entry was found on
+
 local function delivered(entry)
-    local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[5])
+    local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
     if not ok then
         return false
     end
@@ -104,28 +113,31 @@ local function find()
     if not entry then
         return false
     end
-    local payload = false
-    local ok, rows = pcall(redis.call, 'XRANGE', KEYS[5], entry, entry)
-    if not ok then
-        return false -- not a valid stream id (or not a stream): no such entry
-    end
-    if #rows > 0 then
-        local fields = rows[1][2]
-        for i = 1, #fields, 2 do
-            if fields[i] == 'payload' then
-                payload = fields[i + 1]
+    for _, key in ipairs(streams) do
+        stream = key
+        local payload = false
+        local ok, rows = pcall(redis.call, 'XRANGE', stream, entry, entry)
+        if not ok then
+            rows = {} -- not a valid stream id, or not a stream: no such entry here
+        end
+        if #rows > 0 then
+            local fields = rows[1][2]
+            for i = 1, #fields, 2 do
+                if fields[i] == 'payload' then
+                    payload = fields[i + 1]
+                end
             end
         end
+        local got, pending = pcall(redis.call, 'XPENDING', stream, group, entry, entry, 1)
+        if got and #pending > 0 then
+            local stopping = redis.call('ZSCORE', KEYS[6], entry) and 1 or 0
+            return {'entry', entry, payload, 1, pending[1][4], pending[1][2], stopping}
+        end
+        if #rows > 0 and not delivered(entry) then
+            return {'entry', entry, payload, 0, 0, false, 0}
+        end
     end
-    local got, pending = pcall(redis.call, 'XPENDING', KEYS[5], group, entry, entry, 1)
-    if got and #pending > 0 then
-        local stopping = redis.call('ZSCORE', KEYS[6], entry) and 1 or 0
-        return {'entry', entry, payload, 1, pending[1][4], pending[1][2], stopping}
-    end
-    if #rows == 0 or delivered(entry) then
-        return false
-    end
-    return {'entry', entry, payload, 0, 0, false, 0}
+    return false
 end
 
 local found = find()
@@ -208,7 +220,7 @@ if found[4] == 1 then
     redis.call('ZADD', KEYS[6], ARGV[5], entry)
     return {'running', payload}
 end
-redis.call('XDEL', KEYS[5], entry)
+redis.call('XDEL', stream, entry)
 redis.call('HDEL', KEYS[4], task_id)
 undo(payload)
 return {'queued', payload}
