@@ -362,6 +362,18 @@ def _dead_letters_newest(b: MemoryBackend) -> None:
     b.dead_letters = dead_letters  # type: ignore[method-assign]
 
 
+def _dead_letter_drops_task_id(b: MemoryBackend) -> None:
+    orig = b.dead_letter
+
+    async def dead_letter(
+        group: str, message_id: str, payload: bytes | None, error: str, **options: Any
+    ) -> str:
+        options.pop("task_id", None)
+        return await orig(group, message_id, payload, error, **options)
+
+    b.dead_letter = dead_letter  # type: ignore[method-assign]
+
+
 def _frozen_now(b: MemoryBackend) -> None:
     b.now = lambda: 0.0  # type: ignore[method-assign]
 
@@ -726,8 +738,11 @@ def _release_accepts_surrogates(b: MemoryBackend) -> None:
 
 def _dead_letter_accepts_surrogates(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
-        async def dead_letter(group: str, message_id: str, payload: bytes | None, e: str) -> str:
-            return await orig(group, message_id, payload, e.encode(errors="replace").decode())
+        async def dead_letter(
+            group: str, message_id: str, payload: bytes | None, e: str, **options: Any
+        ) -> str:
+            fixed = e.encode(errors="replace").decode()
+            return await orig(group, message_id, payload, fixed, **options)
 
         return dead_letter
 
@@ -1332,6 +1347,7 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "delete_idle_ignores_pending": ("check_delete_idle_consumer", _delete_idle_ignores_pending),
     "last_is_oldest": ("check_get_metrics", _last_is_oldest),
     "dead_letters_newest": ("check_dead_letters", _dead_letters_newest),
+    "dead_letter_drops_task_id": ("check_dead_letter_task_id", _dead_letter_drops_task_id),
     "frozen_now": ("check_now_advances", _frozen_now),
     "renew_without_owner": ("check_lease_ownership", _renew_without_owner_check),
     "renew_does_not_extend": ("check_lease_expiry", _renew_does_not_extend),

@@ -216,11 +216,6 @@ def hanging(runner: TaskRunner, started: list[str]) -> None:
             await trio.sleep_forever()
 
 
-@pytest.mark.xfail(
-    reason="needs the cancel branch (issue 24 section 1): a run without a timeout is "
-    "not interrupted on main",
-    strict=True,
-)
 async def test_a_running_task_without_timeout_stops_on_every_queue(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

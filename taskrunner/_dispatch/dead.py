@@ -39,7 +39,8 @@ class DeadLetterInfo:
     id: str
     """Its id in the dead-letter stream (what ``replay`` and ``purge`` take)."""
     task_id: str
-    """The task's id: the message's ``id``, else the stream id it had."""
+    """The task's id: the dead letter's ``task_id``, else the message's ``id``, else
+    the stream id it had."""
     task_name: str | None
     """The task it names, when its payload decodes as a message."""
     reason: str
@@ -72,7 +73,7 @@ def dead_letter_info(dead: DeadLetter, *, queue: str | None = None) -> DeadLette
     message = _decoded(dead.payload)
     return DeadLetterInfo(
         id=dead.id,
-        task_id=(message.id if message is not None else "") or dead.message_id,
+        task_id=dead.task_id or (message.id if message is not None else "") or dead.message_id,
         task_name=message.task_name if message is not None else None,
         reason=dead.error,
         payload=message.payload if message is not None else None,

@@ -21,8 +21,11 @@ dependency order:
 - ``acker``: batched acks (``Acker.run``);
 - ``refresher``: keeps long runs from being reclaimed;
 - ``canceller``: stops the runs ``TaskRunner.cancel`` asked to stop;
-- ``worker``: the workers nursery, one task per message (``Worker.execute``),
-  and its drain;
+- ``worker``: the workers nursery (``Worker.execute`` runs one message), and its
+  drain;
+- ``crew``: the worker tasks, long-lived, each running messages in a cancel scope
+  of its own (what ``TaskRunner.cancel`` cancels). It has no ``run``: it lives in
+  the workers nursery;
 - ``fetcher``: reserve pool slots, claim or read, start (inside ``worker``);
 - ``pool``: the worker pool's capacity. It is state and has no ``run``;
 - ``finishing``: how a run's end is acknowledged (with its result, or as

@@ -161,6 +161,7 @@ from taskrunner._wire.catalog import CatalogTask as CatalogTask
 from taskrunner._wire.catalog import decode_catalog as decode_catalog
 from taskrunner._wire.catalog import encode_catalog as encode_catalog
 from taskrunner._wire.catalog import served as served
+from taskrunner._wire.catalog import served_keep_result as served_keep_result
 from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
@@ -259,6 +260,7 @@ __all__ = [
     "schedule_timing",
     "schedule_timing_name",
     "served",
+    "served_keep_result",
     "succeeded",
     "task_fields",
     "task_names_in",

@@ -121,6 +121,7 @@ from taskrunner.testing._queues_checks import (  # noqa: F401 - importing regist
 from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing registers the checks
     check_claim_stale,
     check_claim_stale_drops_deleted_entries,
+    check_dead_letter_task_id,
     check_dead_letters,
     check_delete_consumer,
     check_delete_idle_consumer,

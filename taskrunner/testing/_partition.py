@@ -188,10 +188,19 @@ class PartitionedBackend(Backend, Inspection):
         error: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> str:
         return await self._through(
             "dead_letter",
-            partial(self.backend.dead_letter, group, message_id, payload, error, queue=queue),
+            partial(
+                self.backend.dead_letter,
+                group,
+                message_id,
+                payload,
+                error,
+                queue=queue,
+                task_id=task_id,
+            ),
         )
 
     async def dead_letters(

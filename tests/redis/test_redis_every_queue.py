@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import redis
 import trio
 
@@ -26,11 +25,6 @@ async def test_a_fleet_of_three_on_two_queues(redis_url: str) -> None:
         await backend.aclose()
 
 
-@pytest.mark.xfail(
-    reason="needs the cancel branch (issue 24 section 1): a run without a timeout is "
-    "not interrupted on main",
-    strict=True,
-)
 async def test_a_running_task_without_timeout_stops_on_every_queue(redis_url: str) -> None:
     backends = [RedisBackend.from_url(redis_url) for _ in range(3)]
     started: list[str] = []

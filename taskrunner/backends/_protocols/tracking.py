@@ -92,6 +92,7 @@ def track_keys(streams: str | Sequence[str], group: str, task_id: str) -> list[s
         first,
         _keys.cancelled(group),
         _keys.notify(group, task_id),
+        _keys.catalog(group),
         *more,
     ]
 

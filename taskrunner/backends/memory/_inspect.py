@@ -47,6 +47,8 @@ from taskrunner.backends.memory._tracking import MemoryTracking
 class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
 
+    # A cancel reads the catalog this class holds (MemoryTracking's own says nothing).
+    catalog_keep_result = MemoryCatalog.catalog_keep_result
     # Kept by MemoryFlow (the backend is both): flow control's sorted sets and sets.
     _zsets: dict[str, dict[str, float]]
     _sets: dict[str, set[bytes]]

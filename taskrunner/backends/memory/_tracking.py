@@ -223,15 +223,24 @@ class MemoryTracking(MemoryStream, MemoryState):
         self._undo(group, task_id, found.payload)
         return Cancellation(state=TaskState.QUEUED, raw=found.payload)
 
+    def catalog_keep_result(self, group: str, name: str) -> float | None:
+        """How long the group's task catalog says task ``name`` keeps results (the
+        backend that holds the catalog says: see :class:`MemoryInspection
+        <taskrunner.backends.memory._inspect.MemoryInspection>`)."""
+        return None
+
     def _undo(self, group: str, task_id: str, raw: bytes | None) -> None:
-        """Release the lock of a removed task and record it as cancelled if it keeps results."""
+        """Release the lock of a removed task and record it as cancelled if it keeps
+        results (its message says, else the catalog: as lua/track.lua does)."""
         removal = _wire.removal_of(raw)
         if removal.lock is not None:
             self._delete_if(*removal.lock)
-        if removal.keep_result is not None:
+        keep = removal.keep_result
+        if keep is None and removal.task:
+            keep = self.catalog_keep_result(group, removal.task)
+        if keep is not None:
             head = _wire.cancelled_head(trio.current_time())
             document = head + json.dumps(removal.task).encode() + b"}"
-            keep = removal.keep_result
             self._keep(group, task_id, document, keep, _wire.notify_ttl(keep))
 
     async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:

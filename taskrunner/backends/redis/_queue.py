@@ -110,6 +110,7 @@ def dead_letter_of(raw_id: bytes, flat: Sequence[Any]) -> DeadLetter:
         group=_text(fields.get(b"group", b"")),
         payload=fields.get(_PAYLOAD),
         error=_text(fields.get(b"error", b"")),
+        task_id=_text(task_id) if (task_id := fields.get(b"task_id")) is not None else None,
     )
 
 
@@ -559,8 +560,11 @@ class RedisQueue:
         error: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> str:
         fields: list[CommandArg] = ["message_id", message_id, "group", group, "error", error]
+        if task_id is not None:  # optional: only our tools read this stream
+            fields += ["task_id", task_id]
         if payload is not None:
             fields += [_PAYLOAD, payload]
         reply = await self._client.execute(

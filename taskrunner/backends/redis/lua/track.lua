@@ -7,7 +7,8 @@
 -- KEYS[5] the stream (of the group's first queue)
 -- KEYS[6] the stop requests (taskrunner:<group>:cancelled, stream id -> time)
 -- KEYS[7] its result notice (taskrunner:<group>:notify:<task id>)
--- KEYS[8..] optional: the streams of the group's other queues, looked in after
+-- KEYS[8] the task catalog (taskrunner:<group>:catalog, host -> document)
+-- KEYS[9..] optional: the streams of the group's other queues, looked in after
 --          KEYS[5], in order (a group reading several queues; the first stream
 --          holding the entry wins)
 -- ARGV[1] the task id
@@ -44,7 +45,9 @@
 -- with its token: a non-empty unique_lock_value, and unique not false; the key is
 -- the prefix and its unique_key, or its task's name when that is empty) and, if
 -- it has a keep_result > 0, is recorded as cancelled for that long (result
--- document and notice), as taskrunner._wire.removal_of reads it.
+-- document and notice), as taskrunner._wire.removal_of reads it. Without one (a
+-- producer that is not strict does not know it), the longest keep_result the
+-- catalog's live documents give its task (taskrunner._wire.served_keep_result).
 local task_id, group = ARGV[1], ARGV[2]
 
 local function id_parts(id)
@@ -69,7 +72,7 @@ local function id_less_or_equal(a, b)
 end
 
 local streams = {KEYS[5]}
-for i = 8, #KEYS do
+for i = 9, #KEYS do
     streams[#streams + 1] = KEYS[i]
 end
 local stream = KEYS[5] -- the stream the entry was found on
@@ -142,6 +145,26 @@ if ARGV[4] ~= 'cancel' then
     return found
 end
 
+local function served_keep(name)
+    local now = tonumber(ARGV[5])
+    local entries = redis.call('HGETALL', KEYS[8])
+    local keep = nil
+    for i = 2, #entries, 2 do
+        local ok, doc = pcall(cjson.decode, entries[i])
+        if ok and type(doc) == 'table' and type(doc.expires) == 'number'
+                and doc.expires > now and type(doc.tasks) == 'table' then
+            for _, task in ipairs(doc.tasks) do
+                if type(task) == 'table' and task.name == name
+                        and type(task.keep_result) == 'number' and task.keep_result > 0
+                        and (keep == nil or task.keep_result > keep) then
+                    keep = task.keep_result
+                end
+            end
+        end
+    end
+    return keep
+end
+
 local function undo(raw)
     if not raw then
         return
@@ -169,6 +192,9 @@ local function undo(raw)
         end
     end
     local keep = doc['keep_result']
+    if type(keep) ~= 'number' or keep <= 0 then
+        keep = served_keep(name)
+    end
     if type(keep) == 'number' and keep > 0 then
         local document = ARGV[7] .. cjson.encode(name) .. '}'
         redis.call('SET', KEYS[1], document, 'PX', math.ceil(keep * 1000))
