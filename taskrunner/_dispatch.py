@@ -31,7 +31,7 @@ from typing import Any
 
 import trio
 
-from taskrunner import _wire
+from taskrunner import _keys, _wire
 from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder, queue_name_problem
 from taskrunner._enqueue import (
@@ -122,6 +122,9 @@ class Dispatcher:
             unique_key=_wire.unique_key_for(task, payload),
             token=uuid.uuid4().hex,
             trace=trace,
+            lock_prefix=_keys.unique_prefix(
+                self._config.current.consumer_group, self._backend.key_layout
+            ),
         )
 
     def _get_task(self, name: str) -> Task:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from taskrunner import _keys
 from taskrunner._dead import (
     DeadLetterInfo,
     ReplayResult,
@@ -142,7 +143,8 @@ def documented_keys(backend: Backend, group: str) -> dict[str, str]:
     (``taskrunner:unique:*``) keys are found by pattern instead.
     """
     return {
-        name: PURPOSES[kind] for name, kind in group_keys(backend.stream_keys(group), group).items()
+        name: PURPOSES[kind]
+        for name, kind in group_keys(backend.stream_keys(group), group, backend.key_layout).items()
     }
 
 
@@ -253,7 +255,7 @@ async def replay_dead_letters(
         if dead is None:
             results[dead_id] = ReplayResult(id=dead_id, task_id=None, entry_id=None, reason="gone")
             continue
-        replay = replay_of(dead)
+        replay = replay_of(dead, lock_prefix=_keys.unique_prefix(group, backend.key_layout))
         if replay is None:
             results[dead_id] = ReplayResult(
                 id=dead_id, task_id=dead.message_id, entry_id=None, reason="no payload"

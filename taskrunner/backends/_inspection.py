@@ -20,12 +20,13 @@ same names, answers exactly as Redis does:
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from taskrunner import _keys, _wire
-from taskrunner._keys import StreamKeys
+from taskrunner._keys import KeyLayout, StreamKeys
 
 __all__ = [
     "Heartbeat",
@@ -214,50 +215,56 @@ class Lease:
     """Seconds until it expires unless renewed (``None``: it never does, set by hand)."""
 
 
-def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
+def group_keys(keys: StreamKeys, group: str, layout: KeyLayout) -> dict[str, KeyKind]:
     """The fixed key names of ``group`` whose stream keys are ``keys``, in layout order.
 
-    Heartbeats and unique locks are not per group, and results and their notices
-    are per task: a listing finds them by pattern (:func:`kind_of`).
+    Heartbeats and unique locks (every group's in the go layout, the group's own in
+    the cluster layout) and results and their notices (per task): a listing finds
+    them by pattern (:func:`kind_of`, :func:`scanned_patterns`).
     """
     return {
         keys.stream: KeyKind.STREAM,
         keys.dead_letter: KeyKind.DEAD_LETTER,
         keys.claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
-        _keys.delayed_tasks(group): KeyKind.DELAYED_TASKS,
-        _keys.delayed_index(group): KeyKind.DELAYED_INDEX,
-        _keys.entry_index(group): KeyKind.ENTRY_INDEX,
-        _keys.cancelled(group): KeyKind.STOP_REQUESTS,
-        _keys.leader(group): KeyKind.LEADER,
-        _keys.worker_tuning_capacity(group): KeyKind.TUNING,
-        _keys.metrics(group): KeyKind.METRICS,
-        _keys.catalog(group): KeyKind.CATALOG,
-        _keys.schedules(group): KeyKind.SCHEDULES,
-        _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
+        _keys.delayed_tasks(group, layout): KeyKind.DELAYED_TASKS,
+        _keys.delayed_index(group, layout): KeyKind.DELAYED_INDEX,
+        _keys.entry_index(group, layout): KeyKind.ENTRY_INDEX,
+        _keys.cancelled(group, layout): KeyKind.STOP_REQUESTS,
+        _keys.leader(group, layout): KeyKind.LEADER,
+        _keys.worker_tuning_capacity(group, layout): KeyKind.TUNING,
+        _keys.metrics(group, layout): KeyKind.METRICS,
+        _keys.catalog(group, layout): KeyKind.CATALOG,
+        _keys.schedules(group, layout): KeyKind.SCHEDULES,
+        _keys.schedule_specs(group, layout): KeyKind.SCHEDULE_SPECS,
     }
 
 
-HEARTBEAT_PREFIX = _keys.replication("")
-"""``taskrunner:replication:``, the head of every heartbeat key."""
+HEARTBEAT_PREFIX = _keys.replication("", "go")
+"""``taskrunner:replication:``, the head of every heartbeat key of the go layout."""
 UNIQUE_LOCK_PATTERN = f"{_wire.UNIQUE_LOCK_PREFIX}*"
-"""``SCAN MATCH`` pattern for every unique lock."""
+"""``SCAN MATCH`` pattern for every unique lock of the go layout."""
 
 
-def kind_of(name: str, fixed: Mapping[str, KeyKind], group: str | None = None) -> KeyKind | None:
+def kind_of(
+    name: str, fixed: Mapping[str, KeyKind], layout: KeyLayout, group: str | None = None
+) -> KeyKind | None:
     """The kind of key ``name``: one of ``fixed`` (:func:`group_keys`), a heartbeat, a
-    unique lock, a result or result notice of ``group`` (when given), or ``None``
-    (not a key of the layout)."""
+    unique lock, a result or result notice of ``group`` (when given; in the cluster
+    layout heartbeats and locks are ``group``'s too), or ``None`` (not a key of the
+    layout)."""
     if name in fixed:
         return fixed[name]
-    if name.startswith(HEARTBEAT_PREFIX):
+    if _keys.heartbeat_host(name, layout, group) is not None:
         return KeyKind.HEARTBEAT
-    if name.startswith(_wire.UNIQUE_LOCK_PREFIX):
-        return KeyKind.UNIQUE_LOCK
     if group is not None:
-        if name.startswith(_keys.result(group, "")):
+        if name.startswith(_keys.unique_prefix(group, layout)):
+            return KeyKind.UNIQUE_LOCK
+        if name.startswith(_keys.result(group, "", layout)):
             return KeyKind.RESULT
-        if name.startswith(_keys.notify(group, "")):
+        if name.startswith(_keys.notify(group, "", layout)):
             return KeyKind.RESULT_NOTICE
+    elif layout == "go" and name.startswith(_wire.UNIQUE_LOCK_PREFIX):
+        return KeyKind.UNIQUE_LOCK
     return None
 
 
@@ -265,11 +272,22 @@ PER_TASK_KINDS = (KeyKind.RESULT, KeyKind.RESULT_NOTICE)
 """The kinds of key there is one of per task of a group (found by pattern)."""
 
 
-def per_task_patterns(group: str) -> tuple[tuple[KeyKind, str], ...]:
+def per_task_patterns(group: str, layout: KeyLayout) -> tuple[tuple[KeyKind, str], ...]:
     """``(kind, SCAN MATCH pattern)`` of the per-task keys of ``group``."""
     return (
-        (KeyKind.RESULT, _keys.result_pattern(group)),
-        (KeyKind.RESULT_NOTICE, _keys.notify_pattern(group)),
+        (KeyKind.RESULT, _keys.result_pattern(group, layout)),
+        (KeyKind.RESULT_NOTICE, _keys.notify_pattern(group, layout)),
+    )
+
+
+def scanned_patterns(group: str, layout: KeyLayout) -> tuple[tuple[KeyKind, str], ...]:
+    """``(kind, SCAN MATCH pattern)`` of every key of ``group``'s listing found by
+    pattern: heartbeats and unique locks (every group's in the go layout), then
+    the per-task keys."""
+    return (
+        (KeyKind.HEARTBEAT, _keys.replication_pattern(layout, group)),
+        (KeyKind.UNIQUE_LOCK, _keys.unique_pattern(group, layout)),
+        *per_task_patterns(group, layout),
     )
 
 
@@ -289,19 +307,24 @@ _GROUP_TAILS = (
     ":schedule_specs",
 )
 _PER_TASK_HEADS = (":result:", ":notify:")
+_TAGGED = re.compile(rf"{_keys.PREFIX}:\{{([^{{}}]+)\}}:.*", re.DOTALL)
 
 
-def group_named_by(name: str, queue: str) -> str | None:
+def group_named_by(name: str, queue: str, layout: KeyLayout = "go") -> str | None:
     """The group whose name ``name`` contains, if it is a key named after one.
 
-    Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
-    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:catalog``, ``:schedules``, ``:schedule_specs``,
-    ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a task's
-    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids
-    hold no colon). The leader lease is named by a hash of the group, so it names
-    none.
+    Cluster layout: every ``taskrunner:{<group>}:...`` key names its group. Go
+    layout: those are ``taskrunner:<group>:<queue>`` (the group's stream in the
+    default, stream-per-group layout), ``taskrunner:<group>:metrics``,
+    ``:delayed_tasks``, ``:worker_tuning_capacity``, ``:catalog``, ``:schedules``,
+    ``:schedule_specs``, ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a
+    task's ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task
+    ids hold no colon). The go leader lease is named by a hash of the group, so it
+    names none.
     """
+    if layout == "cluster":
+        match = _TAGGED.fullmatch(name)
+        return None if match is None else match.group(1)
     head = f"{_keys.PREFIX}:"
     if not name.startswith(head):
         return None

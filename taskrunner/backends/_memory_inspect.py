@@ -50,16 +50,40 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         for key, stream in self._streams.items():
             if stream.entries or stream.groups:
                 names.append(key)
-        names += [_keys.delayed_tasks(g) for g, members in self._delayed.items() if members]
-        names += [_keys.delayed_index(g) for g, index in self._delayed_index.items() if index]
-        names += [_keys.entry_index(g) for g, index in self._entry_index.items() if index]
-        names += [_keys.cancelled(g) for g, stops in self._stop_requests.items() if stops]
-        names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
+        names += [
+            _keys.delayed_tasks(g, self.key_layout)
+            for g, members in self._delayed.items()
+            if members
+        ]
+        names += [
+            _keys.delayed_index(g, self.key_layout)
+            for g, index in self._delayed_index.items()
+            if index
+        ]
+        names += [
+            _keys.entry_index(g, self.key_layout) for g, index in self._entry_index.items() if index
+        ]
+        names += [
+            _keys.cancelled(g, self.key_layout) for g, stops in self._stop_requests.items() if stops
+        ]
+        names += [
+            _keys.metrics(g, self.key_layout) for g, fields in self._metrics.items() if fields
+        ]
         names += [k for k in list(self._results) if self._live(self._results, k)]
         names += [k for k in list(self._notices) if self._live(self._notices, k)]
-        names += [_keys.catalog(g) for g in list(self._catalogs) if self.catalog_size(g)]
-        names += [_keys.schedules(g) for g in self._schedule_states if self._state_fields(g)]
-        names += [_keys.schedule_specs(g) for g, specs in self._schedule_specs.items() if specs]
+        names += [
+            _keys.catalog(g, self.key_layout) for g in list(self._catalogs) if self.catalog_size(g)
+        ]
+        names += [
+            _keys.schedules(g, self.key_layout)
+            for g in self._schedule_states
+            if self._state_fields(g)
+        ]
+        names += [
+            _keys.schedule_specs(g, self.key_layout)
+            for g, specs in self._schedule_specs.items()
+            if specs
+        ]
         return names + self.keys()
 
     def _state_fields(self, group: str) -> int:
@@ -74,7 +98,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         await trio.lowlevel.checkpoint()
         found = {name for stream in self._streams.values() for name in stream.groups}
         for name in self._names():
-            group = group_named_by(name, self.queue)
+            group = group_named_by(name, self.queue, self.key_layout)
             if group is not None:
                 found.add(group)
         return sorted(found)
@@ -92,37 +116,47 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
             if stream.ring:
                 found[keys.claim_delay_ring] = len(stream.ring), None
         if self._delayed.get(group):
-            found[_keys.delayed_tasks(group)] = len(self._delayed[group]), None
+            found[_keys.delayed_tasks(group, self.key_layout)] = len(self._delayed[group]), None
         if self._delayed_index.get(group):
-            found[_keys.delayed_index(group)] = len(self._delayed_index[group]), None
+            found[_keys.delayed_index(group, self.key_layout)] = (
+                len(self._delayed_index[group]),
+                None,
+            )
         if self._entry_index.get(group):
-            found[_keys.entry_index(group)] = len(self._entry_index[group]), None
+            found[_keys.entry_index(group, self.key_layout)] = len(self._entry_index[group]), None
         if self._stop_requests.get(group):
-            found[_keys.cancelled(group)] = len(self._stop_requests[group]), None
+            found[_keys.cancelled(group, self.key_layout)] = len(self._stop_requests[group]), None
         if self._metrics.get(group):
-            found[_keys.metrics(group)] = len(self._metrics[group]), None
+            found[_keys.metrics(group, self.key_layout)] = len(self._metrics[group]), None
         catalog = self.catalog_size(group)
         if catalog is not None:
-            found[_keys.catalog(group)] = catalog
+            found[_keys.catalog(group, self.key_layout)] = catalog
         if self._state_fields(group):
-            found[_keys.schedules(group)] = self._state_fields(group), None
+            found[_keys.schedules(group, self.key_layout)] = self._state_fields(group), None
         if self._schedule_specs.get(group):
-            found[_keys.schedule_specs(group)] = len(self._schedule_specs[group]), None
-        for name in (_keys.leader(group), _keys.worker_tuning_capacity(group)):
+            found[_keys.schedule_specs(group, self.key_layout)] = (
+                len(self._schedule_specs[group]),
+                None,
+            )
+        for name in (
+            _keys.leader(group, self.key_layout),
+            _keys.worker_tuning_capacity(group, self.key_layout),
+        ):
             value = self._get(name)
             if value is not None:
                 found[name] = len(value.encode()), self.ttl(name)
         return found
 
     def _key_infos(self, group: str) -> list[KeyInfo]:
-        fixed = group_keys(self.stream_keys(group), group)
+        layout = self.key_layout
+        fixed = group_keys(self.stream_keys(group), group, layout)
         found = [
             KeyInfo(name=name, kind=fixed[name], type=REDIS_TYPES[fixed[name]], size=size, ttl=ttl)
             for name, (size, ttl) in self._sizes(group).items()
         ]
         for name in self.keys():
-            kind = kind_of(name, {})
-            if kind is not None and name not in fixed:
+            kind = kind_of(name, {}, layout, group)
+            if kind in (KeyKind.HEARTBEAT, KeyKind.UNIQUE_LOCK) and name not in fixed:
                 value = self._strings[name][0]
                 size = len(value.encode())
                 found.append(
@@ -157,8 +191,8 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         await trio.lowlevel.checkpoint()
         found = []
         for name in sorted(self.keys()):
-            if kind_of(name, {}) is KeyKind.HEARTBEAT:
-                host = name.removeprefix(_keys.replication(""))
+            host = _keys.heartbeat_host(name, self.key_layout)
+            if host is not None:
                 found.append(
                     Heartbeat(host=host, instance_id=self._strings[name][0], ttl=self.ttl(name))
                 )
@@ -166,7 +200,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
 
     async def read_lease(self, group: str) -> Lease | None:
         await trio.lowlevel.checkpoint()
-        name = _keys.leader(group)
+        name = _keys.leader(group, self.key_layout)
         owner = self._get(name)
         return None if owner is None else Lease(owner=owner, ttl=self.ttl(name))
 
@@ -189,25 +223,25 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
                 stream.dead.clear()
             elif stream is not None and name == keys.claim_delay_ring:
                 stream.ring.clear()
-            elif name == _keys.delayed_tasks(group):
+            elif name == _keys.delayed_tasks(group, self.key_layout):
                 self._delayed.pop(group, None)
-            elif name == _keys.delayed_index(group):
+            elif name == _keys.delayed_index(group, self.key_layout):
                 self._delayed_index.pop(group, None)
-            elif name == _keys.entry_index(group):
+            elif name == _keys.entry_index(group, self.key_layout):
                 self._entry_index.pop(group, None)
-            elif name == _keys.cancelled(group):
+            elif name == _keys.cancelled(group, self.key_layout):
                 self._stop_requests.pop(group, None)
-            elif name == _keys.metrics(group):
+            elif name == _keys.metrics(group, self.key_layout):
                 self._metrics.pop(group, None)
             elif name in self._results:
                 del self._results[name]
             elif name in self._notices:
                 del self._notices[name]
-            elif name == _keys.catalog(group):
+            elif name == _keys.catalog(group, self.key_layout):
                 self._catalogs.pop(group, None)
-            elif name == _keys.schedules(group):
+            elif name == _keys.schedules(group, self.key_layout):
                 self._schedule_states.pop(group, None)
-            elif name == _keys.schedule_specs(group):
+            elif name == _keys.schedule_specs(group, self.key_layout):
                 self._schedule_specs.pop(group, None)
             else:
                 self._strings.pop(name, None)

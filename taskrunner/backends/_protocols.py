@@ -46,7 +46,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from taskrunner._keys import StreamKeys
+from taskrunner._keys import KeyLayout, StreamKeys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._catalog import TaskCatalog
 from taskrunner.backends._deferral import Deferral
@@ -148,6 +148,31 @@ class MessageQueue(Protocol):
     Delivery is at-least-once: an entry read but never acked is delivered again
     (to any consumer of the group) once :meth:`claim_stale` finds it idle.
     """
+
+    @property
+    def key_layout(self) -> KeyLayout:
+        """How this backend names its keys, ``"go"`` or ``"cluster"`` (see
+        :mod:`taskrunner._keys`); every client of the backend (runner, producer,
+        admin) builds the keys it hands over (unique locks) by it.
+
+        Raises:
+            KeyLayoutError: ``"go"`` was asked for and the server is a Redis Cluster.
+        """
+        ...
+
+    cluster: bool
+    """Whether the server is a Redis Cluster (false for :class:`MemoryBackend` and a
+    standalone server)."""
+
+    def use_key_layout(self, key_layout: KeyLayout | None) -> KeyLayout:
+        """Ask for ``key_layout`` (``None``: the backend's choice) and return the one in
+        use; what a runner does with its ``TaskRunnerConfig.key_layout``.
+
+        Raises:
+            KeyLayoutError: an unknown layout, ``"go"`` on a cluster, or another
+                layout than the backend was given.
+        """
+        ...
 
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         """The stream (and its dead-letter stream and claim-delay ring) that
@@ -428,7 +453,13 @@ class SharedState(Protocol):
         ...
 
     # Replication heartbeats ---------------------------------------------
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+    # ``group`` names the instance's consumer group. The go layout ignores it (a
+    # heartbeat is every group's, ``taskrunner:replication:<host>``); the cluster
+    # layout needs it for writes (``taskrunner:{<group>}:replication:<host>``, in the
+    # group's slot) and counts one group's with it, every group's without.
+    async def heartbeat(
+        self, host: str, instance_id: str, ttl: float, *, group: str | None = None
+    ) -> str | None:
         """Set the host's heartbeat key to ``instance_id`` with a lifetime of
         ``ttl``, unless it holds another instance's id: atomically, so two
         instances of one host never both believe they hold it.
@@ -437,22 +468,30 @@ class SharedState(Protocol):
             ``None`` when the key was set (or renewed); else the id it holds,
             and the key is left alone.
 
+        Raises:
+            ValueError: the cluster layout and no ``group``.
+
         Cancellation: the key may have been set; a repeat renews it.
         """
         ...
 
-    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+    async def heartbeat_holder(
+        self, host: str, *, group: str | None = None
+    ) -> tuple[str, float] | None:
         """The instance id in the host's heartbeat key and its seconds left, or
         ``None`` when there is no live key. A holder that renews its key shows
         as seconds left going up again."""
         ...
 
-    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+    async def remove_heartbeat(
+        self, host: str, instance_id: str, *, group: str | None = None
+    ) -> None:
         """Delete this instance's heartbeat key, only if it still holds ``instance_id``."""
         ...
 
-    async def count_heartbeats(self) -> int:
-        """Live heartbeat keys (every instance, every group)."""
+    async def count_heartbeats(self, *, group: str | None = None) -> int:
+        """Live heartbeat keys: every instance of every group (go layout, or no
+        ``group``), or ``group``'s instances (cluster layout)."""
         ...
 
     # Unique locks -------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
+from taskrunner._keys import KeyLayout
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._defer import RedisDefer
@@ -40,6 +41,11 @@ class RedisBackend(
             a Go fleet, or one prefix to have several groups read one stream.
         queue: Stream name.
         delete_on_ack: ``XDEL`` entries when they are acked (keeps the stream short).
+        key_layout: How keys are named (see docs/redis-key-layout.md): ``"go"``, the
+            Go library's layout, or ``"cluster"``, every key of a group under the
+            hash tag ``{<group>}``. ``None`` (the default) is the backend's choice,
+            ``"cluster"`` on a Redis Cluster and ``"go"`` elsewhere, unless a
+            runner's ``TaskRunnerConfig.key_layout`` asks for one first.
         owns_client: Close ``client`` in :meth:`aclose` (true for the clients
             :meth:`from_url` and :meth:`from_client` wrap; the latter never
             closes the redis-py client you passed).
@@ -55,8 +61,16 @@ class RedisBackend(
         queue: str = "tasks",
         delete_on_ack: bool = True,
         owns_client: bool = True,
+        key_layout: KeyLayout | None = None,
     ) -> None:
-        RedisQueue.__init__(self, client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        RedisQueue.__init__(
+            self,
+            client,
+            prefix=prefix,
+            queue=queue,
+            delete_on_ack=delete_on_ack,
+            key_layout=key_layout,
+        )
         RedisState.__init__(self, client, stream_of=self._stream)
         self._init_tracking()
         self.client = client
@@ -71,6 +85,7 @@ class RedisBackend(
         queue: str = "tasks",
         delete_on_ack: bool = True,
         pool_size: int = 1,
+        key_layout: KeyLayout | None = None,
         **options: Any,
     ) -> RedisBackend:
         """A backend on the trio-native client.
@@ -87,7 +102,13 @@ class RedisBackend(
             ValueError: the URL cannot be parsed.
         """
         client = NativeRedisClient.from_url(url, pool_size=pool_size, **options)
-        return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        return cls(
+            client,
+            prefix=prefix,
+            queue=queue,
+            delete_on_ack=delete_on_ack,
+            key_layout=key_layout,
+        )
 
     @classmethod
     def from_client(
@@ -97,6 +118,7 @@ class RedisBackend(
         prefix: str | None = None,
         queue: str = "tasks",
         delete_on_ack: bool = True,
+        key_layout: KeyLayout | None = None,
     ) -> RedisBackend:
         """A backend on any redis-py sync client (``redis.Redis``,
         ``redis.RedisCluster``, ``fakeredis.FakeRedis``...), called in worker
@@ -107,6 +129,7 @@ class RedisBackend(
             prefix=prefix,
             queue=queue,
             delete_on_ack=delete_on_ack,
+            key_layout=key_layout,
         )
 
     def __repr__(self) -> str:

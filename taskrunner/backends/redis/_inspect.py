@@ -23,9 +23,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner.backends._inspection import (
-    HEARTBEAT_PREFIX,
     REDIS_TYPES,
-    UNIQUE_LOCK_PATTERN,
     Heartbeat,
     KeyCounts,
     KeyInfo,
@@ -34,7 +32,7 @@ from taskrunner.backends._inspection import (
     group_keys,
     group_named_by,
     keys_to_flush,
-    per_task_patterns,
+    scanned_patterns,
 )
 from taskrunner.backends.redis._connection import CommandArg, Reply
 from taskrunner.backends.redis._errors import ResponseError, WrongTypeError
@@ -53,12 +51,10 @@ SIZE_COMMANDS = {
 }
 """The command that sizes a key of each Redis type (entries, or bytes of a string)."""
 
-_PATTERNS = (
-    (KeyKind.HEARTBEAT, _keys.REPLICATION_PATTERN),
-    (KeyKind.UNIQUE_LOCK, UNIQUE_LOCK_PATTERN),
+_SCANNED = frozenset(
+    [KeyKind.HEARTBEAT, KeyKind.UNIQUE_LOCK, KeyKind.RESULT, KeyKind.RESULT_NOTICE]
 )
-"""The kinds of key that are not per group, found by pattern."""
-_SCANNED = frozenset([*(kind for kind, _ in _PATTERNS), KeyKind.RESULT, KeyKind.RESULT_NOTICE])
+"""The kinds of key found by pattern (:func:`scanned_patterns`)."""
 
 
 def _text(value: bytes | str) -> str:
@@ -99,8 +95,9 @@ class RedisInspection(RedisQueue, RedisState):
                 for row in reply:
                     fields = dict(zip(row[::2], row[1::2], strict=True))
                     found.add(_text(fields[b"name"]))
+        layout = self.key_layout
         for name in await scan(self._client, f"{_keys.PREFIX}:*"):
-            group = group_named_by(_text(name), self.queue)
+            group = group_named_by(_text(name), self.queue, layout)
             if group is not None:
                 found.add(group)
         return sorted(found)
@@ -108,9 +105,10 @@ class RedisInspection(RedisQueue, RedisState):
     async def _layout_keys(self, group: str) -> list[tuple[CommandArg, str, KeyKind]]:
         """``(name as sent, name as text, kind)`` of every key :meth:`list_keys` may
         list: the fixed ones (present or not), then every heartbeat and lock found."""
-        fixed = group_keys(self.stream_keys(group), group)
+        layout = self.key_layout
+        fixed = group_keys(self.stream_keys(group), group, layout)
         found: list[tuple[CommandArg, str, KeyKind]] = [(n, n, k) for n, k in fixed.items()]
-        for kind, pattern in (*_PATTERNS, *per_task_patterns(group)):
+        for kind, pattern in scanned_patterns(group, layout):
             for raw in sorted(await scan(self._client, pattern)):
                 name = _text(raw)
                 if name not in fixed:
@@ -153,7 +151,8 @@ class RedisInspection(RedisQueue, RedisState):
         )
 
     async def list_heartbeats(self) -> list[Heartbeat]:
-        names = sorted(await scan(self._client, _keys.REPLICATION_PATTERN))
+        layout = self.key_layout
+        names = sorted(await scan(self._client, _keys.replication_pattern(layout)))
         if not names:
             return []
         commands = [command for raw in names for command in (("GET", raw), ("PTTL", raw))]
@@ -164,7 +163,7 @@ class RedisInspection(RedisQueue, RedisState):
                 continue  # expired since the scan, or not a string (set by hand)
             out.append(
                 Heartbeat(
-                    host=_text(raw).removeprefix(HEARTBEAT_PREFIX),
+                    host=_keys.heartbeat_host(_text(raw), layout) or "",
                     instance_id=value.decode(errors="replace"),
                     ttl=_ttl(int(_checked(pttl))),
                 )
@@ -172,7 +171,7 @@ class RedisInspection(RedisQueue, RedisState):
         return sorted(out, key=lambda beat: beat.host)
 
     async def read_lease(self, group: str) -> Lease | None:
-        key = _keys.leader(group)
+        key = _keys.leader(group, self.key_layout)
         value, pttl = await self._client.pipeline([("GET", key), ("PTTL", key)])
         if value is None or pttl == -2:  # none, or expired between the two
             return None
