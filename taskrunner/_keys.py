@@ -14,7 +14,8 @@ script. ``"cluster"`` puts every key of a group under the hash tag
 ``{<group>}`` (``taskrunner:{<group>}:...``, the lease, locks and heartbeats
 included), so all of them live in one slot and every script touches one
 slot. The backend holds the layout (``backend.key_layout``); every function
-here that names a group's key takes it.
+here that names a group's key takes it (``"go"`` when not given: every caller in
+the package passes its backend's).
 
 A consumer group may read several queues, each its own stream
 (:func:`stream_keys` of each queue name). The flow-control keys (pauses,
@@ -82,7 +83,7 @@ def check_group(group: str) -> None:
         raise ValueError(f"consumer_group {problem}, got {group!r}")
 
 
-def group_root(group: str, layout: KeyLayout) -> str:
+def group_root(group: str, layout: KeyLayout = "go") -> str:
     """The head of a group's keys: ``taskrunner:<group>`` (go) or
     ``taskrunner:{<group>}`` (cluster).
 
@@ -152,7 +153,7 @@ _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 cluster layout they are the group's own, so a queue may not be named so."""
 
 
-def stream_keys(prefix: str | None, group: str, queue: str, layout: KeyLayout) -> StreamKeys:
+def stream_keys(prefix: str | None, group: str, queue: str, layout: KeyLayout = "go") -> StreamKeys:
     """The stream keys that ``group`` reads on ``queue``.
 
     ``prefix=None`` (the backends' default) means the group's root
@@ -210,63 +211,63 @@ def stream_keys(prefix: str | None, group: str, queue: str, layout: KeyLayout) -
     )
 
 
-def delayed_tasks(group: str, layout: KeyLayout) -> str:
+def delayed_tasks(group: str, layout: KeyLayout = "go") -> str:
     """The delayed-task ZSET: ``<root>:delayed_tasks``."""
     return f"{group_root(group, layout)}:delayed_tasks"
 
 
-def metrics(group: str, layout: KeyLayout) -> str:
+def metrics(group: str, layout: KeyLayout = "go") -> str:
     """The timing-metrics hash: ``<root>:metrics``."""
     return f"{group_root(group, layout)}:metrics"
 
 
-def worker_tuning_capacity(group: str, layout: KeyLayout) -> str:
+def worker_tuning_capacity(group: str, layout: KeyLayout = "go") -> str:
     """The published pool capacity: ``<root>:worker_tuning_capacity``."""
     return f"{group_root(group, layout)}:worker_tuning_capacity"
 
 
-def catalog(group: str, layout: KeyLayout) -> str:
+def catalog(group: str, layout: KeyLayout = "go") -> str:
     """The task catalog, the tasks the group's serving runners serve:
     ``<root>:catalog`` (a hash, one document per host)."""
     return f"{group_root(group, layout)}:catalog"
 
 
-def schedules(group: str, layout: KeyLayout) -> str:
+def schedules(group: str, layout: KeyLayout = "go") -> str:
     """The periodic schedules' states (hash): ``<root>:schedules``."""
     return f"{group_root(group, layout)}:schedules"
 
 
-def schedule_specs(group: str, layout: KeyLayout) -> str:
+def schedule_specs(group: str, layout: KeyLayout = "go") -> str:
     """The periodic schedules' published specs (hash): ``<root>:schedule_specs``."""
     return f"{group_root(group, layout)}:schedule_specs"
 
 
-def paused(group: str, layout: KeyLayout) -> str:
+def paused(group: str, layout: KeyLayout = "go") -> str:
     """The group's paused queues and tasks, a set: ``<root>:paused``."""
     return f"{group_root(group, layout)}:paused"
 
 
-def concurrency(group: str, task: str, layout: KeyLayout) -> str:
+def concurrency(group: str, task: str, layout: KeyLayout = "go") -> str:
     """A task's leased concurrency slots, a sorted set of holders scored by lease
     expiry: ``<root>:concurrency:<task>``."""
     return f"{group_root(group, layout)}:concurrency:{task}"
 
 
-def rate(group: str, task: str, layout: KeyLayout, key: str = "") -> str:
+def rate(group: str, task: str, key: str = "", layout: KeyLayout = "go") -> str:
     """A task's rate-limit log, a sorted set of starts scored by start time:
     ``<root>:rate:<task>``, or ``...:rate:<task>:<key>`` per key."""
     head = f"{group_root(group, layout)}:rate:{task}"
     return f"{head}:{key}" if key else head
 
 
-def rate_pace(group: str, task: str, layout: KeyLayout, key: str = "") -> str:
+def rate_pace(group: str, task: str, key: str = "", layout: KeyLayout = "go") -> str:
     """When the next run refused by a rate limit is told to come back, a string:
     ``<root>:rate_pace:<task>`` (or ``...:<task>:<key>``)."""
     head = f"{group_root(group, layout)}:rate_pace:{task}"
     return f"{head}:{key}" if key else head
 
 
-def parked(group: str, task: str, layout: KeyLayout) -> str:
+def parked(group: str, task: str, layout: KeyLayout = "go") -> str:
     """The delayed members parked while ``task`` is paused, a set:
     ``<root>:parked:<task>``."""
     return f"{group_root(group, layout)}:parked:{task}"
@@ -276,7 +277,7 @@ FLOW_FAMILIES = ("concurrency", "rate", "rate_pace", "parked")
 """The per-task key families of a group: ``<root>:<family>:*``."""
 
 
-def flow_pattern(group: str, family: str, layout: KeyLayout) -> str:
+def flow_pattern(group: str, family: str, layout: KeyLayout = "go") -> str:
     """``SCAN MATCH`` pattern of one family of a group's flow-control keys (the
     group's name escaped, so a ``*`` or ``[`` in it matches only itself)."""
     return f"{glob_escape(f'{group_root(group, layout)}:{family}:')}*"
@@ -287,7 +288,7 @@ def glob_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
-def leader(group: str, layout: KeyLayout) -> str:
+def leader(group: str, layout: KeyLayout = "go") -> str:
     """The leader lease: ``taskrunner:leader:<base32(sha1(group))>`` (go; standard
     base32 alphabet with ``=`` padding, as Go's ``base32.StdEncoding``), or
     ``taskrunner:{<group>}:leader`` (cluster)."""
@@ -297,7 +298,7 @@ def leader(group: str, layout: KeyLayout) -> str:
     return f"{PREFIX}:leader:{base64.b32encode(digest).decode()}"
 
 
-def replication(host: str, layout: KeyLayout, group: str | None = None) -> str:
+def replication(host: str, layout: KeyLayout = "go", group: str | None = None) -> str:
     """An instance heartbeat: ``taskrunner:replication:<host>`` (go: every group's), or
     ``taskrunner:{<group>}:replication:<host>`` (cluster: the group's).
 
@@ -338,7 +339,7 @@ REPLICATION_PATTERN = replication_pattern("go")
 """``SCAN MATCH`` pattern for every heartbeat key of the go layout."""
 
 
-def unique_prefix(group: str, layout: KeyLayout) -> str:
+def unique_prefix(group: str, layout: KeyLayout = "go") -> str:
     """The head of every unique lock key (the rest is the message's ``unique_key``):
     ``taskrunner:unique:`` (go: every group's, as Go releases them), or
     ``taskrunner:{<group>}:unique:`` (cluster: the group's)."""
@@ -347,7 +348,7 @@ def unique_prefix(group: str, layout: KeyLayout) -> str:
     return f"{PREFIX}:unique:"
 
 
-def unique_pattern(group: str, layout: KeyLayout) -> str:
+def unique_pattern(group: str, layout: KeyLayout = "go") -> str:
     """``SCAN MATCH`` pattern of the unique locks a group may hold (go: every group's)."""
     return f"{glob_escape(unique_prefix(group, layout))}*"
 
@@ -355,39 +356,39 @@ def unique_pattern(group: str, layout: KeyLayout) -> str:
 # Results, lookup and cancellation (issue 14) ------------------------------------------
 
 
-def delayed_index(group: str, layout: KeyLayout) -> str:
+def delayed_index(group: str, layout: KeyLayout = "go") -> str:
     """The delayed members by task id: ``<root>:delayed_ids`` (a hash
     task id -> member, so lookup and cancel find a member without a scan)."""
     return f"{group_root(group, layout)}:delayed_ids"
 
 
-def entry_index(group: str, layout: KeyLayout) -> str:
+def entry_index(group: str, layout: KeyLayout = "go") -> str:
     """The stream entry of each task moved from the delayed set:
     ``<root>:entry_ids`` (a hash task id -> stream id)."""
     return f"{group_root(group, layout)}:entry_ids"
 
 
-def cancelled(group: str, layout: KeyLayout) -> str:
+def cancelled(group: str, layout: KeyLayout = "go") -> str:
     """The running entries asked to stop: ``<root>:cancelled`` (a sorted
     set of stream ids scored by the time of the request)."""
     return f"{group_root(group, layout)}:cancelled"
 
 
-def result(group: str, task_id: str, layout: KeyLayout) -> str:
+def result(group: str, task_id: str, layout: KeyLayout = "go") -> str:
     """A task's kept result document: ``<root>:result:<task id>``."""
     return f"{group_root(group, layout)}:result:{task_id}"
 
 
-def notify(group: str, task_id: str, layout: KeyLayout) -> str:
+def notify(group: str, task_id: str, layout: KeyLayout = "go") -> str:
     """A task's result notice, which waiters block on: ``<root>:notify:<task id>``."""
     return f"{group_root(group, layout)}:notify:{task_id}"
 
 
-def result_pattern(group: str, layout: KeyLayout) -> str:
+def result_pattern(group: str, layout: KeyLayout = "go") -> str:
     """``SCAN MATCH`` pattern for every kept result of ``group``."""
     return f"{glob_escape(result(group, '', layout))}*"
 
 
-def notify_pattern(group: str, layout: KeyLayout) -> str:
+def notify_pattern(group: str, layout: KeyLayout = "go") -> str:
     """``SCAN MATCH`` pattern for every result notice of ``group``."""
     return f"{glob_escape(notify(group, '', layout))}*"

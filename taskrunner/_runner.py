@@ -169,6 +169,7 @@ class TaskRunner:
 
     def __init__(self, config: TaskRunnerConfig, backend: Backend) -> None:
         check_runner_arguments(config, backend)
+        backend.use_key_layout(config.key_layout)  # refuses a layout the backend cannot use
         self.backend = backend
         self.instance_id = uuid.uuid4().hex
         self._config = ConfigHolder(config)
@@ -193,7 +194,7 @@ class TaskRunner:
             self._gate,
         )
         self._leadership = Leadership()
-        self._replicas = ReplicationCounter(backend)
+        self._replicas = ReplicationCounter(backend, config.consumer_group)
         self._lifespan: Lifespan | None = None
         self._middlewares: list[Middleware] = []
         self._tracker = Tracker(self._config, backend, tasks)
@@ -854,7 +855,11 @@ class TaskRunner:
         try:
             await self._sharing.check_start()
             async with open_lifespan(self._lifespan, self, cfg.shutdown_grace) as state:
-                await heartbeat.claim(self.backend, cfg.host, self.instance_id)
+                # The layout again: a cluster is found at connect, "go" there is refused.
+                self.backend.use_key_layout(cfg.key_layout)
+                await heartbeat.claim(
+                    self.backend, cfg.host, self.instance_id, group=cfg.consumer_group
+                )
                 self._prepare_worker(state)
                 async with trio.open_nursery() as top:
                     # start_soon, not start: a serve cancelled while starting must
@@ -898,7 +903,11 @@ class TaskRunner:
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as services:
                 await services.start(
-                    heartbeat.run, backend, cfg.host, self.instance_id, self._lost_host
+                    partial(heartbeat.run, group=group),
+                    backend,
+                    cfg.host,
+                    self.instance_id,
+                    self._lost_host,
                 )
                 await services.start(
                     catalog.run, backend, group, cfg.host, self.instance_id, self._registry.tasks

@@ -289,9 +289,10 @@ def removal_of(raw: bytes | None, lock_prefix: str = UNIQUE_LOCK_PREFIX) -> Remo
     holds no lock and keeps nothing): the task is ``task_name`` (a message) or
     ``task`` (a member); it holds a lock when it has a non-empty
     ``unique_lock_value`` and ``unique`` is not false, the lock key being
-    ``lock_prefix`` (the group's, :func:`taskrunner._keys.unique_prefix`) + its ``unique_key`` (or its task's name when that
-    is empty, see :func:`~taskrunner._wire.unique_lock`); ``keep_result`` is
-    kept when it is a number > 0.
+    ``lock_prefix`` (the group's, :func:`taskrunner._keys.unique_prefix`) + its
+    ``unique_key`` (or its task's name when that is empty, see
+    :func:`~taskrunner._wire.unique_lock`); ``keep_result`` is kept when it is a
+    number > 0.
     """
     try:
         doc = json_object(raw or b"")

@@ -215,7 +215,7 @@ class Lease:
     """Seconds until it expires unless renewed (``None``: it never does, set by hand)."""
 
 
-def group_keys(keys: StreamKeys, group: str, layout: KeyLayout) -> dict[str, KeyKind]:
+def group_keys(keys: StreamKeys, group: str, layout: KeyLayout = "go") -> dict[str, KeyKind]:
     """The fixed key names of ``group`` whose stream keys are ``keys``, in layout order.
 
     Heartbeats and unique locks (every group's in the go layout, the group's own in
@@ -246,7 +246,7 @@ UNIQUE_LOCK_PATTERN = f"{_wire.UNIQUE_LOCK_PREFIX}*"
 
 
 def kind_of(
-    name: str, fixed: Mapping[str, KeyKind], layout: KeyLayout, group: str | None = None
+    name: str, fixed: Mapping[str, KeyKind], layout: KeyLayout = "go", group: str | None = None
 ) -> KeyKind | None:
     """The kind of key ``name``: one of ``fixed`` (:func:`group_keys`), a heartbeat, a
     unique lock, a result or result notice of ``group`` (when given; in the cluster

@@ -73,8 +73,8 @@ class MemoryFlow(MemoryStream, MemoryState):
                 self._tidy(slots_key)
                 return Admission(admitted=False, limited_by=LimitedBy.CONCURRENCY)
         if rate is not None:
-            log_key = _keys.rate(group, task, self.key_layout, rate_key)
-            pace_key = _keys.rate_pace(group, task, self.key_layout, rate_key)
+            log_key = _keys.rate(group, task, rate_key, self.key_layout)
+            pace_key = _keys.rate_pace(group, task, rate_key, self.key_layout)
             log = self._drop_until(log_key, now - rate.per)
             if len(log) >= rate.limit:
                 frees_at = min(log.values()) + rate.per

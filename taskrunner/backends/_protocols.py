@@ -160,9 +160,11 @@ class MessageQueue(Protocol):
         """
         ...
 
-    cluster: bool
-    """Whether the server is a Redis Cluster (false for :class:`MemoryBackend` and a
-    standalone server)."""
+    @property
+    def cluster(self) -> bool:
+        """Whether the server is a Redis Cluster (false for :class:`MemoryBackend` and a
+        standalone server)."""
+        ...
 
     def use_key_layout(self, key_layout: KeyLayout | None) -> KeyLayout:
         """Ask for ``key_layout`` (``None``: the backend's choice) and return the one in

@@ -126,7 +126,7 @@ changing between them (each call but the last is told the lock the one before na
 def lock_to_give(reply: object) -> str | None:
     """The unique lock a cancel reply of ``lua/track.lua`` asks to be given as
     ``KEYS[8]`` (``{'lock', key}``: nothing was done), or ``None`` for any other reply."""
-    if isinstance(reply, list) and len(reply) == 2 and reply[0] == b"lock":
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] in (b"lock", "lock"):
         key = reply[1]
         return key.decode() if isinstance(key, bytes) else str(key)
     return None

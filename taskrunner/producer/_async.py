@@ -27,7 +27,10 @@ from typing import Any, Self
 import attrs
 import redis.asyncio
 
+from taskrunner import _keys
 from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._keys import KeyLayout
+from taskrunner.backends._tracking import CANCEL_TRIES, lock_to_give
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
@@ -37,6 +40,7 @@ from taskrunner.producer._core import (
     TRACK_SOURCE,
     ProducerCore,
     check_timeout,
+    is_cluster_client,
     lock_px,
     log_kept_lock,
     raw_bytes,
@@ -109,9 +113,16 @@ class AsyncProducer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        key_layout: KeyLayout | None = None,
     ) -> None:
         self._setup(
-            client, None, consumer_group=consumer_group, prefix=prefix, queue=queue, strict=strict
+            client,
+            None,
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=strict,
+            key_layout=key_layout,
         )
 
     def _setup(
@@ -123,6 +134,7 @@ class AsyncProducer:
         prefix: str | None,
         queue: str,
         strict: bool,
+        key_layout: KeyLayout | None = None,
     ) -> None:
         if not isinstance(client, redis.asyncio.Redis):
             raise TypeError(
@@ -130,7 +142,11 @@ class AsyncProducer:
                 f"{client!r}: from sync code use taskrunner.producer.Producer"
             )
         self._core = ProducerCore(
-            consumer_group=consumer_group, prefix=prefix, queue=queue, strict=bool(strict)
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=bool(strict),
+            key_layout=_keys.resolve_layout(key_layout, cluster=is_cluster_client(client)),
         )
         self._client = client
         self._connect = connect
@@ -152,6 +168,7 @@ class AsyncProducer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        key_layout: KeyLayout | None = None,
         **redis_options: Any,
     ) -> AsyncProducer:
         """A producer on a client of its own,
@@ -176,6 +193,7 @@ class AsyncProducer:
             prefix=prefix,
             queue=queue,
             strict=strict,
+            key_layout=key_layout,
         )
         return producer
 
@@ -358,10 +376,18 @@ class AsyncProducer:
             BackendError: Redis could not be reached.
         """
         client = self._redis()
-        keys, args = self._core.cancel_call(task_id)
+        lock: str | None = None
         with translated():
-            reply = await self._track(keys=keys, args=args, client=client)
-        return was_cancelled(reply)
+            for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
+                keys, args = self._core.cancel_call(task_id, lock)
+                reply = await self._track(keys=keys, args=args, client=client)
+                lock = lock_to_give(reply)
+                if lock is None:
+                    return was_cancelled(reply)
+        raise BackendError(
+            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
+            maybe_applied=False,
+        )
 
     # Closing ----------------------------------------------------------------
     async def aclose(self) -> None:

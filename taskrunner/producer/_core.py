@@ -44,6 +44,7 @@ from taskrunner._enqueue import (
     enqueue,
     unix_seconds,
 )
+from taskrunner._keys import KeyLayout
 from taskrunner._results import outcome_of
 from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
 from taskrunner.backends._tracking import CANCELLED_STATES, cancel_arguments, track_keys
@@ -105,6 +106,12 @@ def raw_bytes(reply: Any) -> bytes | None:
     return reply if isinstance(reply, bytes) else str(reply).encode()
 
 
+def is_cluster_client(client: object) -> bool:
+    """Whether ``client`` is a redis-py Redis Cluster client (sync or asyncio): what
+    ``key_layout=None`` resolves by."""
+    return type(client).__name__ == "RedisCluster"
+
+
 def was_cancelled(reply: Any) -> bool:
     """Whether ``lua/track.lua``'s cancel reply says something was cancelled."""
     state = reply[0] if reply else b"none"
@@ -155,9 +162,17 @@ class ProducerCore:
     """Settings, the strict catalog and the planning of every call (no I/O)."""
 
     def __init__(
-        self, *, consumer_group: str, prefix: str | None, queue: str, strict: bool
+        self,
+        *,
+        consumer_group: str,
+        prefix: str | None,
+        queue: str,
+        strict: bool,
+        key_layout: KeyLayout = "go",
     ) -> None:
-        self.destination = Destination(consumer_group=consumer_group, prefix=prefix, queue=queue)
+        self.destination = Destination(
+            consumer_group=consumer_group, prefix=prefix, queue=queue, key_layout=key_layout
+        )
         self.strict = strict
         self.catalog = CatalogView()
         self._names: set[str] = set()
@@ -226,6 +241,7 @@ class ProducerCore:
             wire_payload(payload),
             unique_key=settings.unique_key,
             token=uuid.uuid4().hex,
+            lock_prefix=self.destination.lock_prefix,
         )
 
     def many(self, name: str, payloads: Iterable[Any]) -> list[bytes]:
@@ -262,15 +278,18 @@ class ProducerCore:
 
     def result_keys(self, task_id: str) -> tuple[str, str]:
         """``(result key, notice key)`` of task ``task_id``."""
-        group = self.destination.consumer_group
-        return _keys.result(group, task_id), _keys.notify(group, task_id)
+        group, layout = self.destination.consumer_group, self.destination.key_layout
+        return _keys.result(group, task_id, layout), _keys.notify(group, task_id, layout)
 
-    def cancel_call(self, task_id: str) -> tuple[list[str], list[str | bytes]]:
-        """``(KEYS, ARGV)`` of ``lua/track.lua`` cancelling ``task_id`` (now, unix time)."""
-        group = self.destination.consumer_group
+    def cancel_call(
+        self, task_id: str, lock: str | None = None
+    ) -> tuple[list[str], list[str | bytes]]:
+        """``(KEYS, ARGV)`` of ``lua/track.lua`` cancelling ``task_id`` (now, unix time),
+        given the unique lock a call before named (``{'lock', key}``), if any."""
+        group, layout = self.destination.consumer_group, self.destination.key_layout
         return (
-            track_keys(self.destination.stream, group, task_id),
-            cancel_arguments(group, task_id, time.time()),
+            track_keys(self.destination.stream, group, task_id, layout, lock),
+            cancel_arguments(group, task_id, time.time(), layout),
         )
 
     def add_delayed_call(
@@ -278,7 +297,7 @@ class ProducerCore:
     ) -> tuple[list[str], list[str | bytes]]:
         """``(KEYS, ARGV)`` of ``lua/add_delayed.lua`` adding ``member`` at ``run_at``."""
         group = self.destination.consumer_group
-        keys = [self.destination.delayed, _keys.delayed_index(group)]
+        keys = [self.destination.delayed, _keys.delayed_index(group, self.destination.key_layout)]
         return keys, [repr(float(run_at)), member, member_id]
 
     @staticmethod

@@ -108,7 +108,7 @@ class PartitionedBackend(Backend, Inspection):
     def key_layout(self) -> KeyLayout:
         return self.backend.key_layout
 
-    @property  # type: ignore[override]  # the protocol's attribute, read through the link
+    @property
     def cluster(self) -> bool:
         return self.backend.cluster
 

@@ -65,8 +65,8 @@ class RedisFlow(RedisQueue, RedisState):
         """One script call: ``admit.lua`` (see the protocol)."""
         keys = [
             _keys.concurrency(group, task, self.key_layout),
-            _keys.rate(group, task, self.key_layout, rate_key),
-            _keys.rate_pace(group, task, self.key_layout, rate_key),
+            _keys.rate(group, task, rate_key, self.key_layout),
+            _keys.rate_pace(group, task, rate_key, self.key_layout),
         ]
         args: list[CommandArg] = [
             holder,
