@@ -59,6 +59,17 @@ async def test_memory_backend(
         await check(backend)
 
 
+@contract_parametrize()
+@pytest.mark.parametrize("delete_on_ack", [True, False], ids=["delete_on_ack", "keep_on_ack"])
+async def test_memory_backend_cluster_layout(
+    check: ContractCheck, delete_on_ack: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The cluster key layout names every key differently (``taskrunner:{<group>}:...``,
+    heartbeats and locks the group's): the contract holds all the same."""
+    async with MemoryBackend(delete_on_ack=delete_on_ack, key_layout="cluster") as backend:
+        await check(backend)
+
+
 @pytest.mark.parametrize("delete_on_ack", [True, False], ids=["delete_on_ack", "keep_on_ack"])
 async def test_memory_backend_on_a_used_stream(
     delete_on_ack: bool, autojump_clock: trio.testing.MockClock
