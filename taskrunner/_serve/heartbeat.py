@@ -97,9 +97,7 @@ def holder_verdict(first: Sighting, holder: str | None, left: float, now: float)
     return Verdict.WAIT
 
 
-async def claim(
-    backend: Backend, host: str, instance_id: str, *, group: str | None = None
-) -> None:
+async def claim(backend: Backend, host: str, instance_id: str, *, group: str | None = None) -> None:
     """Take the host's heartbeat key for this instance, or refuse (see the module
     docstring); ``group`` is the instance's consumer group (the cluster layout's
     heartbeat keys are the group's). Returns at once when the key is free or already ours; waits at

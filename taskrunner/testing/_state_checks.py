@@ -4,6 +4,7 @@ locks, tuning; and text no backend can store."""
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -353,8 +354,8 @@ async def check_unencodable_text_is_refused(backend: Backend) -> None:
     can carry one) is refused with ``InvalidCommandArgument``, not retryable and
     certainly not applied, before anything changes; the same call with good text works."""
     bad = "\udc80"
-    group = _name("group")
-    key = _lock_key(backend, "c", _name("task"))  # short: the refusal shows it whole
+    group = _name("g")  # short names: a refusal shows the first 60 characters
+    key = _lock_key(backend, group, f"t{secrets.token_hex(4)}")
     member = b'{"id":"contract","task":"t","time":0,"payload":null}'
     assert await backend.acquire_lock(key, "t", 5.0) is True, "a free lock must be taken"
     await backend.add_delayed(group, member, backend.now() - 1)
@@ -362,7 +363,7 @@ async def check_unencodable_text_is_refused(backend: Backend) -> None:
     calls: dict[str, Callable[[], Awaitable[object]]] = {
         "acquire_lock": lambda: backend.acquire_lock(f"{key}:{bad}", "t", 5.0),
         "release_lock": lambda: backend.release_lock(key, f"t{bad}"),
-        "heartbeat": lambda: backend.heartbeat(_name("host") + bad, "id", 5.0, group="c"),
+        "heartbeat": lambda: backend.heartbeat("h" + bad, "id", 5.0, group=group),
         "increment_metrics": lambda: backend.increment_metrics(
             group,
             [
