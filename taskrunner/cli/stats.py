@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import trio
 
 from taskrunner import _wire
+from taskrunner._keys import KEY_LAYOUTS
 from taskrunner._limits import Paused
 from taskrunner._stats import Stats, compute_stats
 from taskrunner.backends.redis import RedisBackend
@@ -49,6 +50,17 @@ TIMEOUT = 30.0
 
 
 # Shared by stats, keys and flush ------------------------------------------------
+
+
+def key_layout_argument(parser: argparse.ArgumentParser) -> None:
+    """``--key-layout go|cluster`` (default: the backend's choice)."""
+    parser.add_argument(
+        "--key-layout",
+        choices=KEY_LAYOUTS,
+        default=None,
+        help="how the group's keys are named, as TaskRunnerConfig.key_layout "
+        "(default: cluster on a Redis Cluster, else go)",
+    )
 
 
 def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True) -> None:
@@ -70,6 +82,7 @@ def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True
         default="tasks",
         help="stream name, as given to RedisBackend (default: %(default)s)",
     )
+    key_layout_argument(parser)
     if json_option:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON document (stable keys)"
@@ -87,7 +100,12 @@ def run_on_redis(
         raised :class:`~taskrunner.cli.groups.UnknownGroup`.
     """
     try:
-        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+        backend = RedisBackend.from_url(
+            args.url,
+            prefix=args.prefix,
+            queue=args.queue,
+            key_layout=getattr(args, "key_layout", None),
+        )
     except ValueError as exc:
         return None, fail(prog, f"invalid --url: {exc}")
 

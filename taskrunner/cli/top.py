@@ -111,7 +111,9 @@ async def run_top(args: argparse.Namespace, console: Console) -> int:
     from taskrunner.cli.views import History, top_line, top_view
 
     try:
-        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+        backend = RedisBackend.from_url(
+            args.url, prefix=args.prefix, queue=args.queue, key_layout=args.key_layout
+        )
     except ValueError as exc:
         return fail(PROG, f"invalid --url: {exc}")
     history = History(size=max(10, int(HISTORY_SECONDS / args.interval)))
