@@ -60,7 +60,7 @@ def enqueue(
     unique_key: str = "",
     token: str = "",
     trace: dict[str, str] | None = None,
-    lock_prefix: str = "",
+    lock_prefix: str = _wire.UNIQUE_LOCK_PREFIX,
 ) -> Enqueue:
     """The entry that runs ``task`` once with ``payload`` (its wire form).
 
@@ -73,15 +73,14 @@ def enqueue(
         token: For a unique task, a fresh random lock token.
         trace: The dispatch's trace context, when traced (``taskrunner.otel``).
         lock_prefix: For a unique task, the head of the group's unique lock keys
-            (:func:`taskrunner._keys.unique_prefix` of the backend's layout).
+            (:func:`taskrunner._keys.unique_prefix` of the backend's layout; the go
+            layout's when not given).
 
     Raises:
         InvalidTaskPayload: the message cannot be encoded, or is over the size limit.
     """
     if not task.unique:
         return Enqueue(data=_wire.encode_message(_wire.new_message(task, payload, trace=trace)))
-    if not lock_prefix:  # a caller's bug: the lock would be named in no layout
-        raise ValueError(f"unique task {task.name!r} dispatched without its lock_prefix")
     message = _wire.new_message(task, payload, unique_key=unique_key, token=token, trace=trace)
     return Enqueue(
         data=_wire.encode_message(message),
