@@ -30,7 +30,7 @@ def test_resolve_layout(requested: object, cluster: bool, layout: str) -> None:
 
 
 def test_the_go_layout_on_a_cluster_is_refused_saying_why() -> None:
-    with pytest.raises(KeyLayoutError, match="cannot run on a Redis Cluster.*different slots"):
+    with pytest.raises(KeyLayoutError, match=r"cannot run on a Redis Cluster.*different slots"):
         resolve_layout("go", cluster=True)
     with pytest.raises(KeyLayoutError, match="key_layout must be 'go', 'cluster' or None"):
         resolve_layout("sharded", cluster=False)
