@@ -153,8 +153,8 @@ class KeyInfo:
 class KeyCounts:
     """How many keys of each kind a group has on the store (see :class:`KeyKind`).
 
-    ``heartbeat`` and ``unique_lock`` count every group's (those keys are not per
-    group); ``result`` and ``result_notice`` are one per task of the group; every
+    ``heartbeat`` and ``unique_lock`` count every group's in the go layout (those keys
+    are not per group there), the group's own in the cluster layout; ``result`` and ``result_notice`` are one per task of the group; every
     other count is 0 or 1.
     """
 

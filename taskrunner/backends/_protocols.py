@@ -607,7 +607,8 @@ class Inspection(Protocol):
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         """Every live instance (heartbeat key) of every group, sorted by host,
-        with the instance id it holds and its seconds left.
+        with the instance id it holds and its seconds left (in the cluster layout,
+        one entry per group an instance of a host serves).
 
         Cost: one pattern walk and one round trip for every key found.
         """
@@ -628,7 +629,8 @@ class Inspection(Protocol):
         the group's delayed set and its id indexes, stop requests, lease, tuning
         value, metrics hash, and its tasks' results and notices. Other groups'
         keys are never touched. Unique locks and (with ``heartbeats``)
-        heartbeat keys are not per group: every one is deleted.
+        heartbeat keys: in the go layout they are not per group, and every one is
+        deleted; in the cluster layout the group's own are.
 
         Returns:
             The names deleted (those :meth:`list_keys` found, less those kept),

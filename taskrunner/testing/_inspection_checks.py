@@ -6,8 +6,9 @@ A backend of your own that does not implement the protocol still serves tasks;
 leave these checks out with ``contract_parametrize(inspection=False)``. Run on
 such a backend, each fails at once saying which methods are missing.
 
-Heartbeats and unique locks are not per group: the listings include every
-group's, so the checks look for their own names among them. ``check_flush``
+Heartbeats and unique locks are not per group in the go layout: the listings
+include every group's, so the checks look for their own names among them (in
+the cluster layout they are the group's, and the checks make them so). ``check_flush``
 deletes every heartbeat and unique lock, and ``check_count_keys`` compares two
 listings: nobody else may use heartbeats or locks on the same store meanwhile.
 """
