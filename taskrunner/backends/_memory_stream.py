@@ -28,7 +28,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys
-from taskrunner.backends._layout import KeyLayoutHolder
+from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends._memory_state import check_text
 from taskrunner.backends._protocols import (
     ConsumerInfo,

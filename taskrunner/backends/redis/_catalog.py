@@ -18,7 +18,7 @@ import time
 
 from taskrunner import _keys, _wire
 from taskrunner._wire import CatalogDocument
-from taskrunner.backends._layout import KeyLayoutHolder
+from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._scripts import load_script
 from taskrunner.backends.redis._state import _float_arg, _ms
