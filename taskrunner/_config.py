@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from taskrunner import _keys
-from taskrunner._hooks import Hook
+from taskrunner._execution.hooks import Hook
 from taskrunner._keys import KeyLayout
 
 

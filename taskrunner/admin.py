@@ -35,18 +35,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from taskrunner import _keys
-from taskrunner._dead import (
+from taskrunner._dispatch.dead import (
     DeadLetterInfo,
     ReplayResult,
     dead_letter_info,
     replay_of,
     replay_result,
 )
-from taskrunner._guards import require_inspection
-from taskrunner._handle import TaskInfo, task_info
-from taskrunner._schedule_view import ScheduleRow, schedule_rows
+from taskrunner._dispatch.guards import require_inspection
+from taskrunner._dispatch.handle import TaskInfo, task_info
+from taskrunner._schedules.view import ScheduleRow, schedule_rows
 from taskrunner.backends import Backend, KeyInfo, Paused, Replay
-from taskrunner.backends._inspection import PURPOSES, group_keys
+from taskrunner.backends._layout import group_keys
+from taskrunner.backends._protocols.inspection import PURPOSES
 
 __all__ = [
     "DeadLetterInfo",

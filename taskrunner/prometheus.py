@@ -38,8 +38,8 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from taskrunner._fleet.stats import Stats
 from taskrunner._runner import TaskRunner
-from taskrunner._stats import Stats
 from taskrunner.backends import QueueMetrics
 from taskrunner.errors import BackendError
 

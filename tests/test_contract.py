@@ -34,9 +34,9 @@ from taskrunner.backends import (
     TickFire,
     TimingIncrement,
 )
-from taskrunner.backends._memory_catalog import _Catalog
-from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.backends.memory._catalog import _Catalog
+from taskrunner.backends.memory._queue import _id_key
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
 
 LAYOUTS = pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import trio.testing
 from _fleet import make_runner, serving, wait_until
 
 from taskrunner import _keys, admin
-from taskrunner._guards import INSPECTION_METHODS
+from taskrunner._dispatch.guards import INSPECTION_METHODS
 from taskrunner.backends import Inspection, KeyCounts, KeyInfo, KeyKind
-from taskrunner.backends._inspection import group_keys, group_named_by, keys_to_flush, kind_of
+from taskrunner.backends._layout import group_keys, group_named_by, keys_to_flush, kind_of
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.worker import check_backend

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner._guards import BACKEND_METHODS
+from taskrunner._dispatch.guards import BACKEND_METHODS
 from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
 from taskrunner.backends import (
     Backend,

@@ -1,27 +1,27 @@
 """The aggregator: metrics resets, worker tuning and the long-queue hook.
 
 Theory of operation: one service per instance ticks every
-:func:`~taskrunner._tuning.aggregator_interval` (half ``long_queue_threshold``,
+:func:`~taskrunner._fleet.tuning.aggregator_interval` (half ``long_queue_threshold``,
 60 s when it is 0). Each tick:
 
 1. *Every instance* reads the capacity the leader published (if it is live)
    and, when tuning is on here, resizes its own pool to it, clamped to its own
-   ``[min_workers, max_workers]`` (:func:`~taskrunner._tuning.follow_capacity`).
+   ``[min_workers, max_workers]`` (:func:`~taskrunner._fleet.tuning.follow_capacity`).
 2. *Every instance* asks whether ``metrics_reset_interval`` has passed on its
    own reset clock. When it has, the leader zeroes the metrics hash and every
    instance moves its clock to now. Followers keeping the clock in step is
    what stops a newly elected leader from wiping the hash the moment it takes
-   over (:func:`taskrunner._stats.should_reset_metrics`).
-3. *The leader only* computes :class:`~taskrunner._stats.Stats`; when tuning
+   over (:func:`taskrunner._fleet.stats.should_reset_metrics`).
+3. *The leader only* computes :class:`~taskrunner._fleet.stats.Stats`; when tuning
    is on and ``tuning_cooldown`` has passed since the pool last changed, it
-   picks a capacity (:func:`~taskrunner._tuning.tune`),
+   picks a capacity (:func:`~taskrunner._fleet.tuning.tune`),
    applies it at once and publishes it (TTL
-   :func:`~taskrunner._tuning.tuning_ttl`) for the followers; and when the
+   :func:`~taskrunner._fleet.tuning.tuning_ttl`) for the followers; and when the
    predicted wait exceeds ``long_queue_threshold`` it calls
-   ``long_queue_hook(stats)`` (:func:`~taskrunner._stats.hook_due`).
+   ``long_queue_hook(stats)`` (:func:`~taskrunner._fleet.stats.hook_due`).
 
-The decisions are the pure functions of :mod:`taskrunner._tuning` and
-:mod:`taskrunner._stats`; this module is the I/O shell around them. Nothing that goes wrong
+The decisions are the pure functions of :mod:`taskrunner._fleet.tuning` and
+:mod:`taskrunner._fleet.stats`; this module is the I/O shell around them. Nothing that goes wrong
 in a tick is fatal: backend errors and hook exceptions are logged and the
 next tick starts afresh. Leadership is read once per tick, so a leader that
 loses its lease mid-tick may finish that tick's publish: harmless, since the
@@ -39,9 +39,15 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._hooks import call_hook_safely
-from taskrunner._stats import Stats, compute_stats, hook_due, should_reset_metrics
-from taskrunner._tuning import aggregator_interval, follow_capacity, tune, tuning_on, tuning_ttl
+from taskrunner._execution.hooks import call_hook_safely
+from taskrunner._fleet.stats import Stats, compute_stats, hook_due, should_reset_metrics
+from taskrunner._fleet.tuning import (
+    aggregator_interval,
+    follow_capacity,
+    tune,
+    tuning_on,
+    tuning_ttl,
+)
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 

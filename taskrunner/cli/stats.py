@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 import trio
 
 from taskrunner import _wire
+from taskrunner._fleet.stats import Stats, compute_stats
+from taskrunner._flow.limits import Paused
 from taskrunner._keys import KEY_LAYOUTS
-from taskrunner._limits import Paused
-from taskrunner._stats import Stats, compute_stats
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import DEFAULT_WORKERS, Command, fail, paused_text, positive_int
 from taskrunner.cli.groups import UnknownGroup, require_group

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from taskrunner import _wire, admin
-from taskrunner._stats import compute_stats
+from taskrunner._fleet.stats import compute_stats
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import (
     DEFAULT_WORKERS,

@@ -24,10 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 from taskrunner import _wire
-from taskrunner._limits import Paused
+from taskrunner._fleet.stats import Stats
+from taskrunner._flow.limits import Paused
 from taskrunner._runner import RunnerStatistics
-from taskrunner._schedule_view import ScheduleRow
-from taskrunner._stats import Stats
+from taskrunner._schedules.view import ScheduleRow
 from taskrunner.backends import KeyInfo, QueueMetrics
 from taskrunner.cli.base import paused_text
 

@@ -36,7 +36,7 @@ import attrs
 
 from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._stats import compute_stats
+from taskrunner._fleet.stats import compute_stats
 from taskrunner._wire import CatalogDocument
 from taskrunner.admin import DeadLetterInfo
 from taskrunner.backends import Backend, Heartbeat, Inspection

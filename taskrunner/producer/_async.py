@@ -28,9 +28,9 @@ import attrs
 import redis.asyncio
 
 from taskrunner import _keys
-from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner._keys import KeyLayout
-from taskrunner.backends._tracking import CANCEL_TRIES, lock_to_give
+from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,

@@ -22,9 +22,9 @@ from typing import TypeVar
 
 import trio
 
-from taskrunner._guards import require_inspection
+from taskrunner._dispatch.guards import require_inspection
+from taskrunner._flow.limits import Paused, RateLimit
 from taskrunner._keys import KeyLayout, StreamKeys
-from taskrunner._limits import Paused, RateLimit
 from taskrunner._wire import CatalogDocument, TimingIncrement
 from taskrunner.backends import (
     Admission,

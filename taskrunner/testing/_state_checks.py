@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from taskrunner._wire import TimingIncrement, task_fields
-from taskrunner.backends._protocols import Backend, DelayedMove
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.queue import DelayedMove
 from taskrunner.errors import InvalidCommandArgument
 from taskrunner.testing._harness import (
     _LATE,

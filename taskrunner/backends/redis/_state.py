@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from taskrunner import _keys
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._key_layout import KeyLayoutHolder
-from taskrunner.backends._protocols import DelayedMove
+from taskrunner.backends._protocols.queue import DelayedMove
 
 from ._connection import CommandArg
 from ._protocol import RedisClient

@@ -1,7 +1,7 @@
 """The :class:`~taskrunner.backends.Schedules` protocol in process memory.
 
-The rules are :func:`~taskrunner.backends._schedules.apply_fire` and
-:func:`~taskrunner.backends._schedules.apply_outcome`, applied with no
+The rules are :func:`~taskrunner.backends._protocols.schedules.apply_fire` and
+:func:`~taskrunner.backends._protocols.schedules.apply_outcome`, applied with no
 checkpoint between the lease check, the stream add and the state change, so
 each call is as atomic as the Redis script is. State and specs are kept per
 group under the names Redis would hold them by (``taskrunner:<group>:schedules``
@@ -16,8 +16,7 @@ import attrs
 import trio
 
 from taskrunner import _keys
-from taskrunner.backends._memory_state import MemoryState, check_text
-from taskrunner.backends._schedules import (
+from taskrunner.backends._protocols.schedules import (
     FireResult,
     FireStatus,
     RunOutcome,
@@ -27,6 +26,7 @@ from taskrunner.backends._schedules import (
     apply_fire,
     apply_outcome,
 )
+from taskrunner.backends.memory._state import MemoryState, check_text
 
 
 class MemorySchedules(MemoryState):

@@ -125,7 +125,7 @@ def build_move(
     if unique_key is None:  # written by the Go library: compute it
         try:
             payload = decode_payload(delayed.payload, task.payload_type, task.name, task.extra_keys)
-            unique_key = _wire.unique_key_for(task, payload)
+            unique_key = task.message_unique_key(payload)
         except InvalidTaskPayload as exc:
             return _undeliverable(raw, str(exc))
         except Exception as exc:  # whatever else decoding raised (a RecursionError)

@@ -14,13 +14,12 @@ from __future__ import annotations
 from types import TracebackType
 
 from taskrunner._keys import KeyLayout
-from taskrunner.backends._memory_catalog import MemoryCatalog
-from taskrunner.backends._memory_defer import MemoryDefer
-from taskrunner.backends._memory_flow import MemoryFlow
-from taskrunner.backends._memory_inspect import MemoryInspection
-from taskrunner.backends._memory_state import MemoryState
-from taskrunner.backends._memory_stream import MemoryStream
-from taskrunner.backends._memory_tracking import MemoryTracking as MemoryTracking
+from taskrunner.backends.memory._catalog import MemoryCatalog
+from taskrunner.backends.memory._defer import MemoryDefer
+from taskrunner.backends.memory._flow import MemoryFlow
+from taskrunner.backends.memory._inspect import MemoryInspection
+from taskrunner.backends.memory._queue import MemoryStream
+from taskrunner.backends.memory._state import MemoryState
 
 
 class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._context import TaskContext
+from taskrunner._execution.context import TaskContext
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 

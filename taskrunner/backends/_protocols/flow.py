@@ -35,7 +35,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from taskrunner._limits import Paused, RateLimit
+from taskrunner._flow.limits import Paused, RateLimit
 
 __all__ = ["Admission", "FlowControl", "LimitedBy", "ParkOutcome", "SlotHold"]
 
@@ -69,7 +69,7 @@ class SlotHold:
 
     task: str
     holder: str
-    """The run's holder id (:func:`taskrunner._limits.holder_id`)."""
+    """The run's holder id (:func:`taskrunner._flow.limits.holder_id`)."""
     lease: float
     """Seconds each take or renewal keeps the slot."""
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from taskrunner.backends._memory_state import MemoryState, check_text
-from taskrunner.backends._memory_stream import MemoryStream
+from taskrunner.backends.memory._queue import MemoryStream
+from taskrunner.backends.memory._state import MemoryState, check_text
 
 
 class MemoryDefer(MemoryStream, MemoryState):

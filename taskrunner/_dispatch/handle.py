@@ -1,7 +1,7 @@
 """Tasks by id: the handle ``dispatch`` returns, and what ``get_task`` reports.
 
 Theory of operation. A :class:`TaskHandle` is a task id and the part of the
-runner that can follow it (:class:`taskrunner._tracker.Tracker`): its
+runner that can follow it (:class:`taskrunner._dispatch.tracker.Tracker`): its
 ``result`` waits for the task's kept result, its ``cancel`` cancels it. A
 :class:`TaskInfo` is what :func:`task_info` makes of the backend's snapshot of
 a task (:class:`~taskrunner.backends.TaskSnapshot`): a pure function, so the
@@ -12,20 +12,31 @@ could be read, never raised: a lookup is an operator's tool.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from taskrunner import _wire
-from taskrunner._guards import require_trio
+from taskrunner._dispatch.guards import require_trio
 from taskrunner._wire import TaskState
 from taskrunner.backends import TaskSnapshot
 from taskrunner.errors import InvalidTaskPayload
 
-if TYPE_CHECKING:
-    from taskrunner._tracker import Tracker
+__all__ = ["Follower", "TaskError", "TaskHandle", "TaskInfo", "task_info"]
 
-__all__ = ["TaskError", "TaskHandle", "TaskInfo", "task_info"]
+
+class Follower(Protocol):
+    """What a handle asks of whoever can follow its task: the runner's
+    :class:`~taskrunner._dispatch.tracker.Tracker`, or a producer's. (A protocol, so
+    that the tracker, which makes handles, is not imported by them.)"""
+
+    async def get_task(self, task_id: str) -> TaskInfo | None: ...
+
+    async def cancel(self, task_id: str) -> bool: ...
+
+    async def result(
+        self, task_id: str, task_name: str, limit: float | None, result_type: type[Any] | None
+    ) -> Any: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -172,7 +183,7 @@ class TaskHandle:
     task_name: str
     """The task's name."""
 
-    def __init__(self, id: str, task_name: str, tracker: Tracker) -> None:
+    def __init__(self, id: str, task_name: str, tracker: Follower) -> None:
         self.id = id
         self.task_name = task_name
         self._tracker = tracker

@@ -3,7 +3,7 @@
 Theory of operation. Everything about a task id is in the backend
 (:class:`~taskrunner.backends.Tracking`), so the :class:`Tracker` holds no
 state: it asks the backend, and turns its answers into what the caller gets
-(:func:`taskrunner._handle.task_info`; the value, or :class:`TaskFailed` /
+(:func:`taskrunner._dispatch.handle.task_info`; the value, or :class:`TaskFailed` /
 :class:`TaskCancelled`, for a kept result). The backend cancels atomically
 and records a queued or scheduled task as cancelled itself; a running one is
 stopped by the runner that runs it (see :mod:`taskrunner._serve.canceller`).
@@ -19,8 +19,8 @@ from typing import Any
 import trio
 
 from taskrunner._config import ConfigHolder
-from taskrunner._handle import TaskHandle, TaskInfo, task_info
-from taskrunner._results import outcome_of
+from taskrunner._dispatch.handle import TaskHandle, TaskInfo, task_info
+from taskrunner._dispatch.results import outcome_of
 from taskrunner._task import Task
 from taskrunner.backends import Backend
 

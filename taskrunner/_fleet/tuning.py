@@ -1,7 +1,7 @@
 """The worker tuner's decisions: when tuning is on, and what capacity to pick.
 
 Theory of operation: on each aggregator tick the leader computes the
-predicted wait (see :mod:`taskrunner._stats`) and asks
+predicted wait (see :mod:`taskrunner._fleet.stats`) and asks
 :func:`compute_tuned_workers` for a new pool capacity. The rule keeps the
 predicted wait inside a band around ``desired_wait_time``: inside the band
 nothing changes; outside it, the capacity is scaled in proportion to how far

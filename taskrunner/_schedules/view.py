@@ -3,7 +3,7 @@ schedule of a group, from what the store holds.
 
 Theory of operation. Every serving instance publishes its schedules' spec
 documents, and the leader keeps each schedule's state (watermark, last fire,
-in-flight mark, last outcome) in the store (:mod:`taskrunner.backends._schedules`).
+in-flight mark, last outcome) in the store (:mod:`taskrunner.backends._protocols.schedules`).
 :func:`schedule_rows` joins the two (pure): the spec gives the task and when;
 the next fire is the schedule's first tick after its watermark (after ``now``
 when it has none yet), computed from the published spec with the same tick
@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._periodic import Schedule, describe, read_spec
+from taskrunner._schedules.periodic import Schedule, describe, read_spec
 from taskrunner.backends import ScheduleRecords
 
 __all__ = ["ScheduleRow", "schedule_rows"]

@@ -14,7 +14,7 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._wire import CatalogDocument
-from taskrunner.backends._memory_state import check_text
+from taskrunner.backends.memory._state import check_text
 from taskrunner.errors import InvalidTaskPayload
 
 

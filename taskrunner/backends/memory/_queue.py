@@ -29,14 +29,14 @@ import trio
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys
 from taskrunner.backends._key_layout import KeyLayoutHolder
-from taskrunner.backends._memory_state import check_text
-from taskrunner.backends._protocols import (
+from taskrunner.backends._protocols.queue import (
     ConsumerInfo,
     DeadLetter,
     GroupInfo,
     QueueEntry,
     QueueMetrics,
 )
+from taskrunner.backends.memory._state import check_text
 
 RING_SIZE = 1000
 

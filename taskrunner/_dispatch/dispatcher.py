@@ -7,7 +7,7 @@ Everything that can be refused (unknown task, payload that does not encode or
 does not fit the typed payload, a bad delay) is refused before anything is
 queued. A unique task's lock is taken before its message is added and given
 back if the add certainly did not happen. The decisions are the pure rules of
-:mod:`taskrunner._enqueue`, which the producers (``taskrunner.producer``)
+:mod:`taskrunner._dispatch.enqueue`, which the producers (``taskrunner.producer``)
 follow too; this class is their trio shell over a backend. Every dispatch
 returns a :class:`~taskrunner.TaskHandle`: the stream id of the entry added,
 or the id of the delayed member (indexed under it, so it can be looked up and
@@ -27,14 +27,14 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from taskrunner import _keys, _wire
 from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder, queue_name_problem
-from taskrunner._enqueue import (
+from taskrunner._dispatch.enqueue import (
     Enqueue,
     LockRequest,
     delay_seconds,
@@ -43,16 +43,24 @@ from taskrunner._enqueue import (
     give_back_lock,
     unix_seconds,
 )
-from taskrunner._handle import TaskHandle
-from taskrunner._serve.scheduler import Scheduler
+from taskrunner._dispatch.handle import TaskHandle
+from taskrunner._dispatch.tracker import Tracker
 from taskrunner._task import Task
-from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
 log = logging.getLogger(__name__)
 
 LOCK_RELEASE_TIMEOUT = 2.0
+
+
+class Nudged(Protocol):
+    """What a dispatcher tells of every delayed task it adds: the runner's delayed-task
+    scheduler (:class:`taskrunner._serve.scheduler.Scheduler`), so that it moves it on
+    time. A protocol, so that this layer does not import the serve services."""
+
+    def nudge(self, run_at: float) -> None: ...
+
 
 Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 """``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
@@ -90,7 +98,7 @@ class Dispatcher:
         config: ConfigHolder,
         backend: Backend,
         tasks: Mapping[str, Task],
-        scheduler: Scheduler,
+        scheduler: Nudged,
         tracker: Tracker,
     ) -> None:
         self._config = config
@@ -105,7 +113,7 @@ class Dispatcher:
     def _plain(self, task: Task, payload: Any) -> bytes:
         """The message of a plain (not unique, not traced) dispatch of ``task``: one
         encoder per task, so only the payload is encoded per call (the bytes of
-        :func:`~taskrunner._enqueue.enqueue`)."""
+        :func:`~taskrunner._dispatch.enqueue.enqueue`)."""
         cached = self._encoders.get(task.name)
         if cached is None or cached[0] is not task:  # first use, or registered anew
             cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))
@@ -119,7 +127,7 @@ class Dispatcher:
         return enqueue(
             task,
             wire_payload,
-            unique_key=_wire.unique_key_for(task, payload),
+            unique_key=task.message_unique_key(payload),
             token=uuid.uuid4().hex,
             trace=trace,
             lock_prefix=_keys.unique_prefix(
@@ -271,7 +279,7 @@ class Dispatcher:
             run_at,
             id=delayed_id,
             # Computed now, on the payload as given: the scheduler only has its JSON.
-            unique_key=_wire.unique_key_for(task, payload) if task.unique else None,
+            unique_key=task.message_unique_key(payload) if task.unique else None,
             # The default queue's member has no field: it is what it always was.
             queue=None if queue == self._backend.stream_keys(group).queue else queue,
             dispatched_at=self._backend.now(),

@@ -52,7 +52,7 @@ from taskrunner._keys import KeyLayout
 from taskrunner._wire import TaskState
 
 if TYPE_CHECKING:
-    from taskrunner.backends._protocols import DeadLetter
+    from taskrunner.backends._protocols.queue import DeadLetter
 
 __all__ = [
     "CANCEL_TRIES",

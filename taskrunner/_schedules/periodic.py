@@ -5,7 +5,7 @@ instance (``runner.add_schedule`` or ``@runner.periodic``): a name, the task
 it runs with a fixed payload, and when (``cron`` in a ``timezone``, or
 ``every`` seconds), with what to do about missed ticks (``catch_up``) and
 overlapping runs (``overlap``). Its ticks are the pure arithmetic of
-:mod:`taskrunner._ticks`. The leader fires it (:mod:`taskrunner._serve.periodic`);
+:mod:`taskrunner._schedules.ticks`. The leader fires it (:mod:`taskrunner._serve.periodic`);
 each fire is a stream message carrying the optional wire fields ``schedule``
 and ``tick``, so the run knows which tick it serves: the worker puts them in
 its :class:`~taskrunner.TaskContext` (``ctx.schedule``, ``ctx.tick``).
@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import attrs
 
 from taskrunner._config import is_utf8_text
-from taskrunner._ticks import CATCH_UPS, CatchUp, Cron, Interval, Timetable
+from taskrunner._schedules.ticks import CATCH_UPS, CatchUp, Cron, Interval, Timetable
 
 __all__ = [
     "DEFAULT_IN_FLIGHT_TTL",
@@ -120,7 +120,7 @@ class Schedule:
     """With ``overlap=False``: a run counts as in flight until its outcome is recorded,
     or this long at most (a safety net for an outcome that is never recorded)."""
     timetable: Timetable = attrs.field(init=False, eq=False, repr=False)
-    """The schedule's ticks (:mod:`taskrunner._ticks`)."""
+    """The schedule's ticks (:mod:`taskrunner._schedules.ticks`)."""
 
     @timetable.default
     def _timetable(self) -> Timetable:

@@ -68,7 +68,7 @@ def enqueue(
         task: The task's settings (registered, or known by name).
         payload: The payload, JSON-ready.
         unique_key: For a unique task, the message's ``unique_key``
-            (:func:`taskrunner._wire.unique_key_for`, or
+            (``Task.message_unique_key``, or
             :func:`~taskrunner._wire.message_unique_key` for a key given by name).
         token: For a unique task, a fresh random lock token.
         trace: The dispatch's trace context, when traced (``taskrunner.otel``).

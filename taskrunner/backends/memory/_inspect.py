@@ -8,7 +8,7 @@ metrics hash or dead-letter stream, a catalog or a string that has not
 expired), with the
 same type and size (bytes of a string). The decisions (which kind a key is,
 which names name a group, what a flush deletes) are the pure functions of
-:mod:`taskrunner.backends._inspection` that the Redis backend uses too.
+:mod:`taskrunner.backends._protocols.inspection` that the Redis backend uses too.
 Nothing here waits: each call is one checkpoint, like one round trip.
 """
 
@@ -17,23 +17,20 @@ from __future__ import annotations
 import trio
 
 from taskrunner import _keys
-from taskrunner.backends._inspection import (
+from taskrunner.backends._layout import group_keys, group_named_by, keys_to_flush, kind_of
+from taskrunner.backends._protocols.inspection import (
     REDIS_TYPES,
     Heartbeat,
     KeyCounts,
     KeyInfo,
     KeyKind,
     Lease,
-    group_keys,
-    group_named_by,
-    keys_to_flush,
-    kind_of,
 )
-from taskrunner.backends._memory_catalog import MemoryCatalog
-from taskrunner.backends._memory_schedules import MemorySchedules
-from taskrunner.backends._memory_state import seconds_left
-from taskrunner.backends._memory_tracking import MemoryTracking
-from taskrunner.backends._schedules import STATE_FIELDS
+from taskrunner.backends._protocols.schedules import STATE_FIELDS
+from taskrunner.backends.memory._catalog import MemoryCatalog
+from taskrunner.backends.memory._schedules import MemorySchedules
+from taskrunner.backends.memory._state import seconds_left
+from taskrunner.backends.memory._tracking import MemoryTracking
 
 
 class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):

@@ -1,7 +1,7 @@
 """The :class:`~taskrunner.backends.Tracking` protocol over the in-memory stream and state.
 
 Theory of operation: the same places as on Redis (see
-:mod:`taskrunner.backends._tracking`), under the same names: kept results and
+:mod:`taskrunner.backends._protocols.tracking`), under the same names: kept results and
 their notices are strings and one-element lists with an expiry (vanishing
 lazily when looked at, as everything in memory does), the id indexes are
 dicts per group beside the delayed set (:class:`~._memory_state.MemoryState`
@@ -23,10 +23,8 @@ import trio
 
 from taskrunner import _keys, _wire
 from taskrunner._wire import TaskState
-from taskrunner.backends._memory_state import MemoryState, check_text
-from taskrunner.backends._memory_stream import MemoryStream, _Stream
-from taskrunner.backends._protocols import DeadLetter
-from taskrunner.backends._tracking import (
+from taskrunner.backends._protocols.queue import DeadLetter
+from taskrunner.backends._protocols.tracking import (
     STOP_REQUEST_LIFETIME,
     Cancellation,
     Outcome,
@@ -35,6 +33,8 @@ from taskrunner.backends._tracking import (
     TaskSnapshot,
     is_stream_id,
 )
+from taskrunner.backends.memory._queue import MemoryStream, _Stream
+from taskrunner.backends.memory._state import MemoryState, check_text
 
 
 class MemoryTracking(MemoryStream, MemoryState):

@@ -6,7 +6,7 @@ task, a sliding log (holder -> start time) and a pace (a string with an
 expiry) per rate-limited task or key, and a parked index (a set of delayed
 members) per paused task. Each method decides and changes everything with no
 checkpoint in between, so it is atomic, as one script is on Redis. The
-decision rules are written once, in :func:`taskrunner._limits` terms, and
+decision rules are written once, in :func:`taskrunner._flow.limits` terms, and
 mirrored line for line by ``lua/admit.lua``.
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import trio
 
 from taskrunner import _keys
-from taskrunner._limits import Paused, RateLimit
-from taskrunner.backends._flow import Admission, LimitedBy, ParkOutcome, SlotHold
-from taskrunner.backends._memory_state import MemoryState, check_text
-from taskrunner.backends._memory_stream import MemoryStream
+from taskrunner._flow.limits import Paused, RateLimit
+from taskrunner.backends._protocols.flow import Admission, LimitedBy, ParkOutcome, SlotHold
+from taskrunner.backends.memory._queue import MemoryStream
+from taskrunner.backends.memory._state import MemoryState, check_text
 
 
 def _one_of(queue: str | None, task: str | None) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
-from taskrunner._action import is_async_callable
-from taskrunner._context import TaskContext
+from taskrunner._execution.action import is_async_callable
+from taskrunner._execution.context import TaskContext
 
 CallNext = Callable[[], Awaitable[Any]]
 """What a middleware calls to run the rest of the chain; returns the action's result."""

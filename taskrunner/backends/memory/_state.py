@@ -25,7 +25,7 @@ import trio
 from taskrunner import _keys, _wire
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._key_layout import KeyLayoutHolder
-from taskrunner.backends._protocols import DelayedMove
+from taskrunner.backends._protocols.queue import DelayedMove
 from taskrunner.errors import InvalidCommandArgument
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from taskrunner._context import EMPTY_STATE
+from taskrunner._execution.context import EMPTY_STATE
 from taskrunner.errors import LifespanError
 
 log = logging.getLogger(__name__)
