@@ -26,6 +26,8 @@ PURE = [
     "_flow/slots",
     "_fleet/stats",
     "_fleet/tuning",
+    "_keys",
+    "backends/_key_layout",
 ]
 """The modules of pure decisions (see docs/concepts.md, "Where things live")."""
 FORBIDDEN = (
