@@ -24,15 +24,26 @@ __all__ = ["KeyLayoutHolder"]
 class KeyLayoutHolder:
     """The ``cluster`` flag and the key layout of a backend (a mixin of both backends)."""
 
-    cluster: bool = False
-    """Whether the server is a Redis Cluster (set by a cluster-aware client at connect)."""
-
+    _cluster = False
     _requested_layout: KeyLayout | None = None
+    _resolved_layout: KeyLayout | None = None
+    """:attr:`key_layout`, once resolved; forgotten when ``cluster`` or the request changes."""
 
     def _init_key_layout(self, key_layout: KeyLayout | None) -> None:
         if key_layout is not None:
             _keys.resolve_layout(key_layout, cluster=False)  # refuses an unknown name now
         self._requested_layout = key_layout
+        self._resolved_layout = None
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the server is a Redis Cluster (set by a cluster-aware client at connect)."""
+        return self._cluster
+
+    @cluster.setter
+    def cluster(self, value: bool) -> None:
+        self._cluster = bool(value)
+        self._resolved_layout = None
 
     @property
     def key_layout(self) -> KeyLayout:
@@ -42,7 +53,11 @@ class KeyLayoutHolder:
         Raises:
             KeyLayoutError: ``"go"`` was asked for and the server is a cluster.
         """
-        return _keys.resolve_layout(self._requested_layout, cluster=self.cluster)
+        layout = self._resolved_layout  # read for every key built: resolved once
+        if layout is None:
+            layout = _keys.resolve_layout(self._requested_layout, cluster=self._cluster)
+            self._resolved_layout = layout
+        return layout
 
     def use_key_layout(self, key_layout: KeyLayout | None) -> KeyLayout:
         """Ask for ``key_layout`` (``None``: the backend's choice), and return the one in use.
@@ -53,11 +68,12 @@ class KeyLayoutHolder:
                 keys one way for everyone sharing it).
         """
         if key_layout is not None:
-            resolved = _keys.resolve_layout(key_layout, cluster=self.cluster)
+            resolved = _keys.resolve_layout(key_layout, cluster=self._cluster)
             if self._requested_layout is not None and self._requested_layout != resolved:
                 raise _keys.KeyLayoutError(
                     f"key_layout {key_layout!r} differs from the backend's "
                     f"key_layout {self._requested_layout!r}; give both the same"
                 )
             self._requested_layout = resolved
+            self._resolved_layout = None
         return self.key_layout

@@ -114,7 +114,7 @@ class MemoryStream(KeyLayoutHolder):
 
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         """The stream, dead-letter stream and ring of ``group`` on ``queue`` (cached)."""
-        layout = self.key_layout
+        layout = self._resolved_layout or self.key_layout
         keys = self._stream_keys.get((group, queue, layout))
         if keys is None:
             name = self.queue if queue is None else queue
