@@ -94,7 +94,10 @@ def _run(args: argparse.Namespace) -> int:
     dashboard: Any = importlib.import_module("taskrunner.dashboard")
     try:
         backend = RedisBackend.from_url(
-            args.url, prefix=args.prefix, queue=args.queue, key_layout=args.key_layout
+            args.url,
+            prefix=args.prefix,
+            queue=args.queue,
+            key_layout=getattr(args, "key_layout", None),
         )
     except ValueError as exc:
         return fail(PROG, f"invalid --url: {exc}")

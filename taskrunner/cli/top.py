@@ -112,7 +112,10 @@ async def run_top(args: argparse.Namespace, console: Console) -> int:
 
     try:
         backend = RedisBackend.from_url(
-            args.url, prefix=args.prefix, queue=args.queue, key_layout=args.key_layout
+            args.url,
+            prefix=args.prefix,
+            queue=args.queue,
+            key_layout=getattr(args, "key_layout", None),
         )
     except ValueError as exc:
         return fail(PROG, f"invalid --url: {exc}")
