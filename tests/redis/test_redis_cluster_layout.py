@@ -5,15 +5,18 @@ same layout reaches it."""
 from __future__ import annotations
 
 import binascii
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+import redis
 import trio
 
 from taskrunner import RateLimit, TaskRunner, TaskRunnerConfig, admin
 from taskrunner.backends.redis import RedisBackend
+from taskrunner.cli import main
 from taskrunner.producer import Producer
 
 FAST = {
@@ -122,3 +125,28 @@ async def test_a_producer_cancels_a_unique_task_in_the_cluster_layout(
         assert producer.cancel(handle.id) is False
     finally:
         producer.close()
+
+
+def test_the_cli_lists_and_flushes_a_group_in_the_cluster_layout(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--key-layout cluster`` names the group's keys as the runners did; without it the
+    go layout finds no such group."""
+    producer = Producer.from_url(redis_url, consumer_group="shop", key_layout="cluster")
+    producer.dispatch("invoice", {"n": 1}, unique_key="A-17", unique_for=60)
+    producer.dispatch_delayed("invoice", {"n": 2}, delay=600)
+    producer.close()
+    group = ("--url", redis_url, "--group", "shop")
+
+    assert main(["keys", *group, "--json"]) == 1  # the go layout: no group shop here
+    capsys.readouterr()
+    assert main(["keys", *group, "--key-layout", "cluster", "--json"]) == 0
+    names = {key["name"] for key in json.loads(capsys.readouterr().out)["keys"]}
+    assert names == {
+        "taskrunner:{shop}:tasks",
+        "taskrunner:{shop}:delayed_tasks",
+        "taskrunner:{shop}:delayed_ids",
+        "taskrunner:{shop}:unique:invoice:A-17",
+    }
+    assert main(["flush", *group, "--key-layout", "cluster", "--yes"]) == 0
+    assert redis.Redis.from_url(redis_url).keys("*") == []
