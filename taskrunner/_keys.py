@@ -138,6 +138,7 @@ _GROUP_KEY_NAMES = (
     "delayed_tasks",
     "metrics",
     "worker_tuning_capacity",
+    "desired_instances",
     "delayed_ids",
     "entry_ids",
     "cancelled",
@@ -171,13 +172,13 @@ def stream_keys(prefix: str | None, group: str, queue: str, layout: KeyLayout = 
             the stream collide with another documented key (go layout: group
             ``leader``, ``replication`` or ``unique``; both: queue
             ``delayed_tasks``, ``metrics``, ``worker_tuning_capacity``,
-            ``catalog``, ``paused``, ``schedules``, ``schedule_specs``,
-            ``delayed_ids``, ``entry_ids`` or ``cancelled``, or one starting with
-            ``result:``, ``notify:``, ``concurrency:``, ``rate:``, ``rate_pace:``
-            or ``parked:``; cluster layout: also ``leader`` and ones starting
-            with ``replication:`` or ``unique:``); a group holding ``{`` or
-            ``}``; in the cluster layout, an explicit prefix without the
-            group's hash tag.
+            ``desired_instances``, ``catalog``, ``paused``, ``schedules``,
+            ``schedule_specs``, ``delayed_ids``, ``entry_ids`` or ``cancelled``, or
+            one starting with ``result:``, ``notify:``, ``concurrency:``, ``rate:``,
+            ``rate_pace:`` or ``parked:``; cluster layout: also ``leader`` and ones
+            starting with ``replication:`` or ``unique:``); a group holding ``{`` or
+            ``}``; in the cluster layout, an explicit prefix without the group's
+            hash tag.
     """
     if prefix is None:
         root = group_root(group, layout)
@@ -224,6 +225,12 @@ def metrics(group: str, layout: KeyLayout = "go") -> str:
 def worker_tuning_capacity(group: str, layout: KeyLayout = "go") -> str:
     """The published pool capacity: ``<root>:worker_tuning_capacity``."""
     return f"{group_root(group, layout)}:worker_tuning_capacity"
+
+
+def desired_instances(group: str, layout: KeyLayout = "go") -> str:
+    """The instance count the leader asks the autoscaler for (``target_wait``; ours, Go
+    never reads it): ``<root>:desired_instances``."""
+    return f"{group_root(group, layout)}:desired_instances"
 
 
 def catalog(group: str, layout: KeyLayout = "go") -> str:

@@ -25,6 +25,7 @@ from taskrunner.cli.worker import check_backend
         ("taskrunner:shop:metrics", "shop"),
         ("taskrunner:shop:delayed_tasks", "shop"),
         ("taskrunner:shop:worker_tuning_capacity", "shop"),
+        ("taskrunner:shop:desired_instances", "shop"),
         ("taskrunner:a:b:metrics", "a:b"),  # a group name may hold colons
         ("taskrunner:shop:other", None),  # another queue's stream
         ("taskrunner:shop:tasks:dead", None),
@@ -58,6 +59,8 @@ FIXED = group_keys(_keys.stream_keys(None, "shop", "tasks"), "shop")
         ("taskrunner:shop:delayed_tasks", KeyKind.DELAYED_TASKS),
         (_keys.leader("shop"), KeyKind.LEADER),
         ("taskrunner:shop:worker_tuning_capacity", KeyKind.TUNING),
+        ("taskrunner:shop:desired_instances", KeyKind.DESIRED_INSTANCES),
+        ("taskrunner:mail:desired_instances", None),  # another group's
         ("taskrunner:shop:metrics", KeyKind.METRICS),
         ("taskrunner:replication:vm-1", KeyKind.HEARTBEAT),
         ("taskrunner:unique:send:A-17", KeyKind.UNIQUE_LOCK),

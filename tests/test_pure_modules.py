@@ -28,6 +28,8 @@ PURE = [
     "_fleet/tuning",
     "_keys",
     "backends/_key_layout",
+    "_fleet/scaling",
+    "backends/redis/_failover",
 ]
 """The modules of pure decisions (see docs/concepts.md, "Where things live")."""
 FORBIDDEN = (

@@ -17,6 +17,7 @@ import trio
 
 from taskrunner._config import TaskRunnerConfig
 from taskrunner.backends import Backend, Inspection
+from taskrunner.backends._protocols.replication import ReplicatedAdd
 from taskrunner.errors import WrongAsyncLibrary
 
 BACKEND_METHODS = sorted(
@@ -89,6 +90,11 @@ def check_runner_arguments(config: object, backend: object) -> None:
         )
     missing = _lacks(backend, BACKEND_METHODS)
     if not missing:
+        if config.min_replicas and not isinstance(backend, ReplicatedAdd):
+            raise ValueError(
+                f"min_replicas={config.min_replicas} needs a backend with replicas "
+                f"(RedisBackend); {type(backend).__name__} has none"
+            )
         return
     if isinstance(backend, str):
         hint = f"RedisBackend.from_url({backend!r}) (from taskrunner.backends.redis)"

@@ -1,8 +1,8 @@
 """The services of :meth:`TaskRunner.serve <taskrunner.TaskRunner.serve>`, one module each.
 
 Each module is named after the node of ``serve``'s nursery tree it runs (the
-tree is drawn in :mod:`taskrunner._runner`), and exposes one ``async def
-run(..., *, task_status=trio.TASK_STATUS_IGNORED)``, a function or a method
+tree is drawn in :mod:`taskrunner._serve.tree`, which runs it), and exposes
+one ``async def run(..., *, task_status=trio.TASK_STATUS_IGNORED)``, a function or a method
 of the service's object, which calls ``task_status.started()`` once the
 service is ready; ``serve`` starts them with ``await nursery.start(...)`` in
 dependency order:

@@ -18,7 +18,15 @@ from __future__ import annotations
 from taskrunner import _keys
 from taskrunner._keys import KeyLayout
 
-__all__ = ["KeyLayoutHolder"]
+__all__ = ["KeyLayoutHolder", "learn_key_layout"]
+
+
+async def learn_key_layout(backend: object) -> None:
+    """Let ``backend`` find out whether it is on a cluster (``detect_cluster``, which a
+    backend of one's own may lack), so the keys it names next are in the right layout."""
+    detect = getattr(backend, "detect_cluster", None)
+    if detect is not None:
+        await detect()
 
 
 class KeyLayoutHolder:
@@ -35,10 +43,21 @@ class KeyLayoutHolder:
         self._requested_layout = key_layout
         self._resolved_layout = None
 
+    def _detected_cluster(self) -> bool | None:
+        """Whether the backend's client found a cluster; ``None`` while it has not asked
+        the server yet (a backend that detects at its first call overrides this)."""
+        return False
+
+    async def detect_cluster(self) -> bool:
+        """Ask the server now whether it is a cluster, if the client has not yet (a
+        runner does before it serves and before its first dispatch, so no key is
+        named in a layout the server then turns out not to take)."""
+        return self.cluster
+
     @property
     def cluster(self) -> bool:
-        """Whether the server is a Redis Cluster (set by a cluster-aware client at connect)."""
-        return self._cluster
+        """Whether the server is a Redis Cluster (set, or found by the client at connect)."""
+        return self._cluster or bool(self._detected_cluster())
 
     @cluster.setter
     def cluster(self, value: bool) -> None:
@@ -55,8 +74,11 @@ class KeyLayoutHolder:
         """
         layout = self._resolved_layout  # read for every key built: resolved once
         if layout is None:
-            layout = _keys.resolve_layout(self._requested_layout, cluster=self._cluster)
-            self._resolved_layout = layout
+            detected = self._detected_cluster()
+            cluster = self._cluster or bool(detected)
+            layout = _keys.resolve_layout(self._requested_layout, cluster=cluster)
+            if detected is not None:  # kept once the client knows what it talks to
+                self._resolved_layout = layout
         return layout
 
     def use_key_layout(self, key_layout: KeyLayout | None) -> KeyLayout:
@@ -68,7 +90,7 @@ class KeyLayoutHolder:
                 keys one way for everyone sharing it).
         """
         if key_layout is not None:
-            resolved = _keys.resolve_layout(key_layout, cluster=self._cluster)
+            resolved = _keys.resolve_layout(key_layout, cluster=self.cluster)
             if self._requested_layout is not None and self._requested_layout != resolved:
                 raise _keys.KeyLayoutError(
                     f"key_layout {key_layout!r} differs from the backend's "

@@ -42,6 +42,7 @@ def group_keys(keys: StreamKeys, group: str, layout: KeyLayout = "go") -> dict[s
         _keys.cancelled(group, layout): KeyKind.STOP_REQUESTS,
         _keys.leader(group, layout): KeyKind.LEADER,
         _keys.worker_tuning_capacity(group, layout): KeyKind.TUNING,
+        _keys.desired_instances(group, layout): KeyKind.DESIRED_INSTANCES,
         _keys.metrics(group, layout): KeyKind.METRICS,
         _keys.catalog(group, layout): KeyKind.CATALOG,
         _keys.schedules(group, layout): KeyKind.SCHEDULES,
@@ -109,6 +110,7 @@ _GROUP_TAILS = (
     ":metrics",
     ":delayed_tasks",
     ":worker_tuning_capacity",
+    ":desired_instances",
     ":delayed_ids",
     ":entry_ids",
     ":cancelled",
@@ -126,11 +128,12 @@ def group_named_by(name: str, queue: str, layout: KeyLayout = "go") -> str | Non
     Cluster layout: every ``taskrunner:{<group>}:...`` key names its group. Go
     layout: those are ``taskrunner:<group>:<queue>`` (the group's stream in the
     default, stream-per-group layout), ``taskrunner:<group>:metrics``,
-    ``:delayed_tasks``, ``:worker_tuning_capacity``, ``:catalog``, ``:schedules``,
-    ``:schedule_specs``, ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a
-    task's ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task
-    ids hold no colon). The go leader lease is named by a hash of the group, so it
-    names none.
+    ``:delayed_tasks``, ``:worker_tuning_capacity``, ``:desired_instances``,
+    ``:catalog``, ``:schedules``, ``:schedule_specs``, ``:delayed_ids``,
+    ``:entry_ids`` and ``:cancelled``, and a task's
+    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids hold
+    no colon). The go leader lease is named by a hash of the group, so it names
+    none.
     """
     if layout == "cluster":
         match = _TAGGED.fullmatch(name)

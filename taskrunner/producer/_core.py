@@ -27,28 +27,25 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
 import attrs
+import redis
+import redis.asyncio
 import redis.exceptions
+from redis.connection import parse_url
 
 from taskrunner import _keys
-from taskrunner._dispatch.enqueue import (
-    Enqueue,
-    LockRequest,
-    delay_seconds,
-    delayed_member,
-    enqueue,
-    unix_seconds,
-)
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, Planner, delay_seconds, unix_seconds
 from taskrunner._dispatch.results import outcome_of
 from taskrunner._keys import KeyLayout
-from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
+from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
+from taskrunner.backends.redis._errors import ClusterCommandError
 from taskrunner.backends.redis._pyredis import translate_error
 from taskrunner.producer._plan import (
     DEFAULT_QUEUE,
@@ -132,6 +129,70 @@ def translated() -> Iterator[None]:
         raise translate_error(exc) from exc
 
 
+def is_cluster(info: Any) -> bool:
+    """Whether redis-py's ``info("cluster")`` reply says ``cluster_enabled:1``."""
+    return str(info.get("cluster_enabled", 0)) == "1" if isinstance(info, dict) else False
+
+
+def _probe_pool(pool_class: Any, url: str, options: dict[str, Any]) -> Any:
+    pool = pool_class.from_url(url, **options)
+    # Database 0: a cluster node refuses SELECT, and Valkey 9's clusters may
+    # have other databases we still refuse.
+    pool.connection_kwargs["db"] = 0
+    return pool
+
+
+def ask_is_cluster(url: str, options: dict[str, Any]) -> bool:
+    """Ask the server at ``url`` once, on a connection of its own to database 0, whether
+    it is a cluster node (``INFO cluster``); a user without ``INFO`` is taken as standalone.
+
+    Raises:
+        redis.exceptions.RedisError: It cannot be reached.
+    """
+    probe = redis.Redis(connection_pool=_probe_pool(redis.ConnectionPool, url, options))
+    try:
+        return is_cluster(probe.info("cluster"))
+    except redis.exceptions.NoPermissionError:
+        return False
+    finally:
+        probe.close()
+        probe.connection_pool.disconnect()
+
+
+async def ask_is_cluster_async(url: str, options: dict[str, Any]) -> bool:
+    """:func:`ask_is_cluster` with ``redis.asyncio``."""
+    pool = _probe_pool(redis.asyncio.ConnectionPool, url, options)
+    probe = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        return is_cluster(await probe.info("cluster"))
+    except redis.exceptions.NoPermissionError:
+        return False
+    finally:
+        await probe.aclose()
+        await pool.disconnect()
+
+
+def check_cluster_url(url: str) -> None:
+    """Refuse a URL naming a database other than 0 for a cluster.
+
+    Raises:
+        ClusterCommandError: It names another database.
+    """
+    db = int(parse_url(url).get("db", 0) or 0)  # type: ignore[no-untyped-call]
+    if db:
+        raise ClusterCommandError(
+            "SELECT", f"a cluster has only database 0, the URL names database {db}"
+        )
+
+
+def socket_timeout_of(client: Any) -> float | None:
+    """The ``socket_timeout`` a redis-py client (standalone or cluster) was made with."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = pool.connection_kwargs if pool is not None else client.nodes_manager.connection_kwargs
+    timeout: float | None = kwargs.get("socket_timeout")
+    return timeout
+
+
 def text(reply: bytes | str) -> str:
     """A reply as text, whether the client decodes responses or not."""
     return reply.decode() if isinstance(reply, bytes) else reply
@@ -177,7 +238,17 @@ class ProducerCore:
         self.catalog = CatalogView()
         self._names: set[str] = set()
         self._tasks: dict[str, CatalogTask] = {}  # by name, when not strict
-        self._encoders: dict[CatalogTask, Callable[[Any], bytes]] = {}
+        self._planner = Planner()
+
+    def on_cluster(self, key_layout: KeyLayout | None) -> None:
+        """The server turned out to be a Redis Cluster (found at the first call): name
+        the keys in the layout ``key_layout`` resolves to there.
+
+        Raises:
+            KeyLayoutError: ``key_layout="go"``, which cannot run on a cluster.
+        """
+        layout = _keys.resolve_layout(key_layout, cluster=True)
+        self.destination = attrs.evolve(self.destination, key_layout=layout)
 
     def needs_catalog(self, name: str) -> bool:
         """Whether a strict producer reads the catalog before dispatching ``name``."""
@@ -209,14 +280,6 @@ class ProducerCore:
             task = self._tasks[name] = served_task(name, self.destination, self._served(name))
         return task
 
-    def _encode(self, task: CatalogTask, payload: Any) -> bytes:
-        """The message of ``task`` (not unique) for ``payload``: one encoder per task's
-        settings, so only the payload is encoded per call."""
-        encode = self._encoders.get(task)
-        if encode is None:
-            encode = self._encoders[task] = plain_encoder(task)
-        return encode(wire_payload(payload))
-
     def one(
         self,
         name: str,
@@ -232,11 +295,11 @@ class ProducerCore:
         if unique_key is None and unique_for is None:
             task = self._task(name)
             if not task.unique:  # the common case, without a lock
-                return Enqueue(data=self._encode(task, payload))
+                return self._planner.entry(task, wire_payload(payload))
         settings = self.settings(name, unique_key, unique_for)
         if not settings.task.unique:
-            return enqueue(settings.task, wire_payload(payload))
-        return enqueue(
+            return self._planner.entry(settings.task, wire_payload(payload))
+        return self._planner.entry(
             settings.task,
             wire_payload(payload),
             unique_key=settings.unique_key,
@@ -253,7 +316,7 @@ class ProducerCore:
         task = self._task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        return [self._encode(task, p) for p in payloads]
+        return self._planner.entries(task, [wire_payload(p) for p in payloads])
 
     def delayed(self, name: str, payload: Any, run_at: float) -> tuple[str, bytes]:
         """``(id, member)`` of a delayed dispatch at ``run_at`` (unix seconds).
@@ -265,7 +328,7 @@ class ProducerCore:
         member_id = str(uuid.uuid4())
         # The leader computes a unique task's key from the payload when it moves it.
         plain = attrs.evolve(task, unique=False, unique_for=0.0)
-        member = delayed_member(
+        member = self._planner.member(
             plain,
             wire_payload(payload),
             run_at,

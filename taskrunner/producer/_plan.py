@@ -32,6 +32,7 @@ from taskrunner import _keys, _wire
 from taskrunner._codec import converter
 from taskrunner._config import _name, is_utf8_text
 from taskrunner._keys import KeyLayout
+from taskrunner._options import DEFAULT_OPTIONS
 from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.errors import TaskNotFound
 
@@ -163,8 +164,8 @@ def served_task(
     Raises:
         TaskNotFound: strict, and no live runner serves ``name`` on the producer's stream.
     """
-    if served is None:
-        return CatalogTask(name=name, stream=destination.stream)
+    if served is None:  # known by name only: the default options' entry
+        return DEFAULT_OPTIONS.catalog_task(name, destination.stream)
     here = [entry for entry in served if entry.stream == destination.stream]
     if not here:
         raise not_served(name, destination, served)

@@ -32,6 +32,7 @@ from taskrunner import _keys
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner._keys import KeyLayout
 from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
+from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
@@ -40,19 +41,26 @@ from taskrunner.producer._core import (
     SOCKET_TIMEOUT,
     TRACK_SOURCE,
     ProducerCore,
+    ask_is_cluster,
+    check_cluster_url,
     check_timeout,
     is_cluster_client,
     lock_px,
     log_kept_lock,
     raw_bytes,
+    socket_timeout_of,
     text,
     translated,
     wait_slice,
     was_cancelled,
 )
 from taskrunner.producer._plan import CatalogView
+from taskrunner.producer._sentinel import sync_master
 
 log = logging.getLogger("taskrunner.producer")
+
+Client = redis.Redis | redis.RedisCluster
+"""The redis-py clients a producer works on."""
 
 RELEASE_SOURCE = (resources.files("taskrunner.backends.redis") / "lua" / "release.lua").read_text()
 """The runner's compare-and-delete of a lock (``lua/release.lua``)."""
@@ -84,7 +92,8 @@ class Producer:
     """Sends tasks by name to a group's runners, from sync code (threads welcome).
 
     Args:
-        client: A redis-py client (``redis.Redis``, ``fakeredis.FakeRedis``), which
+        client: A redis-py client (``redis.Redis``, ``redis.RedisCluster``,
+            ``fakeredis.FakeRedis``), which
             stays yours: :meth:`close` never closes it.
         consumer_group: The runners' ``TaskRunnerConfig.consumer_group``.
         prefix: As ``RedisBackend``'s: ``None`` means the group's own stream,
@@ -108,7 +117,7 @@ class Producer:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         *,
         consumer_group: str,
         prefix: str | None = None,
@@ -129,7 +138,7 @@ class Producer:
     def _setup(
         self,
         client: Any,
-        connect: Callable[[], redis.Redis] | None,
+        connect: Callable[[], Client] | None,
         *,
         consumer_group: str,
         prefix: str | None,
@@ -137,9 +146,10 @@ class Producer:
         strict: bool,
         key_layout: KeyLayout | None = None,
     ) -> None:
-        if not isinstance(client, redis.Redis):
+        if not isinstance(client, redis.Redis | redis.RedisCluster):
             raise TypeError(
-                f"Producer needs a sync redis-py client (redis.Redis), got {client!r}: "
+                f"Producer needs a sync redis-py client (redis.Redis or redis.RedisCluster), "
+                f"got {client!r}: "
                 "from asyncio code use taskrunner.producer.AsyncProducer"
             )
         self._core = ProducerCore(
@@ -151,11 +161,12 @@ class Producer:
         )
         self._client = client
         self._connect = connect  # set when the client is ours
+        self._choose: Callable[[], None] | None = None  # set while cluster=None is undecided
         self._pid = os.getpid()
         self._scripts(client)
         self._closed = False
 
-    def _scripts(self, client: redis.Redis) -> None:
+    def _scripts(self, client: Client) -> None:
         self._release = client.register_script(RELEASE_SOURCE)
         self._track = client.register_script(TRACK_SOURCE)
         self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
@@ -170,21 +181,43 @@ class Producer:
         queue: str = "tasks",
         strict: bool = False,
         key_layout: KeyLayout | None = None,
+        cluster: bool | None = None,
         **redis_options: Any,
     ) -> Producer:
-        """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``.
+        """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``,
+        or ``redis.RedisCluster.from_url`` on a cluster: ``cluster=None`` (the default)
+        asks the server once, at the first call (``INFO cluster``), ``True`` or
+        ``False`` decide without asking.
 
         Unless given, ``socket_connect_timeout=5`` and ``socket_timeout=30`` are
         set, so that no call waits forever on a dead server. :meth:`close`
         closes the client.
 
+        A ``redis+sentinel://s1:26379,s2:26379/mymaster/0`` URL (the one the
+        workers use) builds the client with redis-py's ``Sentinel(...).master_for``
+        instead: see ``docs/redis-sentinel.md``.
+
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.
+            ClusterCommandError: a cluster and a URL naming a database other
+                than 0 (with ``cluster=None``, raised by the first call).
         """
+        given = dict(redis_options)
         redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
         redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
+        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
+        if is_sentinel_url(url):
+            if cluster:
+                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
+            cluster = False
+        if cluster:
+            check_cluster_url(url)
 
-        def connect() -> redis.Redis:
+        def connect() -> Client:
+            if cluster:
+                return redis.RedisCluster.from_url(url, **redis_options)
+            if is_sentinel_url(url):
+                return sync_master(url, defaults, given)
             return redis.Redis.from_url(url, **redis_options)
 
         producer = cls.__new__(cls)
@@ -197,6 +230,23 @@ class Producer:
             strict=strict,
             key_layout=key_layout,
         )
+        if cluster is None:
+
+            def choose() -> None:
+                nonlocal cluster
+                # Asked once, at the first call: from_url opens no connection.
+                with translated():
+                    on_cluster = ask_is_cluster(url, redis_options)
+                producer._choose = None
+                if on_cluster:
+                    check_cluster_url(url)
+                    producer._client.close()
+                    cluster = True  # connect() now makes cluster clients (after a fork too)
+                    producer._client = connect()
+                    producer._scripts(producer._client)
+                    producer._core.on_cluster(key_layout)  # its keys in the cluster layout
+
+            producer._choose = choose
         return producer
 
     def __repr__(self) -> str:
@@ -217,11 +267,13 @@ class Producer:
         return self._core.destination.stream
 
     # The client -------------------------------------------------------------
-    def _redis(self) -> redis.Redis:
+    def _redis(self) -> Client:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if os.getpid() != self._pid:
             self._after_fork()
+        if self._choose is not None:
+            self._choose()
         return self._client
 
     def _after_fork(self) -> None:
@@ -232,13 +284,13 @@ class Producer:
             self._scripts(self._client)
         self._core.catalog = CatalogView()
 
-    def _read_catalog(self, client: redis.Redis, name: str) -> None:
+    def _read_catalog(self, client: Client, name: str) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    def _add(self, client: redis.Redis, data: bytes) -> str:
+    def _add(self, client: Client, data: bytes) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
             reply = client.execute_command(  # type: ignore[no-untyped-call]
@@ -286,7 +338,7 @@ class Producer:
         entry = self._core.one(name, payload, unique_key, unique_for)
         return ProducerHandle(self._send(client, name, entry), name, self)
 
-    def _send(self, client: redis.Redis, name: str, entry: Enqueue) -> str:
+    def _send(self, client: Client, name: str, entry: Enqueue) -> str:
         lock = entry.lock
         if lock is None:
             return self._add(client, entry.data)
@@ -332,7 +384,7 @@ class Producer:
             with translated():
                 pipe = client.pipeline(transaction=False)
                 for item in data[start : start + ADD_CHUNK]:
-                    pipe.execute_command(  # type: ignore[no-untyped-call]
+                    pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
                         "XADD", self.stream, "*", "payload", item
                     )
                 ids.extend(text(reply) for reply in pipe.execute())
@@ -413,7 +465,7 @@ class Producer:
         client = self._redis()
         key, notice = self._core.result_keys(task_id)
         deadline = time.monotonic() + limit
-        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = socket_timeout_of(client)
         with translated():
             raw = raw_bytes(client.get(key))
             while raw is None and (left := deadline - time.monotonic()) > 0:

@@ -73,6 +73,7 @@ from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing regis
     check_catalog,
     check_catalog_expiry,
 )
+from taskrunner.testing._cluster import ClusterNode, ClusterProcess, running_cluster
 from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
     check_defer,
     check_defer_on_a_queue,
@@ -126,8 +127,14 @@ from taskrunner.testing._schedule_checks import (  # noqa: F401 - importing regi
     check_in_flight_marks_and_outcomes,
     check_schedule_specs,
 )
+from taskrunner.testing._sentinel import (
+    SentinelDeployment,
+    SentinelProcess,
+    running_sentinel_deployment,
+)
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
+    check_desired_instances,
     check_heartbeat_holder,
     check_heartbeats,
     check_lease_expiry,
@@ -171,12 +178,18 @@ __all__ = [
     "CHECK_TIMEOUT",
     "CONTRACT_CHECKS",
     "INSPECTION_CHECKS",
+    "ClusterNode",
+    "ClusterProcess",
     "ContractCheck",
     "PartitionedBackend",
+    "SentinelDeployment",
+    "SentinelProcess",
     "ServerProcess",
     "contract_parametrize",
     "find_server_binary",
     "free_port",
+    "running_cluster",
+    "running_sentinel_deployment",
     "running_server",
     "sync_command",
 ]

@@ -47,6 +47,8 @@ class KeyKind(enum.StrEnum):
     """The group's leader lease (``taskrunner:leader:<base32(sha1(group))>``)."""
     TUNING = "tuning"
     """The published pool capacity (``taskrunner:<group>:worker_tuning_capacity``)."""
+    DESIRED_INSTANCES = "desired_instances"
+    """The instance count asked of an autoscaler (``taskrunner:<group>:desired_instances``)."""
     METRICS = "metrics"
     """The timing-metrics hash (``taskrunner:<group>:metrics``)."""
     RESULT = "result"
@@ -75,6 +77,7 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.STOP_REQUESTS: "running tasks asked to stop",
     KeyKind.LEADER: "leader lease",
     KeyKind.TUNING: "published pool capacity",
+    KeyKind.DESIRED_INSTANCES: "instances the fleet needs (for an autoscaler)",
     KeyKind.METRICS: "timing metrics",
     KeyKind.RESULT: "a task's kept result",
     KeyKind.RESULT_NOTICE: "a task's result notice (for waiters)",
@@ -96,6 +99,7 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.STOP_REQUESTS: "zset",
     KeyKind.LEADER: "string",
     KeyKind.TUNING: "string",
+    KeyKind.DESIRED_INSTANCES: "string",
     KeyKind.METRICS: "hash",
     KeyKind.RESULT: "string",
     KeyKind.RESULT_NOTICE: "list",
@@ -152,6 +156,7 @@ class KeyCounts:
     stop_requests: int = 0
     leader: int = 0
     tuning: int = 0
+    desired_instances: int = 0
     metrics: int = 0
     result: int = 0
     result_notice: int = 0
@@ -291,10 +296,10 @@ class Inspection(Protocol):
         (an explicit shared prefix), the stream, the dead-letter stream and the
         claim-delay ring are kept for them; otherwise they are deleted too, with
         the group's delayed set and its id indexes, stop requests, lease, tuning
-        value, metrics hash, and its tasks' results and notices. Other groups'
-        keys are never touched. Unique locks and (with ``heartbeats``)
-        heartbeat keys: in the go layout they are not per group, and every one is
-        deleted; in the cluster layout the group's own are.
+        value, desired instance count, metrics hash, and its tasks' results and
+        notices. Other groups' keys are never touched. Unique locks and (with
+        ``heartbeats``) heartbeat keys: in the go layout they are not per group, and
+        every one is deleted; in the cluster layout the group's own are.
 
         Returns:
             The names deleted (those :meth:`list_keys` found, less those kept),

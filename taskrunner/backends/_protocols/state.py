@@ -1,6 +1,7 @@
 """The :class:`SharedState` protocol: the small amount of fleet-wide state.
 
-Leases, the delayed set, metrics, heartbeats, locks and the published pool size. See
+Leases, the delayed set, metrics, heartbeats, locks, the published pool size and the
+instance count asked of an autoscaler. See
 :mod:`taskrunner.backends._protocols` for the conventions every protocol follows.
 """
 
@@ -162,4 +163,16 @@ class SharedState(Protocol):
 
     async def read_tuning(self, group: str) -> int | None:
         """The published capacity, if one is live."""
+        ...
+
+    # Autoscaling --------------------------------------------------------
+    async def publish_desired_instances(self, group: str, count: int, ttl: float) -> None:
+        """Publish the instance count the leader asks the autoscaler for (``target_wait``)
+        for ``ttl`` seconds, replacing any earlier value (``taskrunner:<group>:desired_instances``;
+        ours, a Go worker never reads it)."""
+        ...
+
+    async def read_desired_instances(self, group: str) -> int | None:
+        """The published instance count, if one is live (a value that is not an
+        integer counts as none)."""
         ...

@@ -138,6 +138,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         for name in (
             _keys.leader(group, self.key_layout),
             _keys.worker_tuning_capacity(group, self.key_layout),
+            _keys.desired_instances(group, self.key_layout),
         ):
             value = self._get(name)
             if value is not None:

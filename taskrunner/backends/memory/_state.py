@@ -1,13 +1,12 @@
 """Fleet-wide shared state in process memory, on trio's clock.
 
 String keys with expiry model Redis strings with ``PX`` (leases, locks,
-heartbeats, the tuning value); the delayed set is a dict of member -> score
-per group; the metrics hash a dict of integers, incremented by the wire's rule
-(:func:`taskrunner._wire.add_timing`, which the Redis backend runs in Lua).
-Expired keys vanish lazily when
-looked at, exactly as observed through Redis. Key names are the documented
-ones (``taskrunner._keys``), so a test can inspect them the same way on both
-backends.
+heartbeats, the tuning value, the desired instance count); the delayed set is a
+dict of member -> score per group; the metrics hash a dict of integers,
+incremented by the wire's rule (:func:`taskrunner._wire.add_timing`, which the
+Redis backend runs in Lua). Expired keys vanish lazily when looked at, exactly
+as observed through Redis. Key names are the documented ones
+(``taskrunner._keys``), so a test can inspect them the same way on both backends.
 
 Text that Redis could not be sent (a string with no UTF-8 form: a lone
 surrogate) is refused here too, with the same
@@ -257,4 +256,14 @@ class MemoryState(KeyLayoutHolder):
     async def read_tuning(self, group: str) -> int | None:
         await trio.lowlevel.checkpoint()
         value = self._get(_keys.worker_tuning_capacity(group, self.key_layout))
+        return int(value) if value is not None else None
+
+    # Autoscaling ----------------------------------------------------------
+    async def publish_desired_instances(self, group: str, count: int, ttl: float) -> None:
+        await trio.lowlevel.checkpoint()
+        self._strings[_keys.desired_instances(group)] = (str(count), trio.current_time() + ttl)
+
+    async def read_desired_instances(self, group: str) -> int | None:
+        await trio.lowlevel.checkpoint()
+        value = self._get(_keys.desired_instances(group))
         return int(value) if value is not None else None

@@ -189,8 +189,9 @@ class RedisInspection(RedisQueue, RedisState):
         )
         sent_as = {key.name: raw for raw, key in listed}
         commands: list[Sequence[CommandArg]] = [("XGROUP", "DESTROY", stream, group)]
-        if doomed:
-            commands.append(("DEL", *(sent_as[name] for name in doomed)))
+        # One DEL per key, in the same round trip: on a cluster the heartbeats
+        # and locks live in other slots than the group's keys.
+        commands += [("DEL", sent_as[name]) for name in doomed]
         # XGROUP DESTROY answers an error when there is no stream or no such group:
         # nothing to destroy. DEL's errors are real.
         replies = await self._client.pipeline(commands, raise_on_error=False)
