@@ -27,7 +27,6 @@ PURE = [
     "_fleet/stats",
     "_fleet/tuning",
     "_keys",
-    "backends/_key_layout",
     "_fleet/scaling",
     "backends/redis/_failover",
 ]
