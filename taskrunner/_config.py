@@ -14,7 +14,9 @@ from typing import Any
 
 import attrs
 
+from taskrunner import _keys
 from taskrunner._execution.hooks import Hook
+from taskrunner._keys import KeyLayout
 
 
 def _default_host() -> str:
@@ -51,6 +53,17 @@ def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
         )
     if not is_utf8_text(value):  # every key and consumer name is built from it
         raise ValueError(f"{attribute.name} must be valid UTF-8 text, got {value!r}")
+
+
+def _group(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    problem = _keys.group_problem(value)
+    if problem is not None:
+        raise ValueError(f"{attribute.name} {problem}, got {value!r}")
+
+
+def _key_layout(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and value not in _keys.KEY_LAYOUTS:
+        raise ValueError(f"{attribute.name} must be 'go', 'cluster' or None, got {value!r}")
 
 
 def queue_name_problem(value: object) -> str | None:
@@ -142,8 +155,9 @@ class TaskRunnerConfig:
         TypeError: a field has the wrong type (e.g. a string where seconds go).
     """
 
-    consumer_group: str = attrs.field(validator=_name)
-    """Consumer-group name; namespaces every key and metric of this fleet."""
+    consumer_group: str = attrs.field(validator=[_name, _group])
+    """Consumer-group name; namespaces every key and metric of this fleet. It may not
+    hold ``{`` or ``}``: the cluster key layout puts it in the hash tag ``{<group>}``."""
 
     host: str = attrs.field(factory=_default_host, validator=_name)
     """This process's identity in consumer names (``<group>_<host>_<fetcher>``) and
@@ -264,6 +278,15 @@ class TaskRunnerConfig:
     named here, else to the first queue named here (:meth:`default_queue`), never
     to a stream this runner does not read."""
 
+    key_layout: KeyLayout | None = attrs.field(default=None, validator=_key_layout)
+    """How the backend names this group's keys (docs/redis-key-layout.md): ``"go"``,
+    the Go library's layout, or ``"cluster"``, every key of the group under the hash
+    tag ``{<group>}`` so they share one Redis Cluster slot (it works on a standalone
+    server too, so a team can move before it shards). ``None`` (the default) is the
+    backend's choice: ``"cluster"`` on a Redis Cluster, ``"go"`` elsewhere. ``"go"``
+    on a cluster is refused when the runner meets its backend
+    (:class:`~taskrunner._keys.KeyLayoutError`): the Go library's keys of one group
+    cannot share a slot."""
     min_replicas: int = _count(default=0, validator=_non_negative)
     """Replicas that must hold a dispatched message before ``dispatch`` returns: each
     dispatch (``dispatch_many``, ``dispatch_delayed`` and ``schedule_for`` too) is

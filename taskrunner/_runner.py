@@ -44,6 +44,7 @@ from taskrunner._schedules.api import Scheduling
 from taskrunner._serve import aggregator, heartbeat, tree
 from taskrunner._serve.tree import ServeParts
 from taskrunner.backends import Backend
+from taskrunner.backends._key_layout import learn_key_layout
 from taskrunner.errors import AlreadyServing, DuplicateHost
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class TaskRunner(Registering, Scheduling, Dispatching):
 
     def __init__(self, config: TaskRunnerConfig, backend: Backend) -> None:
         check_runner_arguments(config, backend)
+        backend.use_key_layout(config.key_layout)  # refuses a layout the backend cannot use
         self.backend = backend
         self.instance_id = uuid.uuid4().hex
         self._config = ConfigHolder(config)
@@ -363,7 +365,12 @@ class TaskRunner(Registering, Scheduling, Dispatching):
         try:
             await self._parts.sharing.check_start()
             async with open_lifespan(self._lifespan, self, cfg.shutdown_grace) as state:
-                await heartbeat.claim(self.backend, cfg.host, self.instance_id)
+                # The layout again: a cluster is found at connect, "go" there is refused.
+                await learn_key_layout(self.backend)
+                self.backend.use_key_layout(cfg.key_layout)
+                await heartbeat.claim(
+                    self.backend, cfg.host, self.instance_id, group=cfg.consumer_group
+                )
                 self._parts.prepare(state, self._middlewares, cfg.sync_threads)
                 services = partial(
                     tree.run,

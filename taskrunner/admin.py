@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from taskrunner import _keys
 from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.dead import (
     DeadLetterInfo,
@@ -164,7 +165,8 @@ def documented_keys(backend: Backend, group: str) -> dict[str, str]:
     (``taskrunner:unique:*``) keys are found by pattern instead.
     """
     return {
-        name: PURPOSES[kind] for name, kind in group_keys(backend.stream_keys(group), group).items()
+        name: PURPOSES[kind]
+        for name, kind in group_keys(backend.stream_keys(group), group, backend.key_layout).items()
     }
 
 
@@ -345,6 +347,7 @@ async def replay_dead_letters(
     """
     results: dict[str, ReplayResult] = {}
     left = list(dict.fromkeys(ids))
+    lock_prefix = _keys.unique_prefix(group, backend.key_layout)
     for name in await _queues(backend, group, queue):
         if not left:
             break
@@ -352,7 +355,7 @@ async def replay_dead_letters(
         replays: list[Replay] = []
         for dead_id in [i for i in left if i in found]:
             dead = found[dead_id]
-            replay = replay_of(dead)
+            replay = replay_of(dead, lock_prefix=lock_prefix)
             if replay is None:
                 results[dead_id] = ReplayResult(
                     id=dead_id, task_id=dead.message_id, entry_id=None, reason="no payload"

@@ -60,6 +60,17 @@ async def test_memory_backend(
         await check(backend)
 
 
+@contract_parametrize()
+@pytest.mark.parametrize("delete_on_ack", [True, False], ids=["delete_on_ack", "keep_on_ack"])
+async def test_memory_backend_cluster_layout(
+    check: ContractCheck, delete_on_ack: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The cluster key layout names every key differently (``taskrunner:{<group>}:...``,
+    heartbeats and locks the group's): the contract holds all the same."""
+    async with MemoryBackend(delete_on_ack=delete_on_ack, key_layout="cluster") as backend:
+        await check(backend)
+
+
 @pytest.mark.parametrize("delete_on_ack", [True, False], ids=["delete_on_ack", "keep_on_ack"])
 async def test_memory_backend_on_a_used_stream(
     delete_on_ack: bool, autojump_clock: trio.testing.MockClock
@@ -452,8 +463,11 @@ def _no_rebase(b: MemoryBackend) -> None:
 def _heartbeat_overwrites(b: MemoryBackend) -> None:
     """The old heartbeat: a plain ``SET``, whoever holds the key."""
 
-    async def heartbeat(host: str, instance_id: str, ttl: float) -> str | None:
-        b._strings[_keys.replication(host)] = (instance_id, trio.current_time() + ttl)
+    async def heartbeat(
+        host: str, instance_id: str, ttl: float, *, group: str | None = None
+    ) -> str | None:
+        key = _keys.replication(host, b.key_layout, group)
+        b._strings[key] = (instance_id, trio.current_time() + ttl)
         return None
 
     b.heartbeat = heartbeat  # type: ignore[method-assign]
@@ -463,8 +477,8 @@ def _holder_left_is_ttl(b: MemoryBackend) -> None:
     """Seconds left that never run down (the ttl it was set with, say)."""
 
     def make(orig: Any) -> Any:
-        async def heartbeat_holder(host: str) -> Any:
-            seen = await orig(host)
+        async def heartbeat_holder(host: str, *, group: str | None = None) -> Any:
+            seen = await orig(host, group=group)
             return None if seen is None else (seen[0], 1.0)
 
         return heartbeat_holder
@@ -473,8 +487,8 @@ def _holder_left_is_ttl(b: MemoryBackend) -> None:
 
 
 def _remove_any_heartbeat(b: MemoryBackend) -> None:
-    async def remove_heartbeat(host: str, instance_id: str) -> None:
-        b._strings.pop(_keys.replication(host), None)
+    async def remove_heartbeat(host: str, instance_id: str, *, group: str | None = None) -> None:
+        b._strings.pop(_keys.replication(host, b.key_layout, group), None)
 
     b.remove_heartbeat = remove_heartbeat  # type: ignore[method-assign]
 

@@ -173,6 +173,15 @@ EXPECTED: dict[str, list[str]] = {
         "taskrunner:unique:invoice:A-17     string size 32  ttl 60 s   unique-job lock",
         "flushed 4 key(s); left: []",
     ],
+    "cluster_layout.py": [
+        "taskrunner:{shop}:tasks                  slot 3808",
+        "taskrunner:{shop}:delayed_tasks          slot 3808",
+        "taskrunner:{shop}:delayed_ids            slot 3808",
+        "taskrunner:{shop}:unique:invoice:A-17    slot 3808",
+        "4 keys, 1 slot",
+        "refused: consumer_group must not contain '{' or '}' (the cluster layout's hash tag "
+        "is {<group>}), got 'shop{eu}'",
+    ],
     "inspect_fleet.py": [
         "groups on the store: ['billing']",
         "instance on worker-1, heartbeat 15 s left",

@@ -26,6 +26,7 @@ PURE = [
     "_flow/slots",
     "_fleet/stats",
     "_fleet/tuning",
+    "_keys",
     "_fleet/scaling",
     "backends/redis/_failover",
 ]

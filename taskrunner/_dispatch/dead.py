@@ -85,7 +85,9 @@ def dead_letter_info(dead: DeadLetter, *, queue: str | None = None) -> DeadLette
     )
 
 
-def replay_of(dead: DeadLetter, *, token: str | None = None) -> Replay | None:
+def replay_of(
+    dead: DeadLetter, *, token: str | None = None, lock_prefix: str = _wire.UNIQUE_LOCK_PREFIX
+) -> Replay | None:
     """The replay of ``dead``, or ``None`` when it has no payload to dispatch.
 
     Args:
@@ -115,7 +117,7 @@ def replay_of(dead: DeadLetter, *, token: str | None = None) -> Replay | None:
         dead_id=dead.id,
         task_id=task_id,
         message=_wire.encode_message(fresh),
-        lock_key=_wire.unique_lock(message.task_name, message.unique_key),
+        lock_key=_wire.unique_lock(message.task_name, message.unique_key, lock_prefix),
         lock_token=token,
         lock_ttl=float(message.unique_for) if message.unique_for > 0 else DEFAULT_LOCK_TTL,
     )

@@ -32,6 +32,7 @@ from typing import Any, Protocol, cast
 
 import trio
 
+from taskrunner import _keys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig, queue_name_problem
 from taskrunner._dispatch.enqueue import (
     LockRequest,
@@ -44,6 +45,7 @@ from taskrunner._dispatch.handle import TaskHandle
 from taskrunner._dispatch.tracker import Tracker
 from taskrunner._task import Task
 from taskrunner.backends import Backend
+from taskrunner.backends._key_layout import learn_key_layout
 from taskrunner.backends._protocols.replication import ReplicatedAdd
 from taskrunner.errors import BackendError, TaskAlreadyDispatched, TaskNotFound
 
@@ -111,6 +113,7 @@ class Dispatcher:
         """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
         self._planner = Planner()
         self._queues_of: tuple[object, str | None, str] | None = None
+        self._layout_known = False
 
     def _queues(self) -> tuple[str | None, str]:
         """``(default, own)``: where a task without a queue of its own goes (see
@@ -125,6 +128,13 @@ class Dispatcher:
             cached = self._queues_of = (config, config.default_queue(own), own)
         return cached[1], cached[2]
 
+    async def _learn_layout(self) -> None:
+        # A backend that finds a cluster at its first call names keys by what it finds:
+        # ask before the first dispatch names any (a message in the other layout's
+        # stream would never be read).
+        await learn_key_layout(self._backend)
+        self._layout_known = True
+
     def _get_task(self, name: str) -> Task:
         try:
             return self._tasks[name]
@@ -135,6 +145,8 @@ class Dispatcher:
         self, name: str, payload: Any = None, *, queue: str | None = None
     ) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
+        if not self._layout_known:  # the first call: is the server a cluster?
+            await self._learn_layout()
         with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
             return await self._dispatch(name, payload, trace, queue)
 
@@ -152,9 +164,17 @@ class Dispatcher:
         # (_dispatch.enqueue, _wire), handed to the backend; nothing in this
         # module touches it in between (tests/test_dispatch_path.py).
         wire, key = task.dispatch_form(payload)
-        plan = self._planner.entry(
-            task, wire, key=key, token=uuid.uuid4().hex if task.unique else "", trace=trace
-        )
+        if task.unique:
+            plan = self._planner.entry(
+                task,
+                wire,
+                key=key,
+                token=uuid.uuid4().hex,
+                trace=trace,
+                lock_prefix=_keys.unique_prefix(group, self._backend.key_layout),
+            )
+        else:
+            plan = self._planner.entry(task, wire, trace=trace)
         lock = plan.lock
         if lock is None:
             (message_id,) = await add(group, [plan.data], queue=queue)
@@ -205,6 +225,8 @@ class Dispatcher:
         self, name: str, payloads: Iterable[Any], *, queue: str | None = None
     ) -> list[TaskHandle]:
         """See :meth:`TaskRunner.dispatch_many <taskrunner.TaskRunner.dispatch_many>`."""
+        if not self._layout_known:  # the first call: is the server a cluster?
+            await self._learn_layout()
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
@@ -235,6 +257,8 @@ class Dispatcher:
         queue: str | None = None,
     ) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch_delayed <taskrunner.TaskRunner.dispatch_delayed>`."""
+        if not self._layout_known:  # the first call: is the server a cluster?
+            await self._learn_layout()
         seconds = delay_seconds(delay)
         return await self._add_delayed(name, payload, self._backend.now() + seconds, queue)
 
@@ -242,6 +266,8 @@ class Dispatcher:
         self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
     ) -> TaskHandle:
         """See :meth:`TaskRunner.schedule_for <taskrunner.TaskRunner.schedule_for>`."""
+        if not self._layout_known:  # the first call: is the server a cluster?
+            await self._learn_layout()
         unix = unix_seconds(when)
         # Run-at times are in the backend's clock (unix on Redis, trio's in memory).
         run_at = unix - time.time() + self._backend.now()

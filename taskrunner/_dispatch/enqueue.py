@@ -108,6 +108,7 @@ class Planner:
         unique_key: str | None = None,
         token: str = "",
         trace: dict[str, str] | None = None,
+        lock_prefix: str = _wire.UNIQUE_LOCK_PREFIX,
     ) -> Enqueue:
         """The entry that runs ``task`` once with ``payload`` (its wire form).
 
@@ -121,6 +122,9 @@ class Planner:
                 known already (a producer's), instead of ``key``.
             token: For a unique task, a fresh random lock token.
             trace: The dispatch's trace context, when traced (``taskrunner.otel``).
+            lock_prefix: For a unique task, the head of the group's lock keys
+                (:func:`taskrunner._keys.unique_prefix` of the backend's key layout;
+                the go layout's when not given).
 
         Raises:
             InvalidTaskPayload: the message cannot be encoded, or is over the size limit.
@@ -136,7 +140,9 @@ class Planner:
         if unique_key is None:
             unique_key = _wire.message_unique_key(task.name, key)
         lock = LockRequest(
-            key=_wire.unique_lock(task.name, unique_key), token=token, ttl=task.unique_for
+            key=_wire.unique_lock(task.name, unique_key, lock_prefix),
+            token=token,
+            ttl=task.unique_for,
         )
         message = _wire.new_message(task, payload, unique_key=unique_key, token=token, trace=trace)
         return Enqueue(data=_wire.encode_message(message), lock=lock)
@@ -236,6 +242,7 @@ def enqueue(
     unique_key: str = "",
     token: str = "",
     trace: dict[str, str] | None = None,
+    lock_prefix: str = _wire.UNIQUE_LOCK_PREFIX,
 ) -> Enqueue:
     """The entry that runs ``task`` once with ``payload`` (its wire form), for a
     message ``unique_key`` already known (:meth:`Planner.entry` takes the key).
@@ -249,7 +256,9 @@ def enqueue(
     return Enqueue(
         data=_wire.encode_message(message),
         lock=LockRequest(
-            key=_wire.unique_lock(task.name, unique_key), token=token, ttl=task.unique_for
+            key=_wire.unique_lock(task.name, unique_key, lock_prefix),
+            token=token,
+            ttl=task.unique_for,
         ),
     )
 

@@ -23,6 +23,7 @@ from taskrunner._dispatch.handle import TaskHandle, TaskInfo, task_info
 from taskrunner._dispatch.results import outcome_of
 from taskrunner._task import Task
 from taskrunner.backends import Backend
+from taskrunner.backends._key_layout import learn_key_layout
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,13 @@ class Tracker:
 
     async def get_task(self, task_id: str, queue: str | None = None) -> TaskInfo | None:
         """See :meth:`TaskRunner.get_task <taskrunner.TaskRunner.get_task>`."""
+        await learn_key_layout(self._backend)  # its keys in the layout the server takes
         snapshot = await self._backend.lookup(self._group, task_id, queues=self.queues(queue))
         return None if snapshot is None else task_info(snapshot)
 
     async def cancel(self, task_id: str, queue: str | None = None) -> bool:
         """See :meth:`TaskRunner.cancel <taskrunner.TaskRunner.cancel>`."""
+        await learn_key_layout(self._backend)  # its keys in the layout the server takes
         done = await self._backend.cancel(self._group, task_id, queues=self.queues(queue))
         if done.state is None:
             return False

@@ -68,7 +68,13 @@ def _undeliverable(raw: bytes, why: str) -> DelayedMove:
     return DelayedMove(member=raw, message=raw)
 
 
-def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = None) -> DelayedMove:
+def build_move(
+    raw: bytes,
+    tasks: Mapping[str, Task],
+    *,
+    token: str | None = None,
+    lock_prefix: str = _wire.UNIQUE_LOCK_PREFIX,
+) -> DelayedMove:
     """The stream message a delayed member becomes (pure but for a fresh lock token).
 
     Only the member's task, payload and our optional fields are used (the
@@ -136,7 +142,7 @@ def build_move(raw: bytes, tasks: Mapping[str, Task], *, token: str | None = Non
     return DelayedMove(
         member=raw,
         message=_encode(message, raw),
-        lock_key=_wire.unique_lock(task.name, unique_key),
+        lock_key=_wire.unique_lock(task.name, unique_key, lock_prefix),
         lock_token=token,
         lock_ttl=task.unique_for,
         task_id=task_id,

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from taskrunner import _keys
 from taskrunner._config import ConfigHolder
 from taskrunner._execution.outcomes import (
     cancelled_document,
@@ -44,10 +45,11 @@ __all__ = ["Finishing", "attempt_of", "enqueued_at", "lock_of", "periodic_outcom
 log = logging.getLogger(__name__)
 
 
-def lock_of(message: TaskMessage) -> tuple[str, str] | None:
-    """The unique lock ``(key, token)`` a message holds, if any."""
+def lock_of(message: TaskMessage, prefix: str) -> tuple[str, str] | None:
+    """The unique lock ``(key, token)`` a message holds, if any (``prefix``: the head
+    of the group's lock keys, :func:`taskrunner._keys.unique_prefix`)."""
     if message.unique and message.unique_lock_value:
-        return unique_lock(message.task_name, message.unique_key), message.unique_lock_value
+        return unique_lock(message.task_name, message.unique_key, prefix), message.unique_lock_value
     return None
 
 
@@ -121,6 +123,14 @@ class Finishing:
         self._tasks = tasks
         self.cancelled_count = 0
 
+    def lock(self, message: TaskMessage | None) -> tuple[str, str] | None:
+        """The unique lock ``(key, token)`` ``message`` holds, if any, in the backend's
+        key layout (a message without one costs one test)."""
+        if message is None or not (message.unique and message.unique_lock_value):
+            return None
+        group = self._config.current.consumer_group
+        return lock_of(message, _keys.unique_prefix(group, self._backend.key_layout))
+
     def now(self) -> float:
         """The backend's clock: a result's times."""
         return self._backend.now()
@@ -152,7 +162,7 @@ class Finishing:
             )
         self._acker.ack(
             entry.id,
-            lock_of(message),
+            self.lock(message),
             periodic_outcome(message, entry.id, "succeeded", self._backend.now()),
             outcome(entry.id, message, keep, document),
             queue=entry.queue,
@@ -190,7 +200,7 @@ class Finishing:
         done = outcome(entry.id, message, keep, document, cancelled=True)
         # A periodic run that was cancelled ends as one that failed (its mark is freed).
         periodic = periodic_outcome(message, entry.id, "failed", self._backend.now())
-        self._acker.ack(entry.id, lock_of(message), periodic, done, queue=entry.queue)
+        self._acker.ack(entry.id, self.lock(message), periodic, done, queue=entry.queue)
 
     def failed(
         self,
@@ -226,7 +236,7 @@ class Finishing:
             )
         self._acker.ack(
             entry_id,
-            lock_of(message),
+            self.lock(message),
             periodic_outcome(message, entry_id, "failed", self._backend.now()),
             outcome(entry_id, message, keep, document),
             queue=queue,

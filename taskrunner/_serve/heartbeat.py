@@ -97,9 +97,10 @@ def holder_verdict(first: Sighting, holder: str | None, left: float, now: float)
     return Verdict.WAIT
 
 
-async def claim(backend: Backend, host: str, instance_id: str) -> None:
+async def claim(backend: Backend, host: str, instance_id: str, *, group: str | None = None) -> None:
     """Take the host's heartbeat key for this instance, or refuse (see the module
-    docstring). Returns at once when the key is free or already ours; waits at
+    docstring); ``group`` is the instance's consumer group (the cluster layout's
+    heartbeat keys are the group's). Returns at once when the key is free or already ours; waits at
     most about one TTL for another instance's key to be renewed or to expire.
 
     Raises:
@@ -108,8 +109,10 @@ async def claim(backend: Backend, host: str, instance_id: str) -> None:
     A backend error is logged and serving goes on: every later beat checks again.
     """
     try:
-        while (other := await backend.heartbeat(host, instance_id, HEARTBEAT_TTL)) is not None:
-            seen = await backend.heartbeat_holder(host)
+        while (
+            other := await backend.heartbeat(host, instance_id, HEARTBEAT_TTL, group=group)
+        ) is not None:
+            seen = await backend.heartbeat_holder(host, group=group)
             if seen is None:
                 continue  # expired since: try again
             first = Sighting(holder=seen[0], left=seen[1], at=trio.current_time())
@@ -121,16 +124,16 @@ async def claim(backend: Backend, host: str, instance_id: str) -> None:
                 other,
                 first.left,
             )
-            await _watch(backend, host, first)
+            await _watch(backend, host, first, group)
     except BackendError as exc:
         log.warning("could not check the heartbeat key of host %s: %s", host, exc)
 
 
-async def _watch(backend: Backend, host: str, first: Sighting) -> None:
+async def _watch(backend: Backend, host: str, first: Sighting, group: str | None) -> None:
     """Return once ``first``'s key is gone; raise if it is renewed."""
     while True:
         await trio.sleep(WATCH_POLL)
-        seen = await backend.heartbeat_holder(host)
+        seen = await backend.heartbeat_holder(host, group=group)
         holder, left = seen if seen is not None else (None, 0.0)
         verdict = holder_verdict(first, holder, left, trio.current_time())
         if verdict is Verdict.LIVE:
@@ -140,10 +143,10 @@ async def _watch(backend: Backend, host: str, first: Sighting) -> None:
             return
 
 
-async def _beat(backend: Backend, host: str, instance_id: str) -> str | None:
+async def _beat(backend: Backend, host: str, instance_id: str, group: str | None) -> str | None:
     """Renew the key; returns the id of another instance holding it, if any."""
     try:
-        return await backend.heartbeat(host, instance_id, HEARTBEAT_TTL)
+        return await backend.heartbeat(host, instance_id, HEARTBEAT_TTL, group=group)
     except BackendError as exc:
         log.warning("heartbeat for %s failed: %s", host, exc)
         return None
@@ -155,6 +158,7 @@ async def run(
     instance_id: str,
     on_taken: Callable[[DuplicateHost], object] = lambda error: None,
     *,
+    group: str | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Beat until cancelled, then delete the heartbeat (bounded, shielded).
@@ -163,19 +167,19 @@ async def run(
     ``on_taken`` with the :class:`~taskrunner.errors.DuplicateHost` to raise,
     and stops beating.
     """
-    other = await _beat(backend, host, instance_id)
+    other = await _beat(backend, host, instance_id, group)
     task_status.started()
     try:
         while other is None:
             await trio.sleep(HEARTBEAT_INTERVAL)
-            other = await _beat(backend, host, instance_id)
+            other = await _beat(backend, host, instance_id, group)
         error = DuplicateHost(host, other)
         log.error("%s; this instance stops serving", error)
         on_taken(error)
     finally:
         with trio.move_on_after(REMOVE_TIMEOUT, shield=True):
             try:
-                await backend.remove_heartbeat(host, instance_id)
+                await backend.remove_heartbeat(host, instance_id, group=group)
             except BackendError as exc:
                 log.warning(
                     "could not delete heartbeat of %s (%s); it expires by itself", host, exc
@@ -183,10 +187,13 @@ async def run(
 
 
 class ReplicationCounter:
-    """``get_number_of_replications`` with its 10 s cache."""
+    """``get_number_of_replications`` with its 10 s cache: every instance on the store
+    in the go layout, ``group``'s instances in the cluster layout (see
+    ``SharedState.count_heartbeats``)."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, group: str | None = None) -> None:
         self._backend = backend
+        self._group = group
         self._count = 0
         self._at: float | None = None
 
@@ -200,7 +207,7 @@ class ReplicationCounter:
         now = trio.current_time()
         if refresh or self._at is None or now - self._at >= REPLICATION_CACHE:
             try:
-                self._count = await self._backend.count_heartbeats()
+                self._count = await self._backend.count_heartbeats(group=self._group)
                 self._at = now
             except BackendError:
                 if self._at is None:

@@ -46,7 +46,7 @@ from taskrunner._execution.hooks import call_hook, call_hook_safely
 from taskrunner._execution.outcomes import outcome
 from taskrunner._execution.retry import Defer, GiveUp, next_step
 from taskrunner._serve.acker import Acker
-from taskrunner._serve.finishing import Finishing, lock_of, periodic_outcome
+from taskrunner._serve.finishing import Finishing, periodic_outcome
 from taskrunner._task import Delivery, Task
 from taskrunner._wire import TaskMessage
 from taskrunner.backends import Backend, QueueEntry
@@ -146,11 +146,11 @@ class Outcomes:
         end an entry-index mapping)."""
         self.counters.completed += 1
         if message.extras is None:  # a plain message pays one test
-            self._acker.ack(entry_id, lock_of(message), queue=queue)
+            self._acker.ack(entry_id, self.finishing.lock(message), queue=queue)
         else:
             self._acker.ack(
                 entry_id,
-                lock_of(message),
+                self.finishing.lock(message),
                 periodic_outcome(message, entry_id, "succeeded", self._backend.now()),
                 outcome(entry_id, message, None),
                 queue=queue,

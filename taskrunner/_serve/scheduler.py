@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from taskrunner import _keys
 from taskrunner._config import ConfigHolder
 from taskrunner._execution.backoff import backoff_delay
 from taskrunner._fleet.timings import TimingRecorder
@@ -172,8 +173,9 @@ class Scheduler:
             if not due:
                 break
             tasks = self._tasks
+            prefix = _keys.unique_prefix(self._group, self._backend.key_layout)
             got = await self._backend.move_delayed(
-                self._group, [build_move(raw, tasks) for raw in due]
+                self._group, [build_move(raw, tasks, lock_prefix=prefix) for raw in due]
             )
             moved += got
             held += len(due) - got

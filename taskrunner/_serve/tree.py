@@ -124,7 +124,7 @@ class ServeParts:
             self.gate,
         )
         self.leadership = Leadership()
-        self.replicas = ReplicationCounter(backend)
+        self.replicas = ReplicationCounter(backend, config.current.consumer_group)
         self.periodic = Periodic(backend, config, tasks, instance_id)
         self.workers_scope: trio.CancelScope | None = None
         """The workers nursery's scope, while serving (its deadline is the drain's)."""
@@ -181,7 +181,9 @@ async def run(
     backend, group = host.backend, cfg.consumer_group
     with trio.CancelScope(shield=True):
         async with trio.open_nursery() as services:
-            await services.start(heartbeat.run, backend, cfg.host, instance_id, lost_host)
+            await services.start(
+                partial(heartbeat.run, group=group), backend, cfg.host, instance_id, lost_host
+            )
             own = backend.stream_keys(group).queue
             await services.start(
                 partial(

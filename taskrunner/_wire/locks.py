@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from taskrunner import _keys
 
-UNIQUE_LOCK_PREFIX = f"{_keys.PREFIX}:unique:"
-"""Every unique lock key starts with this; the rest is the message's ``unique_key``."""
+UNIQUE_LOCK_PREFIX = _keys.unique_prefix("", "go")
+"""Every unique lock key of the go layout starts with this; the rest is the message's
+``unique_key``. In the cluster layout the head is the group's,
+``taskrunner:{<group>}:unique:`` (:func:`taskrunner._keys.unique_prefix`)."""
 
 
 def message_unique_key(task_name: str, key: str | None) -> str:
@@ -22,10 +24,11 @@ def message_unique_key(task_name: str, key: str | None) -> str:
     return f"{task_name}:{key or task_name}"
 
 
-def unique_lock(task_name: str, unique_key: str) -> str:
-    """The lock key of a message: ``taskrunner:unique:`` + its ``unique_key``.
+def unique_lock(task_name: str, unique_key: str, prefix: str = UNIQUE_LOCK_PREFIX) -> str:
+    """The lock key of a message: ``prefix`` (:func:`taskrunner._keys.unique_prefix`,
+    ``taskrunner:unique:`` in the go layout) + its ``unique_key``.
 
     An empty ``unique_key`` is what Go writes for a task without a key
     function, whose lock is ``taskrunner:unique:<task>``.
     """
-    return UNIQUE_LOCK_PREFIX + (unique_key or task_name)
+    return prefix + (unique_key or task_name)

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
-from taskrunner._wire.locks import unique_lock
+from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX, unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES
 from taskrunner.errors import InvalidTaskPayload, InvalidTaskResult
 
@@ -282,16 +282,17 @@ class Removal:
     """How long to keep its cancelled record, when it keeps results."""
 
 
-def removal_of(raw: bytes | None) -> Removal:
+def removal_of(raw: bytes | None, lock_prefix: str = UNIQUE_LOCK_PREFIX) -> Removal:
     """What removing the entry ``raw`` (a message) or member ``raw`` leaves to undo.
 
     The rule ``lua/cancel.lua`` applies, read leniently (an undecodable document
     holds no lock and keeps nothing): the task is ``task_name`` (a message) or
     ``task`` (a member); it holds a lock when it has a non-empty
     ``unique_lock_value`` and ``unique`` is not false, the lock key being
-    ``taskrunner:unique:`` + its ``unique_key`` (or its task's name when that
-    is empty, see :func:`~taskrunner._wire.unique_lock`); ``keep_result`` is
-    kept when it is a number > 0.
+    ``lock_prefix`` (the group's, :func:`taskrunner._keys.unique_prefix`) + its
+    ``unique_key`` (or its task's name when that is empty, see
+    :func:`~taskrunner._wire.unique_lock`); ``keep_result`` is kept when it is a
+    number > 0.
     """
     try:
         doc = json_object(raw or b"")
@@ -302,7 +303,7 @@ def removal_of(raw: bytes | None) -> Removal:
     token, key = doc.get("unique_lock_value"), doc.get("unique_key")
     lock = None
     if isinstance(token, str) and token and doc.get("unique") is not False:
-        lock = unique_lock(task, key if isinstance(key, str) else ""), token
+        lock = unique_lock(task, key if isinstance(key, str) else "", lock_prefix), token
     keep = doc.get("keep_result")
     if isinstance(keep, int | float) and not isinstance(keep, bool) and 0 < keep < math.inf:
         return Removal(task=task, lock=lock, keep_result=float(keep))

@@ -5,7 +5,9 @@ docs/redis-key-layout.md), so the memory backend, which keeps its state under th
 names, answers the :class:`~taskrunner.backends.Inspection` protocol exactly as Redis does:
 
 - :func:`group_keys`: the fixed keys of a group and their :class:`KeyKind`;
-- :func:`kind_of`: the kind of any key a listing meets (fixed, heartbeat, unique lock);
+- :func:`kind_of`: the kind of any key a listing meets (fixed, heartbeat, unique lock),
+  in either key layout (:mod:`taskrunner._keys`);
+- :func:`scanned_patterns`: the ``SCAN MATCH`` patterns of the keys found by pattern;
 - :func:`group_named_by`: the group a key's name contains, if any (how a group that
   never served is still found);
 - :func:`group_key_kind`: the kind of any key a walk of the store meets, as a key of
@@ -17,10 +19,11 @@ names, answers the :class:`~taskrunner.backends.Inspection` protocol exactly as 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from taskrunner import _keys, _wire
-from taskrunner._keys import StreamKeys
+from taskrunner._keys import KeyLayout, StreamKeys
 from taskrunner.backends._protocols.inspection import KeyInfo, KeyKind
 
 __all__ = [
@@ -31,55 +34,62 @@ __all__ = [
     "kind_of",
     "queue_key",
     "queues_in",
+    "scanned_patterns",
 ]
 
 
-def group_keys(keys: StreamKeys, group: str) -> dict[str, KeyKind]:
+def group_keys(keys: StreamKeys, group: str, layout: KeyLayout = "go") -> dict[str, KeyKind]:
     """The fixed key names of ``group`` whose stream keys are ``keys``, in layout order.
 
-    Heartbeats and unique locks are not per group, and results and their notices
-    are per task: a listing finds them by pattern (:func:`kind_of`).
+    Heartbeats and unique locks (every group's in the go layout, the group's own in
+    the cluster layout) and results and their notices (per task): a listing finds
+    them by pattern (:func:`kind_of`, :func:`scanned_patterns`).
     """
     return {
         keys.stream: KeyKind.STREAM,
         keys.dead_letter: KeyKind.DEAD_LETTER,
         keys.claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
-        _keys.delayed_tasks(group): KeyKind.DELAYED_TASKS,
-        _keys.delayed_index(group): KeyKind.DELAYED_INDEX,
-        _keys.entry_index(group): KeyKind.ENTRY_INDEX,
-        _keys.cancelled(group): KeyKind.STOP_REQUESTS,
-        _keys.leader(group): KeyKind.LEADER,
-        _keys.worker_tuning_capacity(group): KeyKind.TUNING,
-        _keys.desired_instances(group): KeyKind.DESIRED_INSTANCES,
-        _keys.metrics(group): KeyKind.METRICS,
-        _keys.catalog(group): KeyKind.CATALOG,
-        _keys.schedules(group): KeyKind.SCHEDULES,
-        _keys.schedule_specs(group): KeyKind.SCHEDULE_SPECS,
-        _keys.paused(group): KeyKind.PAUSED,
+        _keys.delayed_tasks(group, layout): KeyKind.DELAYED_TASKS,
+        _keys.delayed_index(group, layout): KeyKind.DELAYED_INDEX,
+        _keys.entry_index(group, layout): KeyKind.ENTRY_INDEX,
+        _keys.cancelled(group, layout): KeyKind.STOP_REQUESTS,
+        _keys.leader(group, layout): KeyKind.LEADER,
+        _keys.worker_tuning_capacity(group, layout): KeyKind.TUNING,
+        _keys.desired_instances(group, layout): KeyKind.DESIRED_INSTANCES,
+        _keys.metrics(group, layout): KeyKind.METRICS,
+        _keys.catalog(group, layout): KeyKind.CATALOG,
+        _keys.schedules(group, layout): KeyKind.SCHEDULES,
+        _keys.schedule_specs(group, layout): KeyKind.SCHEDULE_SPECS,
+        _keys.paused(group, layout): KeyKind.PAUSED,
     }
 
 
-HEARTBEAT_PREFIX = _keys.replication("")
-"""``taskrunner:replication:``, the head of every heartbeat key."""
+HEARTBEAT_PREFIX = _keys.replication("", "go")
+"""``taskrunner:replication:``, the head of every heartbeat key of the go layout."""
 UNIQUE_LOCK_PATTERN = f"{_wire.UNIQUE_LOCK_PREFIX}*"
-"""``SCAN MATCH`` pattern for every unique lock."""
+"""``SCAN MATCH`` pattern for every unique lock of the go layout."""
 
 
-def kind_of(name: str, fixed: Mapping[str, KeyKind], group: str | None = None) -> KeyKind | None:
+def kind_of(
+    name: str, fixed: Mapping[str, KeyKind], layout: KeyLayout = "go", group: str | None = None
+) -> KeyKind | None:
     """The kind of key ``name``: one of ``fixed`` (:func:`group_keys`), a heartbeat, a
-    unique lock, a result or result notice of ``group`` (when given), or ``None``
-    (not a key of the layout)."""
+    unique lock, a result or result notice of ``group`` (when given; in the cluster
+    layout heartbeats and locks are ``group``'s too), or ``None`` (not a key of the
+    layout)."""
     if name in fixed:
         return fixed[name]
-    if name.startswith(HEARTBEAT_PREFIX):
+    if _keys.heartbeat_host(name, layout, group) is not None:
         return KeyKind.HEARTBEAT
-    if name.startswith(_wire.UNIQUE_LOCK_PREFIX):
-        return KeyKind.UNIQUE_LOCK
     if group is not None:
-        if name.startswith(_keys.result(group, "")):
+        if name.startswith(_keys.unique_prefix(group, layout)):
+            return KeyKind.UNIQUE_LOCK
+        if name.startswith(_keys.result(group, "", layout)):
             return KeyKind.RESULT
-        if name.startswith(_keys.notify(group, "")):
+        if name.startswith(_keys.notify(group, "", layout)):
             return KeyKind.RESULT_NOTICE
+    elif layout == "go" and name.startswith(_wire.UNIQUE_LOCK_PREFIX):
+        return KeyKind.UNIQUE_LOCK
     return None
 
 
@@ -87,11 +97,22 @@ PER_TASK_KINDS = (KeyKind.RESULT, KeyKind.RESULT_NOTICE)
 """The kinds of key there is one of per task of a group (found by pattern)."""
 
 
-def per_task_patterns(group: str) -> tuple[tuple[KeyKind, str], ...]:
+def per_task_patterns(group: str, layout: KeyLayout) -> tuple[tuple[KeyKind, str], ...]:
     """``(kind, SCAN MATCH pattern)`` of the per-task keys of ``group``."""
     return (
-        (KeyKind.RESULT, _keys.result_pattern(group)),
-        (KeyKind.RESULT_NOTICE, _keys.notify_pattern(group)),
+        (KeyKind.RESULT, _keys.result_pattern(group, layout)),
+        (KeyKind.RESULT_NOTICE, _keys.notify_pattern(group, layout)),
+    )
+
+
+def scanned_patterns(group: str, layout: KeyLayout) -> tuple[tuple[KeyKind, str], ...]:
+    """``(kind, SCAN MATCH pattern)`` of every key of ``group``'s listing found by
+    pattern: heartbeats and unique locks (every group's in the go layout), then
+    the per-task keys."""
+    return (
+        (KeyKind.HEARTBEAT, _keys.replication_pattern(layout, group)),
+        (KeyKind.UNIQUE_LOCK, _keys.unique_pattern(group, layout)),
+        *per_task_patterns(group, layout),
     )
 
 
@@ -113,19 +134,25 @@ _GROUP_TAILS = (
     ":paused",
 )
 _PER_TASK_HEADS = (":result:", ":notify:")
+_TAGGED = re.compile(rf"{_keys.PREFIX}:\{{([^{{}}]+)\}}:.*", re.DOTALL)
 
 
-def group_named_by(name: str, queue: str) -> str | None:
+def group_named_by(name: str, queue: str, layout: KeyLayout = "go") -> str | None:
     """The group whose name ``name`` contains, if it is a key named after one.
 
-    Those are ``taskrunner:<group>:<queue>`` (the group's stream in the default,
-    stream-per-group layout), ``taskrunner:<group>:metrics``, ``:delayed_tasks``,
-    ``:worker_tuning_capacity``, ``:desired_instances``, ``:catalog``, ``:schedules``,
-    ``:schedule_specs``, ``:delayed_ids``, ``:entry_ids`` and ``:cancelled``, and a task's
-    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids
-    hold no colon). The leader lease is named by a hash of the group, so it names
+    Cluster layout: every ``taskrunner:{<group>}:...`` key names its group. Go
+    layout: those are ``taskrunner:<group>:<queue>`` (the group's stream in the
+    default, stream-per-group layout), ``taskrunner:<group>:metrics``,
+    ``:delayed_tasks``, ``:worker_tuning_capacity``, ``:desired_instances``,
+    ``:catalog``, ``:schedules``, ``:schedule_specs``, ``:delayed_ids``,
+    ``:entry_ids`` and ``:cancelled``, and a task's
+    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids hold
+    no colon). The go leader lease is named by a hash of the group, so it names
     none.
     """
+    if layout == "cluster":
+        match = _TAGGED.fullmatch(name)
+        return None if match is None else match.group(1)
     head = f"{_keys.PREFIX}:"
     if not name.startswith(head):
         return None
@@ -151,9 +178,10 @@ FLOW_KINDS = (
 ``rate_pace:`` before ``rate:`` (whose head it is not, but which is tried in order)."""
 
 
-def group_head(group: str) -> str:
-    """``taskrunner:<group>:``, the head of every key named after ``group``."""
-    return f"{_keys.PREFIX}:{group}:"
+def group_head(group: str, layout: KeyLayout = "go") -> str:
+    """``taskrunner:<group>:`` (``taskrunner:{<group>}:`` in the cluster layout), the
+    head of every key named after ``group``."""
+    return f"{_keys.group_root(group, layout)}:"
 
 
 def stream_head(keys: StreamKeys) -> str:
@@ -198,16 +226,18 @@ def queue_key(name: str, keys: StreamKeys) -> tuple[KeyKind, str] | None:
     return (KeyKind.DEAD_LETTER if dead else KeyKind.STREAM), queue
 
 
-def group_key_kind(name: str, group: str, keys: StreamKeys) -> KeyKind | None:
+def group_key_kind(
+    name: str, group: str, keys: StreamKeys, layout: KeyLayout = "go"
+) -> KeyKind | None:
     """The kind of any key ``name`` a walk of the store meets, as a key of ``group``
     (whose own queue's stream keys are ``keys``), or ``None`` when it is none of the
-    group's (pure): a fixed key, a heartbeat or unique lock (every group's), a
-    task's result or notice, a task's flow-control key, or a queue's stream,
-    dead-letter stream or ring."""
-    kind = kind_of(name, group_keys(keys, group), group)
+    group's (pure): a fixed key, a heartbeat or unique lock (every group's in the go
+    layout), a task's result or notice, a task's flow-control key, or a queue's
+    stream, dead-letter stream or ring."""
+    kind = kind_of(name, group_keys(keys, group, layout), layout, group)
     if kind is not None:
         return kind
-    head = group_head(group)
+    head = group_head(group, layout)
     if name.startswith(head):
         rest = name[len(head) :]
         for flow_head, flow_kind in FLOW_KINDS:

@@ -28,6 +28,7 @@ import trio
 
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import Command, MissingExtra, fail, import_extra, positive_seconds
+from taskrunner.cli.stats import key_layout_argument
 from taskrunner.cli.worker import port_number
 from taskrunner.errors import BackendError
 
@@ -55,6 +56,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--queue", default="tasks", help="stream name, as given to RedisBackend (default: tasks)"
     )
+    key_layout_argument(parser)
     parser.add_argument(
         "--allow-actions",
         action="store_true",
@@ -91,7 +93,12 @@ def _run(args: argparse.Namespace) -> int:
         return fail(PROG, str(exc))
     dashboard: Any = importlib.import_module("taskrunner.dashboard")
     try:
-        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+        backend = RedisBackend.from_url(
+            args.url,
+            prefix=args.prefix,
+            queue=args.queue,
+            key_layout=getattr(args, "key_layout", None),
+        )
     except ValueError as exc:
         return fail(PROG, f"invalid --url: {exc}")
     shown = dashboard.redact_url(args.url)

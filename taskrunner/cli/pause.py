@@ -19,7 +19,7 @@ from taskrunner._flow.limits import Paused
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import Command, paused_text
 from taskrunner.cli.groups import require_group
-from taskrunner.cli.stats import run_on_redis
+from taskrunner.cli.stats import key_layout_argument, run_on_redis
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +35,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="stream prefix, as given to RedisBackend "
         "(default: taskrunner:<group>, the group's own streams)",
     )
+    key_layout_argument(parser)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--queue", metavar="Q", help="a queue of the group's runners")
     what.add_argument("--task", metavar="T", help="a task name")

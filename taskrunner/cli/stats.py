@@ -38,6 +38,7 @@ import trio
 from taskrunner import _wire, admin
 from taskrunner._fleet.stats import Stats, compute_stats
 from taskrunner._flow.limits import Paused
+from taskrunner._keys import KEY_LAYOUTS
 from taskrunner.backends import QueueMetrics
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import DEFAULT_WORKERS, Command, fail, paused_text, positive_int
@@ -53,12 +54,24 @@ TIMEOUT = 30.0
 # Shared by stats, keys and flush ------------------------------------------------
 
 
+def key_layout_argument(parser: argparse.ArgumentParser) -> None:
+    """``--key-layout go|cluster`` (default: the backend's choice)."""
+    parser.add_argument(
+        "--key-layout",
+        choices=KEY_LAYOUTS,
+        default=None,
+        help="how the group's keys are named, as TaskRunnerConfig.key_layout "
+        "(default: cluster on a Redis Cluster, else go)",
+    )
+
+
 def redis_arguments(
     parser: argparse.ArgumentParser, *, json_option: bool = True, every_queue: bool = False
 ) -> None:
-    """``--url``, ``--group``, ``--prefix``, ``--queue`` (and ``--json``); with
-    ``every_queue``, ``--queue`` names one queue of the group and defaults to
-    ``None`` (every queue), the backend being made with its own queue (``tasks``)."""
+    """``--url``, ``--group``, ``--prefix``, ``--queue``, ``--key-layout`` (and
+    ``--json``); with ``every_queue``, ``--queue`` names one queue of the group and
+    defaults to ``None`` (every queue), the backend being made with its own queue
+    (``tasks``)."""
     parser.add_argument(
         "--url", required=True, help="Redis URL, e.g. redis://localhost:6379/0 (required)"
     )
@@ -84,6 +97,7 @@ def redis_arguments(
             default="tasks",
             help="stream name, as given to RedisBackend (default: %(default)s)",
         )
+    key_layout_argument(parser)
     if json_option:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON document (stable keys)"
@@ -101,7 +115,12 @@ def run_on_redis(
         raised :class:`~taskrunner.cli.groups.UnknownGroup`.
     """
     try:
-        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue or "tasks")
+        backend = RedisBackend.from_url(
+            args.url,
+            prefix=args.prefix,
+            queue=args.queue or "tasks",
+            key_layout=getattr(args, "key_layout", None),
+        )
     except ValueError as exc:
         return None, fail(prog, f"invalid --url: {exc}")
 

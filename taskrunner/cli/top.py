@@ -113,7 +113,12 @@ async def run_top(args: argparse.Namespace, console: Console) -> int:
     from taskrunner.cli.views import History, top_line, top_view
 
     try:
-        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+        backend = RedisBackend.from_url(
+            args.url,
+            prefix=args.prefix,
+            queue=args.queue,
+            key_layout=getattr(args, "key_layout", None),
+        )
     except ValueError as exc:
         return fail(PROG, f"invalid --url: {exc}")
     history = History(size=max(10, int(HISTORY_SECONDS / args.interval)))

@@ -28,7 +28,10 @@ import attrs
 import redis.asyncio
 import redis.exceptions
 
+from taskrunner import _keys
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._keys import KeyLayout
+from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
 from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
@@ -41,6 +44,7 @@ from taskrunner.producer._core import (
     ask_is_cluster_async,
     check_cluster_url,
     check_timeout,
+    is_cluster_client,
     lock_px,
     log_kept_lock,
     raw_bytes,
@@ -118,9 +122,16 @@ class AsyncProducer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        key_layout: KeyLayout | None = None,
     ) -> None:
         self._setup(
-            client, None, consumer_group=consumer_group, prefix=prefix, queue=queue, strict=strict
+            client,
+            None,
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=strict,
+            key_layout=key_layout,
         )
 
     def _setup(
@@ -132,6 +143,7 @@ class AsyncProducer:
         prefix: str | None,
         queue: str,
         strict: bool,
+        key_layout: KeyLayout | None = None,
     ) -> None:
         if not isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             raise TypeError(
@@ -140,7 +152,11 @@ class AsyncProducer:
                 f"{client!r}: from sync code use taskrunner.producer.Producer"
             )
         self._core = ProducerCore(
-            consumer_group=consumer_group, prefix=prefix, queue=queue, strict=bool(strict)
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=bool(strict),
+            key_layout=_keys.resolve_layout(key_layout, cluster=is_cluster_client(client)),
         )
         self._client = client
         self._connect = connect
@@ -163,6 +179,7 @@ class AsyncProducer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        key_layout: KeyLayout | None = None,
         cluster: bool | None = None,
         **redis_options: Any,
     ) -> AsyncProducer:
@@ -209,6 +226,7 @@ class AsyncProducer:
             prefix=prefix,
             queue=queue,
             strict=strict,
+            key_layout=key_layout,
         )
         if cluster is None:
 
@@ -224,6 +242,7 @@ class AsyncProducer:
                     cluster = True  # connect() now makes cluster clients (after a fork too)
                     producer._client = connect()
                     producer._scripts(producer._client)
+                    producer._core.on_cluster(key_layout)  # its keys in the cluster layout
 
             producer._choose = choose
         return producer
@@ -426,10 +445,18 @@ class AsyncProducer:
         """
         client = await self._redis()
         await self._read_catalog(client, None)  # the queues its runners serve
-        keys, args = self._core.cancel_call(task_id)
+        lock: str | None = None
         with translated():
-            reply = await self._track(keys=keys, args=args, client=client)
-        return was_cancelled(reply)
+            for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
+                keys, args = self._core.cancel_call(task_id, lock)
+                reply = await self._track(keys=keys, args=args, client=client)
+                lock = lock_to_give(reply)
+                if lock is None:
+                    return was_cancelled(reply)
+        raise BackendError(
+            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
+            maybe_applied=False,
+        )
 
     # Closing ----------------------------------------------------------------
     async def aclose(self) -> None:

@@ -42,6 +42,7 @@ from taskrunner import _keys
 from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, Planner, delay_seconds, unix_seconds
 from taskrunner._dispatch.results import outcome_of
+from taskrunner._keys import KeyLayout
 from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
@@ -103,6 +104,12 @@ def raw_bytes(reply: Any) -> bytes | None:
     if reply is None:
         return None
     return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+def is_cluster_client(client: object) -> bool:
+    """Whether ``client`` is a redis-py Redis Cluster client (sync or asyncio): what
+    ``key_layout=None`` resolves by."""
+    return type(client).__name__ == "RedisCluster"
 
 
 def was_cancelled(reply: Any) -> bool:
@@ -219,9 +226,17 @@ class ProducerCore:
     """Settings, the strict catalog and the planning of every call (no I/O)."""
 
     def __init__(
-        self, *, consumer_group: str, prefix: str | None, queue: str, strict: bool
+        self,
+        *,
+        consumer_group: str,
+        prefix: str | None,
+        queue: str,
+        strict: bool,
+        key_layout: KeyLayout = "go",
     ) -> None:
-        self.destination = Destination(consumer_group=consumer_group, prefix=prefix, queue=queue)
+        self.destination = Destination(
+            consumer_group=consumer_group, prefix=prefix, queue=queue, key_layout=key_layout
+        )
         self.strict = strict
         self.catalog = CatalogView()
         self._names: set[str] = set()
@@ -265,6 +280,18 @@ class ProducerCore:
             if found is not None:
                 return self.destination_of(found)
         return self.destination  # served only on streams of another layout: refused
+
+    def on_cluster(self, key_layout: KeyLayout | None) -> None:
+        """The server turned out to be a Redis Cluster (found at the first call): name
+        the keys in the layout ``key_layout`` resolves to there.
+
+        Raises:
+            KeyLayoutError: ``key_layout="go"``, which cannot run on a cluster.
+        """
+        layout = _keys.resolve_layout(key_layout, cluster=True)
+        self.destination = attrs.evolve(self.destination, key_layout=layout)
+        # Every queue's keys are named anew, in that layout.
+        self._destinations = {self.destination.queue: self.destination}
 
     def needs_catalog(self, name: str | None) -> bool:
         """Whether a strict producer reads the catalog before dispatching ``name``;
@@ -336,6 +363,7 @@ class ProducerCore:
             wire_payload(payload),
             unique_key=settings.unique_key,
             token=uuid.uuid4().hex,
+            lock_prefix=self.destination.lock_prefix,
         )
 
     def many(
@@ -379,19 +407,22 @@ class ProducerCore:
 
     def result_keys(self, task_id: str) -> tuple[str, str]:
         """``(result key, notice key)`` of task ``task_id``."""
-        group = self.destination.consumer_group
-        return _keys.result(group, task_id), _keys.notify(group, task_id)
+        group, layout = self.destination.consumer_group, self.destination.key_layout
+        return _keys.result(group, task_id, layout), _keys.notify(group, task_id, layout)
 
-    def cancel_call(self, task_id: str) -> tuple[list[str], list[str | bytes]]:
+    def cancel_call(
+        self, task_id: str, lock: str | None = None
+    ) -> tuple[list[str], list[str | bytes]]:
         """``(KEYS, ARGV)`` of ``lua/track.lua`` cancelling ``task_id`` (now, unix time)
-        on every queue this producer knows: its own first, then those it sent to and
-        those the catalog it read serves tasks on."""
-        group = self.destination.consumer_group
+        on every queue this producer knows (its own first, then those it sent to and
+        those the catalog it read serves tasks on), given the unique lock a call before
+        named (``{'lock', key}``), if any."""
+        group, layout = self.destination.consumer_group, self.destination.key_layout
         streams = [d.stream for d in self._destinations.values()]
         streams += [t.stream for doc in self.catalog.documents for t in doc.tasks]
         return (
-            track_keys(list(dict.fromkeys(streams)), group, task_id),
-            cancel_arguments(group, task_id, time.time()),
+            track_keys(list(dict.fromkeys(streams)), group, task_id, layout, lock),
+            cancel_arguments(group, task_id, time.time(), layout),
         )
 
     def add_delayed_call(
@@ -399,7 +430,7 @@ class ProducerCore:
     ) -> tuple[list[str], list[str | bytes]]:
         """``(KEYS, ARGV)`` of ``lua/add_delayed.lua`` adding ``member`` at ``run_at``."""
         group = self.destination.consumer_group
-        keys = [self.destination.delayed, _keys.delayed_index(group)]
+        keys = [self.destination.delayed, _keys.delayed_index(group, self.destination.key_layout)]
         return keys, [repr(float(run_at)), member, member_id]
 
     @staticmethod

@@ -31,6 +31,7 @@ import attrs
 from taskrunner import _keys, _wire
 from taskrunner._codec import converter
 from taskrunner._config import _name, is_utf8_text, queue_name_problem
+from taskrunner._keys import KeyLayout
 from taskrunner._options import DEFAULT_OPTIONS
 from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.errors import TaskNotFound
@@ -44,6 +45,11 @@ runner that just started) before it is refused."""
 
 def _queue(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     _name(instance, attribute, value)
+
+
+def _layout(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in _keys.KEY_LAYOUTS:
+        raise ValueError(f"key_layout must be 'go' or 'cluster', got {value!r}")
 
 
 def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -68,6 +74,8 @@ class Destination:
     consumer_group: str = attrs.field(validator=_name)
     prefix: str | None = attrs.field(default=None, validator=_prefix)
     queue: str = attrs.field(default=DEFAULT_QUEUE, validator=_queue)
+    key_layout: KeyLayout = attrs.field(default="go", validator=_layout)
+    """The key layout the group's runners use (see :mod:`taskrunner._keys`)."""
     stream: str = attrs.field(init=False)
     """``<prefix>:<queue>``, ``taskrunner:<group>:<queue>`` by default."""
     delayed: str = attrs.field(init=False)
@@ -75,17 +83,25 @@ class Destination:
     catalog: str = attrs.field(init=False)
     """``taskrunner:<group>:catalog``."""
 
+    lock_prefix: str = attrs.field(init=False)
+    """The head of the group's unique lock keys (:func:`taskrunner._keys.unique_prefix`)."""
+
     @stream.default
     def _stream(self) -> str:
-        return _keys.stream_keys(self.prefix, self.consumer_group, self.queue).stream
+        keys = _keys.stream_keys(self.prefix, self.consumer_group, self.queue, self.key_layout)
+        return keys.stream
 
     @delayed.default
     def _delayed(self) -> str:
-        return _keys.delayed_tasks(self.consumer_group)
+        return _keys.delayed_tasks(self.consumer_group, self.key_layout)
 
     @catalog.default
     def _catalog(self) -> str:
-        return _keys.catalog(self.consumer_group)
+        return _keys.catalog(self.consumer_group, self.key_layout)
+
+    @lock_prefix.default
+    def _lock_prefix(self) -> str:
+        return _keys.unique_prefix(self.consumer_group, self.key_layout)
 
 
 def queue_of_stream(destination: Destination, stream: str) -> str | None:

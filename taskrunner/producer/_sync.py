@@ -28,7 +28,10 @@ from typing import Any, Self
 import attrs
 import redis
 
+from taskrunner import _keys
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._keys import KeyLayout
+from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
 from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
@@ -41,6 +44,7 @@ from taskrunner.producer._core import (
     ask_is_cluster,
     check_cluster_url,
     check_timeout,
+    is_cluster_client,
     lock_px,
     log_kept_lock,
     raw_bytes,
@@ -100,6 +104,9 @@ class Producer:
             task with the settings its runners publish (unique lock and its
             lifetime, reservation timeout). Without it, the producer sends what
             it is told.
+        key_layout: The runners' key layout, ``"go"`` or ``"cluster"`` (see
+            docs/redis-key-layout.md); ``None`` (the default) is ``"cluster"`` on a
+            Redis Cluster client and ``"go"`` otherwise, as ``RedisBackend`` chooses.
 
     Raises:
         TypeError: ``client`` is not a sync redis-py client.
@@ -116,9 +123,16 @@ class Producer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        key_layout: KeyLayout | None = None,
     ) -> None:
         self._setup(
-            client, None, consumer_group=consumer_group, prefix=prefix, queue=queue, strict=strict
+            client,
+            None,
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=strict,
+            key_layout=key_layout,
         )
 
     def _setup(
@@ -130,6 +144,7 @@ class Producer:
         prefix: str | None,
         queue: str,
         strict: bool,
+        key_layout: KeyLayout | None = None,
     ) -> None:
         if not isinstance(client, redis.Redis | redis.RedisCluster):
             raise TypeError(
@@ -138,7 +153,11 @@ class Producer:
                 "from asyncio code use taskrunner.producer.AsyncProducer"
             )
         self._core = ProducerCore(
-            consumer_group=consumer_group, prefix=prefix, queue=queue, strict=bool(strict)
+            consumer_group=consumer_group,
+            prefix=prefix,
+            queue=queue,
+            strict=bool(strict),
+            key_layout=_keys.resolve_layout(key_layout, cluster=is_cluster_client(client)),
         )
         self._client = client
         self._connect = connect  # set when the client is ours
@@ -161,6 +180,7 @@ class Producer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        key_layout: KeyLayout | None = None,
         cluster: bool | None = None,
         **redis_options: Any,
     ) -> Producer:
@@ -208,6 +228,7 @@ class Producer:
             prefix=prefix,
             queue=queue,
             strict=strict,
+            key_layout=key_layout,
         )
         if cluster is None:
 
@@ -223,6 +244,7 @@ class Producer:
                     cluster = True  # connect() now makes cluster clients (after a fork too)
                     producer._client = connect()
                     producer._scripts(producer._client)
+                    producer._core.on_cluster(key_layout)  # its keys in the cluster layout
 
             producer._choose = choose
         return producer
@@ -498,10 +520,18 @@ class Producer:
         """
         client = self._redis()
         self._read_catalog(client, None)  # the queues its runners serve
-        keys, args = self._core.cancel_call(task_id)
+        lock: str | None = None
         with translated():
-            reply = self._track(keys=keys, args=args, client=client)
-        return was_cancelled(reply)
+            for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
+                keys, args = self._core.cancel_call(task_id, lock)
+                reply = self._track(keys=keys, args=args, client=client)
+                lock = lock_to_give(reply)
+                if lock is None:
+                    return was_cancelled(reply)
+        raise BackendError(
+            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
+            maybe_applied=False,
+        )
 
     # Closing ----------------------------------------------------------------
     def close(self) -> None:

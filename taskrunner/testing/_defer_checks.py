@@ -13,6 +13,7 @@ from taskrunner.testing._harness import (
     _delete_on_ack,
     _fresh_group,
     _ids,
+    _lock_key,
     _name,
 )
 
@@ -92,7 +93,7 @@ async def check_move_delayed_keeps_own_lock(backend: Backend) -> None:
     """A move whose lock is held with the move's own token (a retry keeping its lock)
     moves, and the lock's lifetime starts again at ``lock_ttl``."""
     group, consumer = await _fresh_group(backend), _name("c")
-    lock = f"taskrunner:unique:{_name('task')}"
+    lock = _lock_key(backend, group, _name("task"))
     member = b'{"id":"retry"}'
     assert await backend.acquire_lock(lock, "kept", 0.3) is True
     await backend.add_delayed(group, member, backend.now() - 1)

@@ -10,6 +10,7 @@ from typing import TypeAlias
 
 import trio
 
+from taskrunner import _keys
 from taskrunner.backends._protocols import Backend
 from taskrunner.backends._protocols.queue import GroupInfo, QueueEntry
 
@@ -87,6 +88,12 @@ def _contract_check(fn: ContractCheck) -> ContractCheck:
 
 def _name(kind: str) -> str:
     return f"contract-{kind}-{secrets.token_hex(4)}"
+
+
+def _lock_key(backend: Backend, group: str, suffix: str) -> str:
+    """A unique lock key of ``group`` in the backend's key layout (``taskrunner:unique:``
+    + ``suffix`` in the go layout, where locks are every group's)."""
+    return _keys.unique_prefix(group, backend.key_layout) + suffix
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

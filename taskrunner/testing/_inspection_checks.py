@@ -6,8 +6,9 @@ A backend of your own that does not implement the protocol still serves tasks;
 leave these checks out with ``contract_parametrize(inspection=False)``. Run on
 such a backend, each fails at once saying which methods are missing.
 
-Heartbeats and unique locks are not per group: the listings include every
-group's, so the checks look for their own names among them. ``check_flush``
+Heartbeats and unique locks are not per group in the go layout: the listings
+include every group's, so the checks look for their own names among them (in
+the cluster layout they are the group's, and the checks make them so). ``check_flush``
 deletes every heartbeat and unique lock, and ``check_count_keys`` compares two
 listings: nobody else may use heartbeats or locks on the same store meanwhile.
 """
@@ -30,6 +31,7 @@ from taskrunner.testing._harness import (
     _SLACK,
     _contract_check,
     _fresh_group,
+    _lock_key,
     _name,
     _shares_stream,
     _within,
@@ -102,9 +104,9 @@ async def check_list_groups(backend: Backend) -> None:
     await _timing(backend, timed)
     tuned_at = trio.current_time()
     await backend.publish_tuning(tuned, 3, 0.3)
-    lock = f"taskrunner:unique:{lookalike}:metrics"
+    lock = _lock_key(backend, reader, f"{lookalike}:metrics")
     await backend.acquire_lock(lock, "token", 30.0)
-    await backend.heartbeat(f"{lookalike}:metrics", "instance", 30.0)
+    await backend.heartbeat(f"{lookalike}:metrics", "instance", 30.0, group=reader)
 
     groups = await inspection.list_groups()
     _within(tuned_at, 0.3)
@@ -119,7 +121,7 @@ async def check_list_groups(backend: Backend) -> None:
     assert tuned not in groups, f"{tuned!r} has no key left (its tuning expired): {groups!r}"
     assert reader in groups, f"a consumer group stays listed: {groups!r}"
     await backend.release_lock(lock, "token")
-    await backend.remove_heartbeat(f"{lookalike}:metrics", "instance")
+    await backend.remove_heartbeat(f"{lookalike}:metrics", "instance", group=reader)
 
 
 @_contract_check
@@ -129,8 +131,8 @@ async def check_list_keys(backend: Backend) -> None:
     every group; no other group's keys; a key that expired is left out."""
     inspection = _inspection(backend)
     group, other = await _fresh_group(backend), await _fresh_group(backend)
-    keys = backend.stream_keys(group)
-    lock, host = f"taskrunner:unique:{_name('task')}", _name("host")
+    keys, layout = backend.stream_keys(group), backend.key_layout
+    lock, host = _lock_key(backend, group, _name("task")), _name("host")
     await backend.add(group, [b"entry"])
     await backend.read(group, _name("consumer"), 10, 0)
     await backend.get_metrics(group)  # the claim delay is in the ring now
@@ -142,7 +144,7 @@ async def check_list_keys(backend: Backend) -> None:
     await backend.publish_schedule_specs(group, {"nightly": b"{}"})
     await _timing(backend, group)
     await backend.acquire_lock(lock, "token", 30.0)
-    await backend.heartbeat(host, "instance", 30.0)
+    await backend.heartbeat(host, "instance", 30.0, group=group)
     for g in (group, other):
         await backend.publish_tuning(g, 12, 0.3 if g == group else 30.0)
     await backend.add_delayed(other, b'{"id":"other"}', backend.now() + 60)
@@ -161,10 +163,15 @@ async def check_list_keys(backend: Backend) -> None:
     expected = {
         keys.stream: (KeyKind.STREAM, "stream", length, None),
         keys.dead_letter: (KeyKind.DEAD_LETTER, "stream", dead, None),
-        _keys.delayed_tasks(group): (KeyKind.DELAYED_TASKS, "zset", 2, None),
-        _keys.metrics(group): (KeyKind.METRICS, "hash", 3, None),
-        _keys.schedules(group): (KeyKind.SCHEDULES, "hash", 2, None),  # a watermark each
-        _keys.schedule_specs(group): (KeyKind.SCHEDULE_SPECS, "hash", 1, None),
+        _keys.delayed_tasks(group, layout): (KeyKind.DELAYED_TASKS, "zset", 2, None),
+        _keys.metrics(group, layout): (KeyKind.METRICS, "hash", 3, None),
+        _keys.schedules(group, layout): (
+            KeyKind.SCHEDULES,
+            "hash",
+            2,
+            None,
+        ),  # a watermark each
+        _keys.schedule_specs(group, layout): (KeyKind.SCHEDULE_SPECS, "hash", 1, None),
     }
     for name, want in expected.items():
         key = by_name.get(name)
@@ -174,15 +181,19 @@ async def check_list_keys(backend: Backend) -> None:
     assert ring is not None, f"the claim-delay ring is not listed: {sorted(by_name)!r}"
     assert (ring.kind, ring.type, ring.ttl) == (KeyKind.CLAIM_DELAY_RING, "list", None), ring
     assert 1 <= ring.size <= 1000, f"the ring holds 1 to 1000 delays: {ring!r}"
-    catalog = by_name.get(_keys.catalog(group))
+    catalog = by_name.get(_keys.catalog(group, layout))
     assert catalog is not None, f"the task catalog is not listed: {sorted(by_name)!r}"
     assert (catalog.kind, catalog.type, catalog.size) == (KeyKind.CATALOG, "hash", 2), catalog
     _fresh_ttl(catalog.ttl, 30.0, "the task catalog")
     strings = {
-        _keys.leader(group): (KeyKind.LEADER, len("owner-7"), 30.0),
-        _keys.worker_tuning_capacity(group): (KeyKind.TUNING, len("12"), 0.3),
+        _keys.leader(group, layout): (KeyKind.LEADER, len("owner-7"), 30.0),
+        _keys.worker_tuning_capacity(group, layout): (KeyKind.TUNING, len("12"), 0.3),
         lock: (KeyKind.UNIQUE_LOCK, len("token"), 30.0),
-        _keys.replication(host): (KeyKind.HEARTBEAT, len("instance"), 30.0),
+        _keys.replication(host, layout, group): (
+            KeyKind.HEARTBEAT,
+            len("instance"),
+            30.0,
+        ),
     }
     for name, (kind, size, ttl) in strings.items():
         key = by_name.get(name)
@@ -191,18 +202,18 @@ async def check_list_keys(backend: Backend) -> None:
         _fresh_ttl(key.ttl, ttl, name)
     assert all(k.purpose for k in listed), "every key has a purpose"
     foreign = {
-        _keys.delayed_tasks(other),
-        _keys.worker_tuning_capacity(other),
-        _keys.catalog(other),
+        _keys.delayed_tasks(other, layout),
+        _keys.worker_tuning_capacity(other, layout),
+        _keys.catalog(other, layout),
     }
     assert not foreign & set(by_name), f"another group's keys were listed: {foreign & set(by_name)}"
 
     await trio.sleep(0.4)
     names = {k.name for k in await inspection.list_keys(group)}
-    assert _keys.worker_tuning_capacity(group) not in names, "an expired key was listed"
-    assert {keys.stream, _keys.metrics(group), lock} <= names, "live keys went missing"
+    assert _keys.worker_tuning_capacity(group, layout) not in names, "an expired key was listed"
+    assert {keys.stream, _keys.metrics(group, layout), lock} <= names, "live keys went missing"
     await backend.release_lock(lock, "token")
-    await backend.remove_heartbeat(host, "instance")
+    await backend.remove_heartbeat(host, "instance", group=group)
     await backend.resign_lease(group, "owner-7")
     await backend.remove_catalog(other, host)
 
@@ -212,12 +223,12 @@ async def check_count_keys(backend: Backend) -> None:
     """``count_keys`` counts, per kind, exactly what ``list_keys`` lists."""
     inspection = _inspection(backend)
     group = await _fresh_group(backend)
-    lock, host = f"taskrunner:unique:{_name('task')}", _name("host")
+    lock, host = _lock_key(backend, group, _name("task")), _name("host")
     await backend.add(group, [b"entry"])
     await backend.add_delayed(group, b'{"id":"a"}', backend.now() + 60)
     await _timing(backend, group)
     await backend.acquire_lock(lock, "token", 30.0)
-    await backend.heartbeat(host, "instance", 30.0)
+    await backend.heartbeat(host, "instance", 30.0, group=group)
 
     counts = await inspection.count_keys(group)
     listed = await inspection.list_keys(group)
@@ -229,7 +240,7 @@ async def check_count_keys(backend: Backend) -> None:
     assert counts.unique_lock >= 1, f"every group's unique locks count: {counts!r}"
     assert counts.total == len(listed), f"total {counts.total} of {len(listed)} keys listed"
     await backend.release_lock(lock, "token")
-    await backend.remove_heartbeat(host, "instance")
+    await backend.remove_heartbeat(host, "instance", group=group)
 
 
 @_contract_check
@@ -237,10 +248,10 @@ async def check_list_heartbeats(backend: Backend) -> None:
     """``list_heartbeats`` names every live instance (host, instance id, seconds
     left, running down), sorted by host; expired and removed ones are gone."""
     inspection = _inspection(backend)
-    short, long = _name("host"), _name("host")
+    short, long, group = _name("host"), _name("host"), _name("group")
     set_at = trio.current_time()
-    await backend.heartbeat(short, "i-short", 0.3)
-    await backend.heartbeat(long, "i-long", 1.0)
+    await backend.heartbeat(short, "i-short", 0.3, group=group)
+    await backend.heartbeat(long, "i-long", 1.0, group=group)
     beats = await inspection.list_heartbeats()
     _within(set_at, 0.3)
     hosts = [b.host for b in beats]
@@ -260,7 +271,7 @@ async def check_list_heartbeats(backend: Backend) -> None:
     later = mine[long].ttl
     assert later is not None, f"a heartbeat lost its expiry: {mine[long]!r}"
     assert later <= first - 0.4 + _SLACK, f"seconds left must run down: {first!r} then {later!r}"
-    await backend.remove_heartbeat(long, "i-long")
+    await backend.remove_heartbeat(long, "i-long", group=group)
     hosts = [b.host for b in await inspection.list_heartbeats()]
     assert long not in hosts, "a removed heartbeat was listed"
 
@@ -310,7 +321,7 @@ async def check_flush(backend: Backend) -> None:
     inspection = _inspection(backend)
     group, other = await _fresh_group(backend), await _fresh_group(backend)
     shared = _shares_stream(backend, group, other)
-    lock, host = f"taskrunner:unique:{_name('task')}", _name("host")
+    lock, host = _lock_key(backend, group, _name("task")), _name("host")
     base = await backend.length(group), len(await backend.dead_letters(group, 100_000))
     for g in (group, other):
         await backend.acquire_lease(g, "owner", 30.0)
@@ -326,7 +337,7 @@ async def check_flush(backend: Backend) -> None:
     await backend.dead_letter(group, "1700000000000-0", b"payload", "boom")
     await backend.acquire_lock(lock, "token", 30.0)
     beats = await backend.count_heartbeats()
-    await backend.heartbeat(host, "instance", 30.0)
+    await backend.heartbeat(host, "instance", 30.0, group=group)
     listed: list[KeyInfo] = await inspection.list_keys(group)
 
     deleted = await inspection.flush_group(group, heartbeats=False)
@@ -374,7 +385,8 @@ async def check_flush(backend: Backend) -> None:
 
     deleted = await inspection.flush_group(group, heartbeats=True)
     assert await backend.count_heartbeats() == 0, "heartbeats=True must delete every heartbeat"
-    assert _keys.replication(host) in deleted, (
+    beat = _keys.replication(host, backend.key_layout, group)
+    assert beat in deleted, (
         f"flush_group(heartbeats=True) does not report the heartbeats it deleted: {deleted!r}"
     )
     await backend.resign_lease(other, "owner")

@@ -24,7 +24,7 @@ import trio
 
 from taskrunner._dispatch.guards import require_inspection
 from taskrunner._flow.limits import Paused, RateLimit
-from taskrunner._keys import StreamKeys
+from taskrunner._keys import KeyLayout, StreamKeys
 from taskrunner._wire import CatalogDocument, TimingIncrement
 from taskrunner.backends import (
     Admission,
@@ -103,6 +103,17 @@ class PartitionedBackend(Backend, Inspection):
 
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         return self.backend.stream_keys(group, queue)
+
+    @property
+    def key_layout(self) -> KeyLayout:
+        return self.backend.key_layout
+
+    @property
+    def cluster(self) -> bool:
+        return self.backend.cluster
+
+    def use_key_layout(self, key_layout: KeyLayout | None) -> KeyLayout:
+        return self.backend.use_key_layout(key_layout)
 
     # MessageQueue ----------------------------------------------------------------
     async def add(
@@ -265,21 +276,32 @@ class PartitionedBackend(Backend, Inspection):
     async def reset_metrics(self, group: str, fields: Sequence[str]) -> None:
         await self._through("reset_metrics", partial(self.backend.reset_metrics, group, fields))
 
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+    async def heartbeat(
+        self, host: str, instance_id: str, ttl: float, *, group: str | None = None
+    ) -> str | None:
         return await self._through(
-            "heartbeat", partial(self.backend.heartbeat, host, instance_id, ttl)
+            "heartbeat", partial(self.backend.heartbeat, host, instance_id, ttl, group=group)
         )
 
-    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
-        return await self._through("heartbeat_holder", partial(self.backend.heartbeat_holder, host))
+    async def heartbeat_holder(
+        self, host: str, *, group: str | None = None
+    ) -> tuple[str, float] | None:
+        return await self._through(
+            "heartbeat_holder", partial(self.backend.heartbeat_holder, host, group=group)
+        )
 
-    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+    async def remove_heartbeat(
+        self, host: str, instance_id: str, *, group: str | None = None
+    ) -> None:
         await self._through(
-            "remove_heartbeat", partial(self.backend.remove_heartbeat, host, instance_id)
+            "remove_heartbeat",
+            partial(self.backend.remove_heartbeat, host, instance_id, group=group),
         )
 
-    async def count_heartbeats(self) -> int:
-        return await self._through("count_heartbeats", self.backend.count_heartbeats)
+    async def count_heartbeats(self, *, group: str | None = None) -> int:
+        return await self._through(
+            "count_heartbeats", partial(self.backend.count_heartbeats, group=group)
+        )
 
     async def acquire_lock(self, key: str, token: str, ttl: float) -> bool:
         return await self._through(

@@ -4,6 +4,7 @@ locks, tuning, the desired instance count; and text no backend can store."""
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -17,6 +18,7 @@ from taskrunner.testing._harness import (
     _SLACK,
     _contract_check,
     _fresh_group,
+    _lock_key,
     _name,
     _within,
 )
@@ -150,7 +152,7 @@ async def check_move_delayed_unique_lock(backend: Backend) -> None:
     move takes the lock with its token and ttl."""
     group, consumer = await _fresh_group(backend), _name("c")
     stream_group = group  # the moves land in the group's own stream
-    lock, free_lock = f"taskrunner:unique:{_name('task')}", f"taskrunner:unique:{_name('task')}"
+    lock, free_lock = _lock_key(backend, group, _name("task")), _lock_key(backend, group, "f")
     base = backend.now()
     locked, free = b'{"id":"locked"}', b'{"id":"free"}'
     await backend.add_delayed(group, locked, base - 1)
@@ -241,24 +243,28 @@ async def check_heartbeats(backend: Backend) -> None:
     the same store while this check runs.
     """
     base = await backend.count_heartbeats()
-    h1, h2 = _name("host"), _name("host")
-    assert await backend.heartbeat(h1, "i1", 0.3) is None, "a free heartbeat key must be set"
+    h1, h2, group = _name("host"), _name("host"), _name("group")
+    assert await backend.heartbeat(h1, "i1", 0.3, group=group) is None, (
+        "a free heartbeat key must be set"
+    )
     h1_at = trio.current_time()
-    assert await backend.heartbeat(h1, "i1", 0.3) is None, "the holder must renew its key"
+    assert await backend.heartbeat(h1, "i1", 0.3, group=group) is None, (
+        "the holder must renew its key"
+    )
     h2_at = trio.current_time()
-    await backend.heartbeat(h2, "i2", 0.6)
+    await backend.heartbeat(h2, "i2", 0.6, group=group)
     live = await backend.count_heartbeats()
-    await backend.remove_heartbeat(h1, "someone-else")
+    await backend.remove_heartbeat(h1, "someone-else", group=group)
     still_live = await backend.count_heartbeats()
     _within(h1_at, 0.3)
     assert live == base + 2, f"two hosts, two heartbeats: counted {live - base}"
     assert still_live == base + 2, "removed with the wrong instance id"
-    await backend.remove_heartbeat(h1, "i1")
+    await backend.remove_heartbeat(h1, "i1", group=group)
     assert await backend.count_heartbeats() == base + 1, "the owner's remove must delete it"
-    await backend.remove_heartbeat(h1, "i1")  # gone already: a no-op
-    refused = await backend.heartbeat(h2, "i3", 0.6)  # another instance, the same host
-    await backend.remove_heartbeat(h2, "i3")
-    holder = await backend.heartbeat_holder(h2)
+    await backend.remove_heartbeat(h1, "i1", group=group)  # gone already: a no-op
+    refused = await backend.heartbeat(h2, "i3", 0.6, group=group)  # another instance, the same host
+    await backend.remove_heartbeat(h2, "i3", group=group)
+    holder = await backend.heartbeat_holder(h2, group=group)
     live = await backend.count_heartbeats()
     _within(h2_at, 0.6)
     assert refused == "i2", f"heartbeat over another instance's key must name it: {refused!r}"
@@ -267,8 +273,10 @@ async def check_heartbeats(backend: Backend) -> None:
     assert live == base + 1, "a non-holder removed the heartbeat"
     await trio.sleep(0.7)
     assert await backend.count_heartbeats() == base, "a heartbeat outlived its ttl"
-    assert await backend.heartbeat(h2, "i3", 0.3) is None, "an expired key must be free"
-    await backend.remove_heartbeat(h2, "i3")
+    assert await backend.heartbeat(h2, "i3", 0.3, group=group) is None, (
+        "an expired key must be free"
+    )
+    await backend.remove_heartbeat(h2, "i3", group=group)
 
 
 @_contract_check
@@ -276,31 +284,31 @@ async def check_heartbeat_holder(backend: Backend) -> None:
     """``heartbeat_holder`` names the key's instance and its seconds left, which
     go down as time passes and back up when the holder renews; ``None`` once
     the key is gone."""
-    host = _name("host")
-    assert await backend.heartbeat_holder(host) is None, "no key yet"
+    host, group = _name("host"), _name("group")
+    assert await backend.heartbeat_holder(host, group=group) is None, "no key yet"
     set_at = trio.current_time()
-    await backend.heartbeat(host, "i1", 1.0)
-    first = await backend.heartbeat_holder(host)
+    await backend.heartbeat(host, "i1", 1.0, group=group)
+    first = await backend.heartbeat_holder(host, group=group)
     assert first is not None, "a live key has a holder"
     assert first[0] == "i1", f"the holder is the instance that set it: {first!r}"
     assert 1.0 - _LATE < first[1] <= 1.0, f"seconds left of a 1.0 s key just set: {first!r}"
     await trio.sleep(0.4)
-    later = await backend.heartbeat_holder(host)
+    later = await backend.heartbeat_holder(host, group=group)
     _within(set_at, 1.0)
     assert later is not None, "the key expired before its ttl"
     assert later[1] <= first[1] - 0.4 + _SLACK, f"seconds left must run down: {first!r} {later!r}"
-    await backend.heartbeat(host, "i1", 1.0)
-    renewed = await backend.heartbeat_holder(host)
+    await backend.heartbeat(host, "i1", 1.0, group=group)
+    renewed = await backend.heartbeat_holder(host, group=group)
     assert renewed is not None, "a renewed key has a holder"
     assert renewed[1] > later[1] + 0.3, f"a renew must show as more time left: {renewed!r}"
-    await backend.remove_heartbeat(host, "i1")
-    assert await backend.heartbeat_holder(host) is None, "a removed key has no holder"
+    await backend.remove_heartbeat(host, "i1", group=group)
+    assert await backend.heartbeat_holder(host, group=group) is None, "a removed key has no holder"
 
 
 @_contract_check
 async def check_locks(backend: Backend) -> None:
     """Locks are ``SET NX`` with a ttl and released only with their token."""
-    key = f"taskrunner:unique:{_name('task')}"
+    key = _lock_key(backend, _name("group"), _name("task"))
     locked_at = trio.current_time()
     assert await backend.acquire_lock(key, "t1", 0.3) is True, "a free lock must be taken"
     other = await backend.acquire_lock(key, "t2", 0.3)
@@ -369,7 +377,8 @@ async def check_unencodable_text_is_refused(backend: Backend) -> None:
     can carry one) is refused with ``InvalidCommandArgument``, not retryable and
     certainly not applied, before anything changes; the same call with good text works."""
     bad = "\udc80"
-    group, key = _name("group"), f"taskrunner:unique:{_name('task')}"
+    group = _name("g")  # short names: a refusal shows the first 60 characters
+    key = _lock_key(backend, group, f"t{secrets.token_hex(4)}")
     member = b'{"id":"contract","task":"t","time":0,"payload":null}'
     assert await backend.acquire_lock(key, "t", 5.0) is True, "a free lock must be taken"
     await backend.add_delayed(group, member, backend.now() - 1)
@@ -377,7 +386,7 @@ async def check_unencodable_text_is_refused(backend: Backend) -> None:
     calls: dict[str, Callable[[], Awaitable[object]]] = {
         "acquire_lock": lambda: backend.acquire_lock(f"{key}:{bad}", "t", 5.0),
         "release_lock": lambda: backend.release_lock(key, f"t{bad}"),
-        "heartbeat": lambda: backend.heartbeat(_name("host") + bad, "id", 5.0),
+        "heartbeat": lambda: backend.heartbeat("h" + bad, "id", 5.0, group=group),
         "increment_metrics": lambda: backend.increment_metrics(
             group,
             [

@@ -8,7 +8,7 @@ import uuid
 
 import trio
 
-from taskrunner import _wire
+from taskrunner import _keys, _wire
 from taskrunner._wire import TaskState
 from taskrunner.backends._protocols import Backend
 from taskrunner.backends._protocols.queue import DelayedMove
@@ -240,7 +240,7 @@ async def check_cancel_removes_queued_and_scheduled_tasks(backend: Backend) -> N
     is recorded as cancelled; cancelling again finds nothing."""
     group, consumer = await _fresh_group(backend), _name("c")
     suffix, token = _name("lock"), uuid.uuid4().hex
-    lock = _wire.unique_lock("t", suffix)
+    lock = _wire.unique_lock("t", suffix, _keys.unique_prefix(group, backend.key_layout))
     assert await backend.acquire_lock(lock, token, 5.0), "the lock must be free"
     queued = await _one_entry(backend, group, _message(keep_result=30.0, lock=(suffix, token)))
     kept_after = await _one_entry(backend, group, _message())
@@ -316,7 +316,7 @@ async def check_replay_dead_letters(backend: Backend) -> None:
         [Outcome(entry_id=task_id, task_id=task_id, document=_result(), keep=30.0, notify=30.0)],
     )
     lock_suffix = _name("lock")
-    lock = _wire.unique_lock("t", lock_suffix)
+    lock = _wire.unique_lock("t", lock_suffix, _keys.unique_prefix(group, backend.key_layout))
     assert await backend.acquire_lock(lock, "holder", 5.0)
     new_message = _message(id=task_id)
     replays = [

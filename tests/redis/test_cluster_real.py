@@ -231,20 +231,26 @@ def test_producers_choose_redis_cluster(shared_cluster: ClusterProcess) -> None:
 
 
 async def test_backend_walks_every_master(shared_cluster: ClusterProcess) -> None:
+    # The cluster key layout (the default on a cluster): a heartbeat is its group's, so
+    # the heartbeats of twelve groups spread over the masters, and a count walks them all.
     hosts = [f"walk-host-{n}" for n in range(12)]
+    beats = {h: _keys.replication(h, "cluster", f"walk-group-{n}") for n, h in enumerate(hosts)}
     async with RedisBackend.from_url(shared_cluster.url) as backend:
         client = backend.client
-        await client.pipeline([("SET", _keys.replication(h), "id", "PX", 60_000) for h in hosts])
-        on = {shared_cluster.master_of_slot(key_slot(_keys.replication(h))).port for h in hosts}
+        await client.pipeline([("SET", key, "id", "PX", 60_000) for key in beats.values()])
+        on = {shared_cluster.master_of_slot(key_slot(key)).port for key in beats.values()}
         assert len(on) == 3  # spread over the three masters
+        assert backend.key_layout == "cluster"
         assert await backend.count_heartbeats() == len(hosts)
         assert [beat.host for beat in await backend.list_heartbeats()] == sorted(hosts)
         stream = backend.stream_keys("walkers").stream
         await client.execute("XGROUP", "CREATE", stream, "walkers", "$", "MKSTREAM")
+        await backend.heartbeat("walker", "id", 60.0, group="walkers")
         assert "walkers" in await backend.list_groups()
         flushed = await admin.flush(backend, "walkers", confirm=True, replication=True)
         assert stream in flushed
-        assert await backend.count_heartbeats() == 0
+        assert _keys.replication("walker", "cluster", "walkers") in flushed
+        assert await backend.count_heartbeats() == len(hosts)  # other groups' stay
 
 
 def _reshard(cluster: ClusterProcess, slot: int, source: ClusterNode, target: ClusterNode) -> int:

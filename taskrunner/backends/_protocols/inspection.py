@@ -163,11 +163,11 @@ class KeyInfo:
 class KeyCounts:
     """How many keys of each kind a group has on the store (see :class:`KeyKind`).
 
-    ``heartbeat`` and ``unique_lock`` count every group's (those keys are not per
-    group); ``result`` and ``result_notice`` are one per task of the group;
-    ``stream``, ``dead_letter`` and ``claim_delay_ring`` one per queue;
-    ``concurrency``, ``rate``, ``rate_pace`` and ``parked`` one per task (and rate
-    key) that uses them; every other count is 0 or 1.
+    ``heartbeat`` and ``unique_lock`` count every group's in the go layout (those keys
+    are not per group there), the group's own in the cluster layout; ``result`` and
+    ``result_notice`` are one per task of the group; ``stream``, ``dead_letter`` and
+    ``claim_delay_ring`` one per queue; ``concurrency``, ``rate``, ``rate_pace`` and
+    ``parked`` one per task (and rate key) that uses them; every other count is 0 or 1.
     """
 
     stream: int = 0
@@ -318,7 +318,8 @@ class Inspection(Protocol):
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         """Every live instance (heartbeat key) of every group, sorted by host,
-        with the instance id it holds and its seconds left.
+        with the instance id it holds and its seconds left (in the cluster layout,
+        one entry per group an instance of a host serves).
 
         Cost: one pattern walk and one round trip for every key found.
         """
@@ -338,8 +339,9 @@ class Inspection(Protocol):
         claim-delay ring are kept for them; otherwise they are deleted too, with
         the group's delayed set and its id indexes, stop requests, lease, tuning
         value, desired instance count, metrics hash, and its tasks' results and
-        notices. Other groups' keys are never touched. Unique locks and (with ``heartbeats``)
-        heartbeat keys are not per group: every one is deleted.
+        notices. Other groups' keys are never touched. Unique locks and (with
+        ``heartbeats``) heartbeat keys: in the go layout they are not per group, and
+        every one is deleted; in the cluster layout the group's own are.
 
         Returns:
             The names deleted (those :meth:`list_keys` found, less those kept),

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from taskrunner._keys import StreamKeys
+from taskrunner._keys import KeyLayout, StreamKeys
 
 
 @attrs.frozen(kw_only=True)
@@ -112,6 +112,33 @@ class MessageQueue(Protocol):
     Delivery is at-least-once: an entry read but never acked is delivered again
     (to any consumer of the group) once :meth:`claim_stale` finds it idle.
     """
+
+    @property
+    def key_layout(self) -> KeyLayout:
+        """How this backend names its keys, ``"go"`` or ``"cluster"`` (see
+        :mod:`taskrunner._keys`); every client of the backend (runner, producer,
+        admin) builds the keys it hands over (unique locks) by it.
+
+        Raises:
+            KeyLayoutError: ``"go"`` was asked for and the server is a Redis Cluster.
+        """
+        ...
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the server is a Redis Cluster (false for :class:`MemoryBackend` and a
+        standalone server)."""
+        ...
+
+    def use_key_layout(self, key_layout: KeyLayout | None) -> KeyLayout:
+        """Ask for ``key_layout`` (``None``: the backend's choice) and return the one in
+        use; what a runner does with its ``TaskRunnerConfig.key_layout``.
+
+        Raises:
+            KeyLayoutError: an unknown layout, ``"go"`` on a cluster, or another
+                layout than the backend was given.
+        """
+        ...
 
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         """The stream (and its dead-letter stream and claim-delay ring) that

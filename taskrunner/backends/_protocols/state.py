@@ -106,7 +106,13 @@ class SharedState(Protocol):
         ...
 
     # Replication heartbeats ---------------------------------------------
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+    # ``group`` names the instance's consumer group. The go layout ignores it (a
+    # heartbeat is every group's, ``taskrunner:replication:<host>``); the cluster
+    # layout needs it for writes (``taskrunner:{<group>}:replication:<host>``, in the
+    # group's slot) and counts one group's with it, every group's without.
+    async def heartbeat(
+        self, host: str, instance_id: str, ttl: float, *, group: str | None = None
+    ) -> str | None:
         """Set the host's heartbeat key to ``instance_id`` with a lifetime of
         ``ttl``, unless it holds another instance's id: atomically, so two
         instances of one host never both believe they hold it.
@@ -115,22 +121,30 @@ class SharedState(Protocol):
             ``None`` when the key was set (or renewed); else the id it holds,
             and the key is left alone.
 
+        Raises:
+            ValueError: the cluster layout and no ``group``.
+
         Cancellation: the key may have been set; a repeat renews it.
         """
         ...
 
-    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+    async def heartbeat_holder(
+        self, host: str, *, group: str | None = None
+    ) -> tuple[str, float] | None:
         """The instance id in the host's heartbeat key and its seconds left, or
         ``None`` when there is no live key. A holder that renews its key shows
         as seconds left going up again."""
         ...
 
-    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+    async def remove_heartbeat(
+        self, host: str, instance_id: str, *, group: str | None = None
+    ) -> None:
         """Delete this instance's heartbeat key, only if it still holds ``instance_id``."""
         ...
 
-    async def count_heartbeats(self) -> int:
-        """Live heartbeat keys (every instance, every group)."""
+    async def count_heartbeats(self, *, group: str | None = None) -> int:
+        """Live heartbeat keys: every instance of every group (go layout, or no
+        ``group``), or ``group``'s instances (cluster layout)."""
         ...
 
     # Unique locks -------------------------------------------------------

@@ -48,12 +48,14 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import attrs
 
 from taskrunner import _keys, _wire
+from taskrunner._keys import KeyLayout
 from taskrunner._wire import TaskState
 
 if TYPE_CHECKING:
     from taskrunner.backends._protocols.queue import DeadLetter
 
 __all__ = [
+    "CANCEL_TRIES",
     "STOP_REQUEST_LIFETIME",
     "Cancellation",
     "Outcome",
@@ -63,6 +65,7 @@ __all__ = [
     "Tracking",
     "cancel_arguments",
     "is_stream_id",
+    "lock_to_give",
     "track_keys",
 ]
 
@@ -80,24 +83,34 @@ def is_stream_id(text: str) -> bool:
     return _STREAM_ID.fullmatch(text) is not None
 
 
-def track_keys(streams: str | Sequence[str], group: str, task_id: str) -> list[str]:
+def track_keys(
+    streams: str | Sequence[str],
+    group: str,
+    task_id: str,
+    layout: KeyLayout,
+    lock: str | None = None,
+) -> list[str]:
     """The ``KEYS`` of ``lua/track.lua`` for task ``task_id`` of ``group`` on ``streams``
-    (one stream, or the streams of several queues, looked in in that order)."""
+    (one stream, or the streams of several queues, looked in in that order): with
+    ``lock``, the unique lock a cancel expects the task to hold, as ``KEYS[9]`` (else
+    its result key stands there: a key of the group's slot, never touched)."""
     first, *more = [streams] if isinstance(streams, str) else streams
+    result = _keys.result(group, task_id, layout)
     return [
-        _keys.result(group, task_id),
-        _keys.delayed_tasks(group),
-        _keys.delayed_index(group),
-        _keys.entry_index(group),
+        result,
+        _keys.delayed_tasks(group, layout),
+        _keys.delayed_index(group, layout),
+        _keys.entry_index(group, layout),
         first,
-        _keys.cancelled(group),
-        _keys.notify(group, task_id),
-        _keys.catalog(group),
+        _keys.cancelled(group, layout),
+        _keys.notify(group, task_id, layout),
+        _keys.catalog(group, layout),
+        result if lock is None else lock,
         *more,
     ]
 
 
-def cancel_arguments(group: str, task_id: str, now: float) -> list[str | bytes]:
+def cancel_arguments(group: str, task_id: str, now: float, layout: KeyLayout) -> list[str | bytes]:
     """The ``ARGV`` of ``lua/track.lua`` cancelling ``task_id`` at ``now`` (unix seconds
     on Redis): what :meth:`Tracking.cancel` sends, and what a producer sends too."""
     return [
@@ -109,8 +122,22 @@ def cancel_arguments(group: str, task_id: str, now: float) -> list[str | bytes]:
         repr(STOP_REQUEST_LIFETIME),
         _wire.cancelled_head(now),
         repr(_wire.NOTIFY_TTL),
-        _wire.UNIQUE_LOCK_PREFIX,
+        _keys.unique_prefix(group, layout),
     ]
+
+
+CANCEL_TRIES = 3
+"""Cancel calls of ``lua/track.lua`` before giving up on a task whose unique lock keeps
+changing between them (each call but the last is told the lock the one before named)."""
+
+
+def lock_to_give(reply: object) -> str | None:
+    """The unique lock a cancel reply of ``lua/track.lua`` asks to be given as
+    ``KEYS[9]`` (``{'lock', key}``: nothing was done), or ``None`` for any other reply."""
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] in (b"lock", "lock"):
+        key = reply[1]
+        return key.decode() if isinstance(key, bytes) else str(key)
+    return None
 
 
 CANCELLED_STATES = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from taskrunner._keys import KeyLayout
 from taskrunner.backends.memory._catalog import MemoryCatalog
 from taskrunner.backends.memory._defer import MemoryDefer
 from taskrunner.backends.memory._flow import MemoryFlow
@@ -32,14 +33,24 @@ class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
             prefix share its stream.
         queue: Stream name.
         delete_on_ack: Delete entries from the stream when acked (as ``XDEL``).
+        key_layout: The names of its keys, as on Redis (``"go"`` or ``"cluster"``,
+            see :mod:`taskrunner._keys`); ``None`` (the default) is ``"go"`` unless a
+            runner's ``TaskRunnerConfig.key_layout`` asks for another.
 
     Must be used inside ``trio.run``: every time comes from ``trio.current_time()``.
     """
 
     def __init__(
-        self, *, prefix: str | None = None, queue: str = "tasks", delete_on_ack: bool = True
+        self,
+        *,
+        prefix: str | None = None,
+        queue: str = "tasks",
+        delete_on_ack: bool = True,
+        key_layout: KeyLayout | None = None,
     ) -> None:
-        MemoryStream.__init__(self, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        MemoryStream.__init__(
+            self, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack, key_layout=key_layout
+        )
         MemoryState.__init__(
             self,
             add_entry=lambda group, payload, queue: self.add_raw(

@@ -66,15 +66,15 @@ class MemoryFlow(MemoryStream, MemoryState):
         check_text("admit", "holder", holder)
         check_text("admit", "rate_key", rate_key)
         now = trio.current_time()
-        slots_key = _keys.concurrency(group, task)
+        slots_key = _keys.concurrency(group, task, self.key_layout)
         if max_concurrency is not None:
             slots = self._drop_until(slots_key, now)
             if holder not in slots and len(slots) >= max_concurrency:
                 self._tidy(slots_key)
                 return Admission(admitted=False, limited_by=LimitedBy.CONCURRENCY)
         if rate is not None:
-            log_key = _keys.rate(group, task, rate_key)
-            pace_key = _keys.rate_pace(group, task, rate_key)
+            log_key = _keys.rate(group, task, rate_key, self.key_layout)
+            pace_key = _keys.rate_pace(group, task, rate_key, self.key_layout)
             log = self._drop_until(log_key, now - rate.per)
             if len(log) >= rate.limit:
                 frees_at = min(log.values()) + rate.per
@@ -97,7 +97,7 @@ class MemoryFlow(MemoryStream, MemoryState):
         now = trio.current_time()
         lost = []
         for hold in holds:
-            slots = self._zsets.get(_keys.concurrency(group, hold.task), {})
+            slots = self._zsets.get(_keys.concurrency(group, hold.task, self.key_layout), {})
             # Still in the set: counted all along, even if its lease ran out since.
             if hold.holder in slots:
                 slots[hold.holder] = now + hold.lease
@@ -108,13 +108,13 @@ class MemoryFlow(MemoryStream, MemoryState):
     async def release_slots(self, group: str, holds: Sequence[SlotHold]) -> None:
         await trio.lowlevel.checkpoint()
         for hold in holds:
-            key = _keys.concurrency(group, hold.task)
+            key = _keys.concurrency(group, hold.task, self.key_layout)
             self._zsets.get(key, {}).pop(hold.holder, None)
             self._tidy(key)
 
     async def paused(self, group: str) -> Paused:
         await trio.lowlevel.checkpoint()
-        members = [m.decode() for m in self._sets.get(_keys.paused(group), ())]
+        members = [m.decode() for m in self._sets.get(_keys.paused(group, self.key_layout), ())]
         return Paused(
             queues=frozenset(m.removeprefix("queue:") for m in members if m.startswith("queue:")),
             tasks=frozenset(m.removeprefix("task:") for m in members if m.startswith("task:")),
@@ -123,7 +123,7 @@ class MemoryFlow(MemoryStream, MemoryState):
     async def pause(self, group: str, *, queue: str | None = None, task: str | None = None) -> bool:
         member = _one_of(queue, task).encode()
         await trio.lowlevel.checkpoint()
-        paused = self._sets.setdefault(_keys.paused(group), set())
+        paused = self._sets.setdefault(_keys.paused(group, self.key_layout), set())
         if member in paused:
             return False
         paused.add(member)
@@ -134,7 +134,7 @@ class MemoryFlow(MemoryStream, MemoryState):
     ) -> bool:
         member = _one_of(queue, task).encode()
         await trio.lowlevel.checkpoint()
-        key = _keys.paused(group)
+        key = _keys.paused(group, self.key_layout)
         paused = self._sets.get(key, set())
         was = member in paused
         paused.discard(member)
@@ -143,7 +143,7 @@ class MemoryFlow(MemoryStream, MemoryState):
         if task is not None:
             now = trio.current_time()
             delayed = self._delayed.get(group, {})
-            for parked in self._sets.pop(_keys.parked(group, task), set()):
+            for parked in self._sets.pop(_keys.parked(group, task, self.key_layout), set()):
                 if parked in delayed:
                     delayed[parked] = now
         return was
@@ -160,11 +160,11 @@ class MemoryFlow(MemoryStream, MemoryState):
     ) -> ParkOutcome:
         await trio.lowlevel.checkpoint()
         check_text("park", "entry_id", entry_id)
-        if f"task:{task}".encode() not in self._sets.get(_keys.paused(group), ()):
+        if f"task:{task}".encode() not in self._sets.get(_keys.paused(group, self.key_layout), ()):
             return ParkOutcome.NOT_PAUSED
         if not self.is_pending(group, entry_id, queue):
             return ParkOutcome.NOT_PENDING
         self._delayed.setdefault(group, {})[member] = run_at
-        self._sets.setdefault(_keys.parked(group, task), set()).add(member)
+        self._sets.setdefault(_keys.parked(group, task, self.key_layout), set()).add(member)
         self._ack(group, [entry_id], queue)
         return ParkOutcome.PARKED

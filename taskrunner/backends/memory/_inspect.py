@@ -24,7 +24,6 @@ from taskrunner.backends._layout import (
     group_key_kind,
     group_named_by,
     keys_to_flush,
-    kind_of,
     queue_key,
     queues_in,
     stream_head,
@@ -33,7 +32,6 @@ from taskrunner.backends._protocols.inspection import (
     Heartbeat,
     KeyCounts,
     KeyInfo,
-    KeyKind,
     Lease,
 )
 from taskrunner.backends._protocols.schedules import STATE_FIELDS
@@ -64,16 +62,40 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         for key, stream in self._streams.items():
             if stream.entries or stream.groups:
                 names.append(key)
-        names += [_keys.delayed_tasks(g) for g, members in self._delayed.items() if members]
-        names += [_keys.delayed_index(g) for g, index in self._delayed_index.items() if index]
-        names += [_keys.entry_index(g) for g, index in self._entry_index.items() if index]
-        names += [_keys.cancelled(g) for g, stops in self._stop_requests.items() if stops]
-        names += [_keys.metrics(g) for g, fields in self._metrics.items() if fields]
+        names += [
+            _keys.delayed_tasks(g, self.key_layout)
+            for g, members in self._delayed.items()
+            if members
+        ]
+        names += [
+            _keys.delayed_index(g, self.key_layout)
+            for g, index in self._delayed_index.items()
+            if index
+        ]
+        names += [
+            _keys.entry_index(g, self.key_layout) for g, index in self._entry_index.items() if index
+        ]
+        names += [
+            _keys.cancelled(g, self.key_layout) for g, stops in self._stop_requests.items() if stops
+        ]
+        names += [
+            _keys.metrics(g, self.key_layout) for g, fields in self._metrics.items() if fields
+        ]
         names += [k for k in list(self._results) if self._live(self._results, k)]
         names += [k for k in list(self._notices) if self._live(self._notices, k)]
-        names += [_keys.catalog(g) for g in list(self._catalogs) if self.catalog_size(g)]
-        names += [_keys.schedules(g) for g in self._schedule_states if self._state_fields(g)]
-        names += [_keys.schedule_specs(g) for g, specs in self._schedule_specs.items() if specs]
+        names += [
+            _keys.catalog(g, self.key_layout) for g in list(self._catalogs) if self.catalog_size(g)
+        ]
+        names += [
+            _keys.schedules(g, self.key_layout)
+            for g in self._schedule_states
+            if self._state_fields(g)
+        ]
+        names += [
+            _keys.schedule_specs(g, self.key_layout)
+            for g, specs in self._schedule_specs.items()
+            if specs
+        ]
         return names + self.keys()
 
     def _state_fields(self, group: str) -> int:
@@ -88,7 +110,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         await trio.lowlevel.checkpoint()
         found = {name for stream in self._streams.values() for name in stream.groups}
         for name in self._names():
-            group = group_named_by(name, self.queue)
+            group = group_named_by(name, self.queue, self.key_layout)
             if group is not None:
                 found.add(group)
         return sorted(found)
@@ -104,6 +126,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
                 found[_keys.dead_letter(head, queue)] = "stream", len(stream.dead), None
             if stream.ring:
                 found[_keys.claim_delay_ring(head, queue)] = "list", len(stream.ring), None
+        layout = self.key_layout
         per_group = (
             (_keys.delayed_tasks, "zset", self._delayed),
             (_keys.delayed_index, "hash", self._delayed_index),
@@ -115,14 +138,14 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         for name_of, key_type, store in per_group:
             for g, value in store.items():
                 if value:
-                    found[name_of(g)] = key_type, len(value), None
+                    found[name_of(g, layout)] = key_type, len(value), None
         for g in list(self._catalogs):
             catalog = self.catalog_size(g)
             if catalog is not None:
-                found[_keys.catalog(g)] = "hash", *catalog
+                found[_keys.catalog(g, layout)] = "hash", *catalog
         for g in self._schedule_states:
             if self._state_fields(g):
-                found[_keys.schedules(g)] = "hash", self._state_fields(g), None
+                found[_keys.schedules(g, layout)] = "hash", self._state_fields(g), None
         for name, members in getattr(self, "_zsets", {}).items():  # MemoryFlow's
             if members:
                 found[name] = "zset", len(members), None
@@ -141,13 +164,13 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         return found
 
     def _key_infos(self, group: str) -> list[KeyInfo]:
-        own = self.stream_keys(group)
+        own, layout = self.stream_keys(group), self.key_layout
         # With an explicit prefix, the streams under it are every group's that uses
         # it: a queue counts when the group reads its stream (as on Redis).
-        explicit = stream_head(own) != group_head(group)
+        explicit = stream_head(own) != group_head(group, layout)
         found = []
         for name, (key_type, size, ttl) in self._all_keys().items():
-            kind = group_key_kind(name, group, own)
+            kind = group_key_kind(name, group, own, layout)
             if kind is None:
                 continue
             hit = queue_key(name, own)
@@ -174,8 +197,8 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         await trio.lowlevel.checkpoint()
         found = []
         for name in sorted(self.keys()):
-            if kind_of(name, {}) is KeyKind.HEARTBEAT:
-                host = name.removeprefix(_keys.replication(""))
+            host = _keys.heartbeat_host(name, self.key_layout)
+            if host is not None:
                 found.append(
                     Heartbeat(host=host, instance_id=self._strings[name][0], ttl=self.ttl(name))
                 )
@@ -183,7 +206,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
 
     async def read_lease(self, group: str) -> Lease | None:
         await trio.lowlevel.checkpoint()
-        name = _keys.leader(group)
+        name = _keys.leader(group, self.key_layout)
         owner = self._get(name)
         return None if owner is None else Lease(owner=owner, ttl=self.ttl(name))
 
@@ -214,7 +237,9 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
             (_keys.schedules, self._schedule_states),
             (_keys.schedule_specs, self._schedule_specs),
         )
-        by_name: dict[str, dict[str, Any]] = {name_of(group): store for name_of, store in stores}
+        by_name: dict[str, dict[str, Any]] = {
+            name_of(group, self.key_layout): store for name_of, store in stores
+        }
         for name in doomed:
             stream = streams.get(name)
             if stream is not None and name.endswith(":dead") and name not in self._streams:

@@ -28,6 +28,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys
+from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends._protocols.queue import (
     ConsumerInfo,
     DeadLetter,
@@ -92,25 +93,34 @@ class _Stream:
         self.dead.clear()
 
 
-class MemoryStream:
+class MemoryStream(KeyLayoutHolder):
     """A :class:`~taskrunner.backends.MessageQueue` held in process memory."""
 
     def __init__(
-        self, *, prefix: str | None = None, queue: str = "tasks", delete_on_ack: bool = True
+        self,
+        *,
+        prefix: str | None = None,
+        queue: str = "tasks",
+        delete_on_ack: bool = True,
+        key_layout: _keys.KeyLayout | None = None,
     ) -> None:
+        self._init_key_layout(key_layout)
         self.prefix = prefix
         self.queue = queue
         self.delete_on_ack = delete_on_ack
-        self._stream_keys: dict[tuple[str, str | None], StreamKeys] = {}
+        self._stream_keys: dict[tuple[str, str | None, _keys.KeyLayout], StreamKeys] = {}
         self._streams: dict[str, _Stream] = {}  # by stream key
         self._added = trio.lowlevel.ParkingLot()  # every add, to any stream
 
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         """The stream, dead-letter stream and ring of ``group`` on ``queue`` (cached)."""
-        keys = self._stream_keys.get((group, queue))
+        layout = self._resolved_layout or self.key_layout
+        keys = self._stream_keys.get((group, queue, layout))
         if keys is None:
             name = self.queue if queue is None else queue
-            keys = self._stream_keys[group, queue] = _keys.stream_keys(self.prefix, group, name)
+            keys = self._stream_keys[group, queue, layout] = _keys.stream_keys(
+                self.prefix, group, name, layout
+            )
         return keys
 
     def _stream(self, group: str, queue: str | None = None) -> _Stream:

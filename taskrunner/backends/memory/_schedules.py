@@ -40,7 +40,7 @@ class MemorySchedules(MemoryState):
         self._schedule_specs = {}
 
     def _holds_lease(self, group: str, owner: str) -> bool:
-        return self._get(_keys.leader(group)) == owner
+        return self._get(_keys.leader(group, self.key_layout)) == owner
 
     async def publish_schedule_specs(self, group: str, specs: Mapping[str, bytes]) -> None:
         await trio.lowlevel.checkpoint()

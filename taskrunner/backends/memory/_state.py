@@ -23,6 +23,7 @@ import trio
 
 from taskrunner import _keys, _wire
 from taskrunner._wire import TimingIncrement
+from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends._protocols.queue import DelayedMove
 from taskrunner.errors import InvalidCommandArgument
 
@@ -53,7 +54,7 @@ def check_text(method: str, argument: str, *values: str) -> None:
                 raise InvalidCommandArgument(method, argument, value, exc.reason) from None
 
 
-class MemoryState:
+class MemoryState(KeyLayoutHolder):
     """A :class:`~taskrunner.backends.SharedState` held in process memory."""
 
     def __init__(self, add_entry: Callable[[str, bytes, str | None], str]) -> None:
@@ -110,21 +111,21 @@ class MemoryState:
     async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
         await trio.lowlevel.checkpoint()
         check_text("acquire_lease", "owner", owner)
-        return self._set_nx(_keys.leader(group), owner, ttl)
+        return self._set_nx(_keys.leader(group, self.key_layout), owner, ttl)
 
     async def renew_lease(self, group: str, owner: str, ttl: float) -> bool:
         await trio.lowlevel.checkpoint()
         check_text("renew_lease", "owner", owner)
-        return self._expire_if(_keys.leader(group), owner, ttl)
+        return self._expire_if(_keys.leader(group, self.key_layout), owner, ttl)
 
     async def resign_lease(self, group: str, owner: str) -> bool:
         await trio.lowlevel.checkpoint()
         check_text("resign_lease", "owner", owner)
-        return self._delete_if(_keys.leader(group), owner)
+        return self._delete_if(_keys.leader(group, self.key_layout), owner)
 
     async def lease_owner(self, group: str) -> str | None:
         await trio.lowlevel.checkpoint()
-        return self._get(_keys.leader(group))
+        return self._get(_keys.leader(group, self.key_layout))
 
     # Delayed set ----------------------------------------------------------
     async def add_delayed(
@@ -195,35 +196,41 @@ class MemoryState:
             stored[name] = 0
 
     # Heartbeats -----------------------------------------------------------
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
+    async def heartbeat(
+        self, host: str, instance_id: str, ttl: float, *, group: str | None = None
+    ) -> str | None:
         await trio.lowlevel.checkpoint()
         check_text("heartbeat", "host", host)
         check_text("heartbeat", "instance_id", instance_id)
-        key = _keys.replication(host)
+        key = _keys.replication(host, self.key_layout, group)
         holder = self._get(key)
         if holder is not None and holder != instance_id:
             return holder
         self._strings[key] = (instance_id, trio.current_time() + ttl)
         return None
 
-    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+    async def heartbeat_holder(
+        self, host: str, *, group: str | None = None
+    ) -> tuple[str, float] | None:
         await trio.lowlevel.checkpoint()
-        key = _keys.replication(host)
+        key = _keys.replication(host, self.key_layout, group)
         holder = self._get(key)
         if holder is None:
             return None
         return holder, seconds_left(self._strings[key][1])
 
-    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+    async def remove_heartbeat(
+        self, host: str, instance_id: str, *, group: str | None = None
+    ) -> None:
         await trio.lowlevel.checkpoint()
         check_text("remove_heartbeat", "host", host)
         check_text("remove_heartbeat", "instance_id", instance_id)
-        self._delete_if(_keys.replication(host), instance_id)
+        self._delete_if(_keys.replication(host, self.key_layout, group), instance_id)
 
-    async def count_heartbeats(self) -> int:
+    async def count_heartbeats(self, *, group: str | None = None) -> int:
         await trio.lowlevel.checkpoint()
-        prefix = _keys.REPLICATION_PATTERN.rstrip("*")
-        return sum(1 for k in self.keys() if k.startswith(prefix))
+        layout = self.key_layout
+        return sum(1 for k in self.keys() if _keys.heartbeat_host(k, layout, group) is not None)
 
     # Unique locks ---------------------------------------------------------
     async def acquire_lock(self, key: str, token: str, ttl: float) -> bool:
@@ -241,14 +248,14 @@ class MemoryState:
     # Tuning ---------------------------------------------------------------
     async def publish_tuning(self, group: str, capacity: int, ttl: float) -> None:
         await trio.lowlevel.checkpoint()
-        self._strings[_keys.worker_tuning_capacity(group)] = (
+        self._strings[_keys.worker_tuning_capacity(group, self.key_layout)] = (
             str(capacity),
             trio.current_time() + ttl,
         )
 
     async def read_tuning(self, group: str) -> int | None:
         await trio.lowlevel.checkpoint()
-        value = self._get(_keys.worker_tuning_capacity(group))
+        value = self._get(_keys.worker_tuning_capacity(group, self.key_layout))
         return int(value) if value is not None else None
 
     # Autoscaling ----------------------------------------------------------

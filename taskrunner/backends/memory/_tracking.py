@@ -62,21 +62,21 @@ class MemoryTracking(MemoryStream, MemoryState):
 
     def _keep(self, group: str, task_id: str, document: bytes, keep: float, notify: float) -> None:
         now = trio.current_time()
-        key = _keys.result(group, task_id)
+        key = _keys.result(group, task_id, self.key_layout)
         self._results[key] = (document, now + keep)
-        self._notices[_keys.notify(group, task_id)] = (document, now + notify)
+        self._notices[_keys.notify(group, task_id, self.key_layout)] = (document, now + notify)
         lot = self._result_lots.pop(key, None)
         if lot is not None:
             lot.unpark_all()
 
     def result_keys(self, group: str) -> list[str]:
         """Live result keys of ``group`` (for inspection and tests)."""
-        head = _keys.result(group, "")
+        head = _keys.result(group, "", self.key_layout)
         return [k for k in list(self._results) if k.startswith(head) and self._live_result(k)]
 
     def notify_keys(self, group: str) -> list[str]:
         """Live result-notice keys of ``group`` (for inspection and tests)."""
-        head = _keys.notify(group, "")
+        head = _keys.notify(group, "", self.key_layout)
         return [k for k in list(self._notices) if k.startswith(head) and self._live_notice(k)]
 
     def _live_result(self, key: str) -> bool:
@@ -129,7 +129,10 @@ class MemoryTracking(MemoryStream, MemoryState):
     # Waiting ----------------------------------------------------------------
     async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
         await trio.lowlevel.checkpoint()
-        key, notice = _keys.result(group, task_id), _keys.notify(group, task_id)
+        key, notice = (
+            _keys.result(group, task_id, self.key_layout),
+            _keys.notify(group, task_id, self.key_layout),
+        )
         with trio.move_on_after(block):
             while True:
                 # As on Redis: the result, else (while it lives) the notice's copy.
@@ -152,7 +155,7 @@ class MemoryTracking(MemoryStream, MemoryState):
     def _find(
         self, group: str, task_id: str, queues: Sequence[str] | None = None
     ) -> TaskSnapshot | None:
-        result = self._live(self._results, _keys.result(group, task_id))
+        result = self._live(self._results, _keys.result(group, task_id, self.key_layout))
         if result is not None:
             return TaskSnapshot(task_id=task_id, result=result)
         member = self._delayed_index.get(group, {}).get(task_id)
@@ -232,7 +235,7 @@ class MemoryTracking(MemoryStream, MemoryState):
     def _undo(self, group: str, task_id: str, raw: bytes | None) -> None:
         """Release the lock of a removed task and record it as cancelled if it keeps
         results (its message says, else the catalog: as lua/track.lua does)."""
-        removal = _wire.removal_of(raw)
+        removal = _wire.removal_of(raw, _keys.unique_prefix(group, self.key_layout))
         if removal.lock is not None:
             self._delete_if(*removal.lock)
         keep = removal.keep_result
@@ -280,8 +283,8 @@ class MemoryTracking(MemoryStream, MemoryState):
             entry_id = self.add_raw(group, {"payload": replay.message}, queue=queue)
             if entry_id != replay.task_id:
                 self._entry_index.setdefault(group, {})[replay.task_id] = entry_id
-            self._results.pop(_keys.result(group, replay.task_id), None)
-            self._notices.pop(_keys.notify(group, replay.task_id), None)
+            self._results.pop(_keys.result(group, replay.task_id, self.key_layout), None)
+            self._notices.pop(_keys.notify(group, replay.task_id, self.key_layout), None)
             done.append(Replayed(dead_id=replay.dead_id, entry_id=entry_id))
         return done
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from taskrunner._keys import KeyLayout
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._cluster_client import ClusterRedisClient
@@ -53,6 +54,11 @@ class RedisBackend(
             a Go fleet, or one prefix to have several groups read one stream.
         queue: Stream name.
         delete_on_ack: ``XDEL`` entries when they are acked (keeps the stream short).
+        key_layout: How keys are named (see docs/redis-key-layout.md): ``"go"``, the
+            Go library's layout, or ``"cluster"``, every key of a group under the
+            hash tag ``{<group>}``. ``None`` (the default) is the backend's choice,
+            ``"cluster"`` on a Redis Cluster and ``"go"`` elsewhere, unless a
+            runner's ``TaskRunnerConfig.key_layout`` asks for one first.
         owns_client: Close ``client`` in :meth:`aclose` (true for the clients
             :meth:`from_url` and :meth:`from_client` wrap; the latter never
             closes the redis-py client you passed).
@@ -68,8 +74,16 @@ class RedisBackend(
         queue: str = "tasks",
         delete_on_ack: bool = True,
         owns_client: bool = True,
+        key_layout: KeyLayout | None = None,
     ) -> None:
-        RedisQueue.__init__(self, client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        RedisQueue.__init__(
+            self,
+            client,
+            prefix=prefix,
+            queue=queue,
+            delete_on_ack=delete_on_ack,
+            key_layout=key_layout,
+        )
         RedisState.__init__(self, client, stream_of=self._stream)
         self._init_tracking()
         self.client = client
@@ -84,6 +98,7 @@ class RedisBackend(
         queue: str = "tasks",
         delete_on_ack: bool = True,
         pool_size: int = 1,
+        key_layout: KeyLayout | None = None,
         cluster: bool | None = None,
         **options: Any,
     ) -> RedisBackend:
@@ -117,7 +132,13 @@ class RedisBackend(
             if cluster:
                 raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
             client = SentinelRedisClient.from_url(url, pool_size=pool_size, **options)
-            return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+            return cls(
+                client,
+                prefix=prefix,
+                queue=queue,
+                delete_on_ack=delete_on_ack,
+                key_layout=key_layout,
+            )
         config = ConnectionConfig.from_url(url, **options)
         if cluster is None:
             client = DetectingRedisClient(config, pool_size=pool_size)
@@ -125,7 +146,13 @@ class RedisBackend(
             client = ClusterRedisClient(config, pool_size=pool_size)
         else:
             client = NativeRedisClient(config, pool_size=pool_size)
-        return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        return cls(
+            client,
+            prefix=prefix,
+            queue=queue,
+            delete_on_ack=delete_on_ack,
+            key_layout=key_layout,
+        )
 
     @classmethod
     def from_sentinel(
@@ -142,6 +169,7 @@ class RedisBackend(
         queue: str = "tasks",
         delete_on_ack: bool = True,
         pool_size: int = 1,
+        key_layout: KeyLayout | None = None,
         **options: Any,
     ) -> RedisBackend:
         """A backend on the master that ``sentinels`` name for ``service_name``.
@@ -182,7 +210,13 @@ class RedisBackend(
         )
         master = ConnectionConfig(db=db, password=password, username=username, **options)
         client = SentinelRedisClient(config, master, pool_size=pool_size)
-        return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        return cls(
+            client,
+            prefix=prefix,
+            queue=queue,
+            delete_on_ack=delete_on_ack,
+            key_layout=key_layout,
+        )
 
     @classmethod
     def from_client(
@@ -192,6 +226,7 @@ class RedisBackend(
         prefix: str | None = None,
         queue: str = "tasks",
         delete_on_ack: bool = True,
+        key_layout: KeyLayout | None = None,
     ) -> RedisBackend:
         """A backend on any redis-py sync client (``redis.Redis``,
         ``redis.RedisCluster``, ``fakeredis.FakeRedis``...), called in worker
@@ -202,7 +237,23 @@ class RedisBackend(
             prefix=prefix,
             queue=queue,
             delete_on_ack=delete_on_ack,
+            key_layout=key_layout,
         )
+
+    def _detected_cluster(self) -> bool | None:
+        client: object = self.client
+        if isinstance(client, DetectingRedisClient):
+            if client.chosen is None:
+                return None  # not asked yet: see detect_cluster
+            client = client.chosen
+        return isinstance(client, ClusterRedisClient)
+
+    async def detect_cluster(self) -> bool:
+        """Ask the server whether it is a Redis Cluster now (``INFO cluster``), if the
+        client (``from_url(cluster=None)``) has not yet; the key layout follows."""
+        if isinstance(self.client, DetectingRedisClient):
+            await self.client.choose()
+        return self.cluster
 
     def __repr__(self) -> str:
         return f"RedisBackend(prefix={self.prefix!r}, queue={self.queue!r})"

@@ -18,6 +18,7 @@ import time
 
 from taskrunner import _keys, _wire
 from taskrunner._wire import CatalogDocument
+from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._scripts import load_script
 from taskrunner.backends.redis._state import _float_arg, _ms
@@ -48,7 +49,7 @@ def live_documents(fields: dict[bytes, bytes], now: float) -> list[CatalogDocume
     return found
 
 
-class RedisCatalog:
+class RedisCatalog(KeyLayoutHolder):
     """The task catalog half of the Redis backend (see the module docstring)."""
 
     _client: RedisClient
@@ -60,16 +61,16 @@ class RedisCatalog:
         """
         await PUBLISH_CATALOG(
             self._client,
-            [_keys.catalog(group)],
+            [_keys.catalog(group, self.key_layout)],
             [document.host, _wire.encode_catalog(document), _float_arg(time.time()), _ms(ttl)],
         )
 
     async def remove_catalog(self, group: str, host: str) -> None:
         """``HDEL`` the host's document (Redis deletes the hash with its last field)."""
-        await self._client.execute("HDEL", _keys.catalog(group), host)
+        await self._client.execute("HDEL", _keys.catalog(group, self.key_layout), host)
 
     async def read_catalog(self, group: str) -> list[CatalogDocument]:
         """The documents that count now (this machine's clock), by host: one ``HGETALL``."""
-        reply = await self._client.execute("HGETALL", _keys.catalog(group))
+        reply = await self._client.execute("HGETALL", _keys.catalog(group, self.key_layout))
         fields = {bytes(k): bytes(v) for k, v in zip(reply[::2], reply[1::2], strict=True)}
         return live_documents(fields, time.time())  # RedisState.now's clock

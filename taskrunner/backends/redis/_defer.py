@@ -36,9 +36,9 @@ class RedisDefer(RedisQueue, RedisState):
         """
         keys = [
             self._stream(group, queue),
-            _keys.delayed_tasks(group),
-            _keys.delayed_index(group),
-            _keys.entry_index(group),
+            _keys.delayed_tasks(group, self.key_layout),
+            _keys.delayed_index(group, self.key_layout),
+            _keys.entry_index(group, self.key_layout),
         ]
         args: list[CommandArg] = [
             group,

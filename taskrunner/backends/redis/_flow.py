@@ -64,9 +64,9 @@ class RedisFlow(RedisQueue, RedisState):
     ) -> Admission:
         """One script call: ``admit.lua`` (see the protocol)."""
         keys = [
-            _keys.concurrency(group, task),
-            _keys.rate(group, task, rate_key),
-            _keys.rate_pace(group, task, rate_key),
+            _keys.concurrency(group, task, self.key_layout),
+            _keys.rate(group, task, rate_key, self.key_layout),
+            _keys.rate_pace(group, task, rate_key, self.key_layout),
         ]
         args: list[CommandArg] = [
             holder,
@@ -86,7 +86,9 @@ class RedisFlow(RedisQueue, RedisState):
         """One script call for every hold (none for no holds)."""
         if not holds:
             return []
-        keys: list[CommandArg] = [_keys.concurrency(group, hold.task) for hold in holds]
+        keys: list[CommandArg] = [
+            _keys.concurrency(group, hold.task, self.key_layout) for hold in holds
+        ]
         args: list[CommandArg] = []
         for hold in holds:
             args += [hold.holder, _ms(hold.lease)]
@@ -97,12 +99,18 @@ class RedisFlow(RedisQueue, RedisState):
         """One pipelined ``ZREM`` per hold, in one round trip (none for no holds)."""
         if holds:
             await self._client.pipeline(
-                [("ZREM", _keys.concurrency(group, hold.task), hold.holder) for hold in holds]
+                [
+                    ("ZREM", _keys.concurrency(group, hold.task, self.key_layout), hold.holder)
+                    for hold in holds
+                ]
             )
 
     async def paused(self, group: str) -> Paused:
         """``SMEMBERS`` of the paused set."""
-        members = [_text(m) for m in await self._client.execute("SMEMBERS", _keys.paused(group))]
+        members = [
+            _text(m)
+            for m in await self._client.execute("SMEMBERS", _keys.paused(group, self.key_layout))
+        ]
         return Paused(
             queues=frozenset(m.removeprefix("queue:") for m in members if m.startswith("queue:")),
             tasks=frozenset(m.removeprefix("task:") for m in members if m.startswith("task:")),
@@ -111,7 +119,9 @@ class RedisFlow(RedisQueue, RedisState):
     async def pause(self, group: str, *, queue: str | None = None, task: str | None = None) -> bool:
         """``SADD`` to the paused set."""
         member = _member(queue, task)
-        added: int = await self._client.execute("SADD", _keys.paused(group), member)
+        added: int = await self._client.execute(
+            "SADD", _keys.paused(group, self.key_layout), member
+        )
         return added == 1
 
     async def resume(
@@ -120,9 +130,15 @@ class RedisFlow(RedisQueue, RedisState):
         """``SREM`` for a queue; for a task, ``resume_task.lua`` (its parked runs too)."""
         member = _member(queue, task)
         if task is None:
-            removed: int = await self._client.execute("SREM", _keys.paused(group), member)
+            removed: int = await self._client.execute(
+                "SREM", _keys.paused(group, self.key_layout), member
+            )
             return removed == 1
-        keys = [_keys.paused(group), _keys.parked(group, task), _keys.delayed_tasks(group)]
+        keys = [
+            _keys.paused(group, self.key_layout),
+            _keys.parked(group, task, self.key_layout),
+            _keys.delayed_tasks(group, self.key_layout),
+        ]
         was = await RESUME_TASK(self._client, keys, [member, _float_arg(self.now())])
         return int(was) == 1
 
@@ -139,9 +155,9 @@ class RedisFlow(RedisQueue, RedisState):
         """One script call: ``park.lua``."""
         keys = [
             self._stream(group, queue),
-            _keys.delayed_tasks(group),
-            _keys.paused(group),
-            _keys.parked(group, task),
+            _keys.delayed_tasks(group, self.key_layout),
+            _keys.paused(group, self.key_layout),
+            _keys.parked(group, task, self.key_layout),
         ]
         args: list[CommandArg] = [
             group,

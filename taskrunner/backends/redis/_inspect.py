@@ -28,8 +28,6 @@ from taskrunner import _keys
 from taskrunner._keys import StreamKeys, glob_escape
 from taskrunner.backends._layout import (
     _STREAM_KINDS,
-    HEARTBEAT_PREFIX,
-    UNIQUE_LOCK_PATTERN,
     group_head,
     group_key_kind,
     group_keys,
@@ -38,6 +36,7 @@ from taskrunner.backends._layout import (
     queue_key,
     queues_in,
     ring_head,
+    scanned_patterns,
     stream_head,
 )
 from taskrunner.backends._protocols.inspection import (
@@ -65,12 +64,10 @@ SIZE_COMMANDS = {
 }
 """The command that sizes a key of each Redis type (entries, or bytes of a string)."""
 
-_PATTERNS = (
-    (KeyKind.HEARTBEAT, _keys.REPLICATION_PATTERN),
-    (KeyKind.UNIQUE_LOCK, UNIQUE_LOCK_PATTERN),
+_SCANNED = frozenset(
+    [KeyKind.HEARTBEAT, KeyKind.UNIQUE_LOCK, KeyKind.RESULT, KeyKind.RESULT_NOTICE]
 )
-"""The kinds of key that are not per group, found by pattern."""
-
+"""The kinds of key found by pattern (:func:`scanned_patterns`)."""
 
 _QUEUE_KINDS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER, KeyKind.CLAIM_DELAY_RING})
 _STREAMS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER})
@@ -115,8 +112,9 @@ class RedisInspection(RedisQueue, RedisState):
                 for row in reply:
                     fields = dict(zip(row[::2], row[1::2], strict=True))
                     found.add(_text(fields[b"name"]))
+        layout = self.key_layout
         for name in await scan(self._client, f"{_keys.PREFIX}:*"):
-            group = group_named_by(_text(name), self.queue)
+            group = group_named_by(_text(name), self.queue, layout)
             if group is not None:
                 found.add(group)
         return sorted(found)
@@ -126,29 +124,29 @@ class RedisInspection(RedisQueue, RedisState):
         :meth:`list_keys` may list: the fixed ones (present or not), then every key
         a walk finds: the group's other keys (results, notices, flow control), every
         queue's stream, dead-letter stream and ring, every heartbeat and lock."""
-        own = self.stream_keys(group)
-        fixed = group_keys(own, group)
+        own, layout = self.stream_keys(group), self.key_layout
+        fixed = group_keys(own, group, layout)
         found: list[tuple[CommandArg, str, KeyKind, bool]] = [
             (n, n, k, False) for n, k in fixed.items()
         ]
         seen = set(fixed)
         walks: list[tuple[str, str | None]] = [
-            (f"{glob_escape(group_head(group))}*", None),
+            (f"{glob_escape(group_head(group, layout))}*", None),
             (f"{glob_escape(stream_head(own))}*", "stream"),
             (f"{glob_escape(ring_head(own))}*", None),
-            *((pattern, None) for _, pattern in _PATTERNS),
+            *((pattern, None) for _, pattern in scanned_patterns(group, layout)),
         ]
         for pattern, kind_filter in walks:
             for raw in sorted(await scan(self._client, pattern, kind=kind_filter)):
                 name = _text(raw)
-                kind = group_key_kind(name, group, own)
+                kind = group_key_kind(name, group, own, layout)
                 if kind is None or name in seen:
                     continue
                 if kind in _STREAMS and kind_filter != "stream":
                     continue  # a stream is taken from the walk of streams only
                 seen.add(name)
                 found.append((raw, name, kind, True))
-        if stream_head(own) != group_head(group):
+        if stream_head(own) != group_head(group, self.key_layout):
             found = await self._read_by(group, own, found)
         return found
 
@@ -229,12 +227,13 @@ class RedisInspection(RedisQueue, RedisState):
                 hit = queue_key(name, own)
                 if hit is not None and (hit[0] in _STREAM_KINDS) == (kind_filter == "stream"):
                     found.append((raw, name, hit[0], True))
-        if stream_head(own) != group_head(group):
+        if stream_head(own) != group_head(group, self.key_layout):
             found = await self._read_by(group, own, found)
         return queues_in((name for _, name, _, _ in found), own)
 
     async def list_heartbeats(self) -> list[Heartbeat]:
-        names = sorted(await scan(self._client, _keys.REPLICATION_PATTERN))
+        layout = self.key_layout
+        names = sorted(await scan(self._client, _keys.replication_pattern(layout)))
         if not names:
             return []
         commands = [command for raw in names for command in (("GET", raw), ("PTTL", raw))]
@@ -245,7 +244,7 @@ class RedisInspection(RedisQueue, RedisState):
                 continue  # expired since the scan, or not a string (set by hand)
             out.append(
                 Heartbeat(
-                    host=_text(raw).removeprefix(HEARTBEAT_PREFIX),
+                    host=_keys.heartbeat_host(_text(raw), layout) or "",
                     instance_id=value.decode(errors="replace"),
                     ttl=_ttl(int(_checked(pttl))),
                 )
@@ -253,7 +252,7 @@ class RedisInspection(RedisQueue, RedisState):
         return sorted(out, key=lambda beat: beat.host)
 
     async def read_lease(self, group: str) -> Lease | None:
-        key = _keys.leader(group)
+        key = _keys.leader(group, self.key_layout)
         value, pttl = await self._client.pipeline([("GET", key), ("PTTL", key)])
         if value is None or pttl == -2:  # none, or expired between the two
             return None

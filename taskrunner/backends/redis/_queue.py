@@ -39,6 +39,7 @@ from typing import Any
 
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys
+from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends._protocols.queue import (
     ConsumerInfo,
     DeadLetter,
@@ -118,7 +119,7 @@ def _id_ms(entry_id: str) -> int:
     return int(entry_id.partition("-")[0])
 
 
-class RedisQueue:
+class RedisQueue(KeyLayoutHolder):
     """A :class:`~taskrunner.backends.MessageQueue` on Redis streams."""
 
     def __init__(
@@ -128,12 +129,14 @@ class RedisQueue:
         prefix: str | None = None,
         queue: str = "tasks",
         delete_on_ack: bool = True,
+        key_layout: _keys.KeyLayout | None = None,
     ) -> None:
+        self._init_key_layout(key_layout)
         self.prefix = prefix
         self.queue = queue
         self.delete_on_ack = delete_on_ack
         self._client = client
-        self._stream_keys: dict[tuple[str, str | None], StreamKeys] = {}
+        self._stream_keys: dict[tuple[str, str | None, _keys.KeyLayout], StreamKeys] = {}
         self._readers: dict[str, DedicatedRedisConnection] = {}
         # Claim delays (ns) not yet pushed, per ring key.
         self._delays: dict[str, list[int]] = {}
@@ -141,10 +144,13 @@ class RedisQueue:
 
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         """The stream, dead-letter stream and ring of ``group`` on ``queue`` (cached)."""
-        keys = self._stream_keys.get((group, queue))
+        layout = self._resolved_layout or self.key_layout
+        keys = self._stream_keys.get((group, queue, layout))
         if keys is None:
             name = self.queue if queue is None else queue
-            keys = self._stream_keys[group, queue] = _keys.stream_keys(self.prefix, group, name)
+            keys = self._stream_keys[group, queue, layout] = _keys.stream_keys(
+                self.prefix, group, name, layout
+            )
         return keys
 
     def _stream(self, group: str, queue: str | None = None) -> str:

@@ -86,7 +86,7 @@ class RedisSchedules(RedisState):
         args: list[CommandArg] = []
         for name, doc in specs.items():
             args += [name, doc]
-        await self._client.execute("HSET", _keys.schedule_specs(group), *args)
+        await self._client.execute("HSET", _keys.schedule_specs(group, self.key_layout), *args)
 
     async def start_schedules(
         self, group: str, owner: str, names: Sequence[str], baseline: float
@@ -94,7 +94,7 @@ class RedisSchedules(RedisState):
         """One script call (``lua/start_schedules.lua``)."""
         reply = await START_SCHEDULES(
             self._client,
-            [_keys.leader(group), _keys.schedules(group)],
+            [_keys.leader(group, self.key_layout), _keys.schedules(group, self.key_layout)],
             [owner, _float_arg(baseline), *names],
         )
         if reply == 0:
@@ -133,7 +133,11 @@ class RedisSchedules(RedisState):
             ]
         reply = await FIRE_TICKS(
             self._client,
-            [_keys.leader(group), _keys.schedules(group), self._stream_of(group, fires[0].queue)],
+            [
+                _keys.leader(group, self.key_layout),
+                _keys.schedules(group, self.key_layout),
+                self._stream_of(group, fires[0].queue),
+            ],
             args,
         )
         if reply == 0:
@@ -155,12 +159,15 @@ class RedisSchedules(RedisState):
         for run in outcomes:
             args += [run.schedule, _float_arg(run.tick), run.message_id, run.outcome]
             args.append(_float_arg(run.at))
-        await RECORD_OUTCOMES(self._client, [_keys.schedules(group)], args)
+        await RECORD_OUTCOMES(self._client, [_keys.schedules(group, self.key_layout)], args)
 
     async def read_schedules(self, group: str) -> ScheduleRecords:
         """``HGETALL`` of both hashes, pipelined (one round trip)."""
         specs, states = await self._client.pipeline(
-            [("HGETALL", _keys.schedule_specs(group)), ("HGETALL", _keys.schedules(group))]
+            [
+                ("HGETALL", _keys.schedule_specs(group, self.key_layout)),
+                ("HGETALL", _keys.schedules(group, self.key_layout)),
+            ]
         )
         return ScheduleRecords(
             specs={_text(k): bytes(v) for k, v in zip(specs[::2], specs[1::2], strict=True)},

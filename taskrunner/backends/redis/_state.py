@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 
 from taskrunner import _keys
 from taskrunner._wire import TimingIncrement
+from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends._protocols.queue import DelayedMove
 
 from ._connection import CommandArg
@@ -115,7 +116,7 @@ def _float_arg(value: float) -> str:
     return repr(float(value))
 
 
-class RedisState:
+class RedisState(KeyLayoutHolder):
     """Fleet-wide shared state on Redis (see the module docstring).
 
     Args:
@@ -142,7 +143,9 @@ class RedisState:
         until ``ttl`` ends, and a repeat returns ``False`` (``lease_owner``
         tells).
         """
-        reply: int = await ACQUIRE(self._client, [_keys.leader(group)], [owner, _ms(ttl)])
+        reply: int = await ACQUIRE(
+            self._client, [_keys.leader(group, self.key_layout)], [owner, _ms(ttl)]
+        )
         return reply == 1
 
     async def renew_lease(self, group: str, owner: str, ttl: float) -> bool:
@@ -150,7 +153,9 @@ class RedisState:
 
         Cancellation: the lease may have been extended; a repeat is harmless.
         """
-        reply: int = await RENEW(self._client, [_keys.leader(group)], [owner, _ms(ttl)])
+        reply: int = await RENEW(
+            self._client, [_keys.leader(group, self.key_layout)], [owner, _ms(ttl)]
+        )
         return reply == 1
 
     async def resign_lease(self, group: str, owner: str) -> bool:
@@ -158,12 +163,12 @@ class RedisState:
 
         Cancellation: the lease may have been released; a repeat returns ``False``.
         """
-        reply: int = await RELEASE(self._client, [_keys.leader(group)], [owner])
+        reply: int = await RELEASE(self._client, [_keys.leader(group, self.key_layout)], [owner])
         return reply == 1
 
     async def lease_owner(self, group: str) -> str | None:
         """Who holds the group's lease, if anyone."""
-        reply = await self._client.execute("GET", _keys.leader(group))
+        reply = await self._client.execute("GET", _keys.leader(group, self.key_layout))
         return None if reply is None else bytes(reply).decode(errors="backslashreplace")
 
     # Delayed set ----------------------------------------------------------
@@ -177,12 +182,14 @@ class RedisState:
 
         Cancellation: the member may have been added; a repeat is harmless.
         """
-        zset, score = _keys.delayed_tasks(group), _float_arg(run_at)
+        zset, score = _keys.delayed_tasks(group, self.key_layout), _float_arg(run_at)
         if task_id is None:
             await self._client.execute("ZADD", zset, score, member)
             return
         await ADD_DELAYED(
-            self._client, [zset, _keys.delayed_index(group)], [score, member, task_id]
+            self._client,
+            [zset, _keys.delayed_index(group, self.key_layout)],
+            [score, member, task_id],
         )
 
     async def due_delayed(
@@ -192,7 +199,7 @@ class RedisState:
         skipping the first ``offset``."""
         reply = await self._client.execute(
             "ZRANGEBYSCORE",
-            _keys.delayed_tasks(group),
+            _keys.delayed_tasks(group, self.key_layout),
             "-inf",
             _float_arg(until),
             "LIMIT",
@@ -203,7 +210,9 @@ class RedisState:
 
     async def next_delayed_at(self, group: str) -> float | None:
         """The earliest run-at time in the group's delayed set, if any."""
-        reply = await self._client.execute("ZRANGE", _keys.delayed_tasks(group), 0, 0, "WITHSCORES")
+        reply = await self._client.execute(
+            "ZRANGE", _keys.delayed_tasks(group, self.key_layout), 0, 0, "WITHSCORES"
+        )
         if not reply:
             return None
         return float(reply[1])
@@ -226,9 +235,9 @@ class RedisState:
         if not moves:
             return 0
         keys: list[CommandArg] = [
-            _keys.delayed_tasks(group),
-            _keys.delayed_index(group),
-            _keys.entry_index(group),
+            _keys.delayed_tasks(group, self.key_layout),
+            _keys.delayed_index(group, self.key_layout),
+            _keys.entry_index(group, self.key_layout),
         ]
         stream_index: dict[str | None, int] = {}
         for move in moves:  # the streams first, each once
@@ -277,11 +286,11 @@ class RedisState:
         for increment in increments:
             fields = increment.fields
             args += [fields.sum, fields.sum_us, fields.count, increment.micros, increment.count]
-        await ADD_TIMINGS(self._client, [_keys.metrics(group)], args)
+        await ADD_TIMINGS(self._client, [_keys.metrics(group, self.key_layout)], args)
 
     async def read_metrics(self, group: str) -> dict[str, float]:
         """Every numeric field of the group's metrics hash (others are skipped)."""
-        reply = await self._client.execute("HGETALL", _keys.metrics(group))
+        reply = await self._client.execute("HGETALL", _keys.metrics(group, self.key_layout))
         fields: dict[str, float] = {}
         for raw_name, raw_value in zip(reply[::2], reply[1::2], strict=True):
             try:
@@ -302,35 +311,43 @@ class RedisState:
         args: list[CommandArg] = []
         for name in fields:
             args += [name, 0]
-        await self._client.execute("HSET", _keys.metrics(group), *args)
+        await self._client.execute("HSET", _keys.metrics(group, self.key_layout), *args)
 
     # Heartbeats -----------------------------------------------------------
 
-    async def heartbeat(self, host: str, instance_id: str, ttl: float) -> str | None:
-        """Set ``taskrunner:replication:<host>`` to ``instance_id`` for ``ttl``,
-        unless it holds another id (one script call); returns that other id."""
-        reply = await HEARTBEAT(self._client, [_keys.replication(host)], [instance_id, _ms(ttl)])
+    async def heartbeat(
+        self, host: str, instance_id: str, ttl: float, *, group: str | None = None
+    ) -> str | None:
+        """Set the heartbeat key of ``host`` to ``instance_id`` for ``ttl``, unless it
+        holds another id (one script call); returns that other id."""
+        key = _keys.replication(host, self.key_layout, group)
+        reply = await HEARTBEAT(self._client, [key], [instance_id, _ms(ttl)])
         return None if reply is None else bytes(reply).decode(errors="replace")
 
-    async def heartbeat_holder(self, host: str) -> tuple[str, float] | None:
+    async def heartbeat_holder(
+        self, host: str, *, group: str | None = None
+    ) -> tuple[str, float] | None:
         """``GET`` and ``PTTL`` of the heartbeat key, pipelined (one round trip)."""
-        key = _keys.replication(host)
+        key = _keys.replication(host, self.key_layout, group)
         value, pttl = await self._client.pipeline([("GET", key), ("PTTL", key)])
         if value is None or pttl == -2:  # none, or expired between the two
             return None
         left = math.inf if pttl == -1 else pttl / 1000  # -1: set by hand, no expiry
         return bytes(value).decode(errors="replace"), left
 
-    async def remove_heartbeat(self, host: str, instance_id: str) -> None:
+    async def remove_heartbeat(
+        self, host: str, instance_id: str, *, group: str | None = None
+    ) -> None:
         """Delete this instance's heartbeat key, only if it still holds ``instance_id``."""
-        await RELEASE(self._client, [_keys.replication(host)], [instance_id])
+        key = _keys.replication(host, self.key_layout, group)
+        await RELEASE(self._client, [key], [instance_id])
 
-    async def count_heartbeats(self) -> int:
+    async def count_heartbeats(self, *, group: str | None = None) -> int:
         """Live heartbeat keys, counted with a ``SCAN MATCH`` loop (never ``KEYS``).
 
         A key added or removed during the scan may or may not be counted.
         """
-        return len(await scan(self._client, _keys.REPLICATION_PATTERN))
+        return len(await scan(self._client, _keys.replication_pattern(self.key_layout, group)))
 
     # Unique locks ---------------------------------------------------------
 
@@ -353,12 +370,14 @@ class RedisState:
     async def publish_tuning(self, group: str, capacity: int, ttl: float) -> None:
         """Publish the leader's chosen pool capacity for ``ttl`` seconds."""
         await self._client.execute(
-            "SET", _keys.worker_tuning_capacity(group), capacity, "PX", _ms(ttl)
+            "SET", _keys.worker_tuning_capacity(group, self.key_layout), capacity, "PX", _ms(ttl)
         )
 
     async def read_tuning(self, group: str) -> int | None:
         """The published capacity, if one is live (a non-integer value counts as none)."""
-        reply = await self._client.execute("GET", _keys.worker_tuning_capacity(group))
+        reply = await self._client.execute(
+            "GET", _keys.worker_tuning_capacity(group, self.key_layout)
+        )
         if reply is None:
             return None
         try:

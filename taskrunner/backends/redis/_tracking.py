@@ -38,6 +38,7 @@ import trio
 from taskrunner import _keys
 from taskrunner.backends._protocols.queue import DeadLetter
 from taskrunner.backends._protocols.tracking import (
+    CANCEL_TRIES,
     CANCELLED_STATES,
     Cancellation,
     Outcome,
@@ -46,6 +47,7 @@ from taskrunner.backends._protocols.tracking import (
     TaskSnapshot,
     cancel_arguments,
     is_stream_id,
+    lock_to_give,
     track_keys,
 )
 from taskrunner.backends.redis._connection import CommandArg
@@ -54,6 +56,7 @@ from taskrunner.backends.redis._protocol import DedicatedRedisConnection
 from taskrunner.backends.redis._queue import READ_TIMEOUT_MARGIN, RedisQueue, dead_letter_of
 from taskrunner.backends.redis._scripts import load_script
 from taskrunner.backends.redis._state import RedisState, _ms
+from taskrunner.errors import BackendError
 
 __all__ = ["FINISH", "PURGE_DEAD", "REPLAY_DEAD", "TRACK", "RedisTracking"]
 
@@ -103,10 +106,10 @@ class RedisTracking(RedisQueue, RedisState):
             await connection.aclose()
 
     def _track_keys(
-        self, group: str, task_id: str, queues: Sequence[str] | None
+        self, group: str, task_id: str, queues: Sequence[str] | None, lock: str | None = None
     ) -> list[CommandArg]:
         streams = [self.stream_keys(group, queue).stream for queue in queues or (None,)]
-        return list(track_keys(streams, group, task_id))
+        return list(track_keys(streams, group, task_id, self.key_layout, lock))
 
     # Finishing ------------------------------------------------------------
     async def finish(
@@ -121,12 +124,15 @@ class RedisTracking(RedisQueue, RedisState):
         the pipeline that also pushes the claim delays (one round trip)."""
         keys: list[CommandArg] = [
             self.stream_keys(group, queue).stream,
-            _keys.entry_index(group),
-            _keys.cancelled(group),
+            _keys.entry_index(group, self.key_layout),
+            _keys.cancelled(group, self.key_layout),
         ]
         args: list[CommandArg] = [group, "1" if self.delete_on_ack else "0", len(ids), *ids]
         for outcome in outcomes:
-            keys += [_keys.result(group, outcome.task_id), _keys.notify(group, outcome.task_id)]
+            keys += [
+                _keys.result(group, outcome.task_id, self.key_layout),
+                _keys.notify(group, outcome.task_id, self.key_layout),
+            ]
             document = outcome.document
             args += [
                 outcome.task_id,
@@ -148,11 +154,11 @@ class RedisTracking(RedisQueue, RedisState):
     async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
         """``GET`` the result; else ``BLMOVE`` its notice onto itself for up to
         ``block`` seconds (see the module docstring)."""
-        key = _keys.result(group, task_id)
+        key = _keys.result(group, task_id, self.key_layout)
         document = _raw(await self._client.execute("GET", key))
         if document is not None or block <= 0:
             return document
-        notice = _keys.notify(group, task_id)
+        notice = _keys.notify(group, task_id, self.key_layout)
         deadline = trio.current_time() + block
         connection = self._waiter()
         try:
@@ -197,9 +203,22 @@ class RedisTracking(RedisQueue, RedisState):
     async def cancel(
         self, group: str, task_id: str, *, queues: Sequence[str] | None = None
     ) -> Cancellation:
-        """One ``lua/track.lua`` call in ``cancel`` mode, over every stream of ``queues``."""
-        args: list[CommandArg] = list(cancel_arguments(group, task_id, self.now()))
-        reply = await TRACK(self._client, self._track_keys(group, task_id, queues), args)
+        """One ``lua/track.lua`` call in ``cancel`` mode over every stream of ``queues``;
+        two when the task holds a unique lock (the first, which does nothing, names it,
+        so the second has every key it touches in ``KEYS``)."""
+        args: list[CommandArg] = list(cancel_arguments(group, task_id, self.now(), self.key_layout))
+        lock: str | None = None
+        for _ in range(CANCEL_TRIES):
+            keys = self._track_keys(group, task_id, queues, lock)
+            reply = await TRACK(self._client, keys, args)
+            lock = lock_to_give(reply)
+            if lock is None:
+                break
+        else:
+            raise BackendError(
+                f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
+                maybe_applied=False,
+            )
         state = CANCELLED_STATES.get(bytes(reply[0]))
         if state is None:
             return Cancellation(state=None)
@@ -209,7 +228,9 @@ class RedisTracking(RedisQueue, RedisState):
         """``ZMSCORE`` of the stop requests, for all of ``entry_ids`` at once."""
         if not entry_ids:
             return []
-        scores = await self._client.execute("ZMSCORE", _keys.cancelled(group), *entry_ids)
+        scores = await self._client.execute(
+            "ZMSCORE", _keys.cancelled(group, self.key_layout), *entry_ids
+        )
         return [entry_id for entry_id, score in zip(entry_ids, scores, strict=True) if score]
 
     # Dead letters -----------------------------------------------------------
@@ -240,9 +261,9 @@ class RedisTracking(RedisQueue, RedisState):
         keys: list[CommandArg] = [
             self.stream_keys(group, queue).dead_letter,
             self.stream_keys(group, queue).stream,
-            _keys.entry_index(group),
-            *(_keys.result(group, r.task_id) for r in replays),
-            *(_keys.notify(group, r.task_id) for r in replays),
+            _keys.entry_index(group, self.key_layout),
+            *(_keys.result(group, r.task_id, self.key_layout) for r in replays),
+            *(_keys.notify(group, r.task_id, self.key_layout) for r in replays),
         ]
         args: list[CommandArg] = []
         for replay in replays:

@@ -8,7 +8,9 @@
 -- KEYS[6] the stop requests (taskrunner:<group>:cancelled, stream id -> time)
 -- KEYS[7] its result notice (taskrunner:<group>:notify:<task id>)
 -- KEYS[8] the task catalog (taskrunner:<group>:catalog, host -> document)
--- KEYS[9..] optional: the streams of the group's other queues, looked in after
+-- KEYS[9] cancel only: the unique lock the caller expects the task to hold (any
+--         key of the group's slot, e.g. KEYS[1], when it expects none)
+-- KEYS[10..] optional: the streams of the group's other queues, looked in after
 --          KEYS[5], in order (a group reading several queues; the first stream
 --          holding the entry wins)
 -- ARGV[1] the task id
@@ -21,7 +23,7 @@
 -- ARGV[7] the cancelled result document up to its task name (the script appends
 --         the name as a JSON string and '}')
 -- ARGV[8] the longest a result notice lives, in seconds
--- ARGV[9] the unique-lock key prefix ('taskrunner:unique:')
+-- ARGV[9] the unique-lock key prefix (taskrunner:unique: or taskrunner:{<group>}:unique:)
 --
 -- Where the task is, first match wins: its kept result; its member of the delayed
 -- set (through the id index); its stream entry (the id index's, else the task id
@@ -41,6 +43,8 @@
 --   {'queued', payload}:   XDEL of the entry (no group reads it after) and HDEL
 --                          of its entry-index mapping
 --   {'running', payload}:  ZADD of the stream id to the stop requests
+--   {'lock', key}:         nothing done: the member or entry holds unique lock
+--                          key, not KEYS[9]; call again with it as KEYS[9]
 -- A removed member or entry has its unique lock released (compare-and-delete
 -- with its token: a non-empty unique_lock_value, and unique not false; the key is
 -- the prefix and its unique_key, or its task's name when that is empty) and, if
@@ -72,7 +76,7 @@ local function id_less_or_equal(a, b)
 end
 
 local streams = {KEYS[5]}
-for i = 9, #KEYS do
+for i = 10, #KEYS do
     streams[#streams + 1] = KEYS[i]
 end
 local stream = KEYS[5] -- the stream the entry was found on
@@ -165,14 +169,18 @@ local function served_keep(name)
     return keep
 end
 
-local function undo(raw)
+local function parse(raw)
     if not raw then
-        return
+        return nil
     end
     local ok, doc = pcall(cjson.decode, raw)
     if not ok or type(doc) ~= 'table' then
-        return
+        return nil
     end
+    return doc
+end
+
+local function name_of(doc)
     local name = doc['task_name']
     if type(name) ~= 'string' then
         name = doc['task']
@@ -180,23 +188,39 @@ local function undo(raw)
     if type(name) ~= 'string' then
         name = ''
     end
+    return name
+end
+
+-- The unique lock a removed document holds, and its token, or nil: the key is
+-- compared with KEYS[9], never used, so the script touches only keys it was given.
+local function lock_of(doc)
+    if not doc then
+        return nil
+    end
     local token = doc['unique_lock_value']
     if type(token) == 'string' and token ~= '' and doc['unique'] ~= false then
         local key = doc['unique_key']
         if type(key) ~= 'string' or key == '' then
-            key = name
+            key = name_of(doc)
         end
-        local lock = ARGV[9] .. key
-        if redis.call('GET', lock) == token then
-            redis.call('DEL', lock)
-        end
+        return ARGV[9] .. key, token
+    end
+    return nil
+end
+
+local function undo(doc, token)
+    if not doc then
+        return
+    end
+    if token and redis.call('GET', KEYS[9]) == token then
+        redis.call('DEL', KEYS[9])
     end
     local keep = doc['keep_result']
     if type(keep) ~= 'number' or keep <= 0 then
-        keep = served_keep(name)
+        keep = served_keep(name_of(doc))
     end
     if type(keep) == 'number' and keep > 0 then
-        local document = ARGV[7] .. cjson.encode(name) .. '}'
+        local document = ARGV[7] .. cjson.encode(name_of(doc)) .. '}'
         redis.call('SET', KEYS[1], document, 'PX', math.ceil(keep * 1000))
         redis.call('DEL', KEYS[7])
         redis.call('RPUSH', KEYS[7], document)
@@ -207,10 +231,24 @@ end
 if not found or found[1] == 'result' then
     return {'none'}
 end
+-- A removal releases a lock: refuse it, writing nothing, unless the caller gave
+-- that lock as KEYS[9] (it calls again with the one named here).
+local function lock_given(doc)
+    local lock, token = lock_of(doc)
+    if lock and lock ~= KEYS[9] then
+        return false, {'lock', lock}
+    end
+    return true, token
+end
 if found[1] == 'delayed' then
+    local doc = parse(found[2])
+    local given, token = lock_given(doc)
+    if not given then
+        return token
+    end
     redis.call('ZREM', KEYS[2], found[2])
     redis.call('HDEL', KEYS[3], task_id)
-    undo(found[2])
+    undo(doc, token)
     return {'scheduled', found[2]}
 end
 local entry, payload = found[2], found[3]
@@ -220,7 +258,12 @@ if found[4] == 1 then
     redis.call('ZADD', KEYS[6], ARGV[5], entry)
     return {'running', payload}
 end
+local doc = parse(payload)
+local given, token = lock_given(doc)
+if not given then
+    return token
+end
 redis.call('XDEL', stream, entry)
 redis.call('HDEL', KEYS[4], task_id)
-undo(payload)
+undo(doc, token)
 return {'queued', payload}
