@@ -98,7 +98,7 @@ async def collect(backend: RedisBackend, group: str) -> dict[str, Any]:
     ]
     # Counted from the listing itself, so the table always adds up to the keys shown.
     found_counts = KeyCounts.of(k.kind for k in found)
-    queues = len(queues_in((k.name for k in found), backend.stream_keys(group)))
+    queues = len(queues_in((k.name for k in found), backend.stream_keys(group), backend.key_layout))
     counts = [
         {
             "category": category,
