@@ -295,8 +295,11 @@ def test_cancelling_serve_acks_the_task_that_finished() -> None:
 
 @pytest.mark.parametrize("name", TEST_MODULES)
 def test_example_test_module_passes(name: str) -> None:
+    # -n 0: the example's tests in this process, without xdist workers of their own
+    # (pyproject's addopts run the suite in parallel, and they apply here too).
+    pytest_command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLES / name)],
+        [*pytest_command, str(EXAMPLES / name)],
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT,
