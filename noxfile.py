@@ -21,11 +21,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint rules and formatting."""
-    session.install("ruff>=0.6")
+    """ruff (lint rules and formatting) and import-linter (the layers in pyproject.toml)."""
+    session.install("ruff>=0.6", "import-linter>=2.1")
     paths = ["taskrunner", "tests", "benchmarks", "examples", "noxfile.py"]
     session.run("ruff", "check", *paths)
     session.run("ruff", "format", "--check", *paths)
+    session.run("lint-imports")
 
 
 @nox.session

@@ -33,7 +33,7 @@ import time
 import trio
 
 from taskrunner import TaskRunner, TaskRunnerConfig
-from taskrunner._timings import TimingRecorder
+from taskrunner._fleet.timings import TimingRecorder
 from taskrunner.backends.memory import MemoryBackend
 
 TARGET = 0.95

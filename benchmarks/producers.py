@@ -31,7 +31,7 @@ from collections.abc import Callable
 import redis
 import redis.asyncio
 
-from taskrunner._enqueue import enqueue
+from taskrunner._dispatch.enqueue import enqueue
 from taskrunner._wire import CatalogTask
 from taskrunner.producer import AsyncProducer, Producer
 from taskrunner.testing import running_server

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from taskrunner._timings import TimingRecorder
+from taskrunner._fleet.timings import TimingRecorder
 
 GO_CHANNEL_SEND_NS = 1200.0
 REPS = 10

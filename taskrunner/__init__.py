@@ -10,16 +10,16 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from taskrunner._config import TaskRunnerConfig as TaskRunnerConfig
-from taskrunner._context import TaskContext as TaskContext
-from taskrunner._handle import TaskError as TaskError
-from taskrunner._handle import TaskHandle as TaskHandle
-from taskrunner._handle import TaskInfo as TaskInfo
-from taskrunner._limits import RateLimit as RateLimit
-from taskrunner._periodic import Schedule as Schedule
-from taskrunner._retry import Backoff as Backoff
+from taskrunner._dispatch.handle import TaskError as TaskError
+from taskrunner._dispatch.handle import TaskHandle as TaskHandle
+from taskrunner._dispatch.handle import TaskInfo as TaskInfo
+from taskrunner._execution.context import TaskContext as TaskContext
+from taskrunner._execution.retry import Backoff as Backoff
+from taskrunner._fleet.stats import Stats as Stats
+from taskrunner._flow.limits import RateLimit as RateLimit
 from taskrunner._runner import RunnerStatistics as RunnerStatistics
 from taskrunner._runner import TaskRunner as TaskRunner
-from taskrunner._stats import Stats as Stats
+from taskrunner._schedules.periodic import Schedule as Schedule
 from taskrunner._task import Delivery as Delivery
 from taskrunner._task import Task as Task
 from taskrunner._wire import TaskMessage as TaskMessage

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._hooks import Hook
+from taskrunner._execution.hooks import Hook
 
 
 def _default_host() -> str:
@@ -173,6 +173,25 @@ class TaskRunnerConfig:
     tuning_cooldown: float = _seconds(default=10.0, validator=_non_negative)
     """Least time between two pool-size changes made by the tuner."""
 
+    target_wait: float | None = attrs.field(
+        default=None,
+        converter=attrs.converters.optional(_as_float),
+        validator=attrs.validators.optional(_is_seconds),
+    )
+    """The predicted queue wait the fleet should stay under; with it, the leader publishes
+    ``desired_instances`` for an autoscaler (docs/tuning.md, "Autoscaling"). ``None``
+    (the default): off, nothing is computed or published."""
+
+    max_instances: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_is_int)
+    )
+    """The most instances ``desired_instances`` ever asks for; ``None`` (the default): no
+    fixed cap, but one decision asks for at most ``max(2 * live, live + 4)``."""
+
+    scale_down_hold: float = _seconds(default=300.0, validator=_non_negative)
+    """How long the need must stay below ``desired_instances`` before it steps down (at
+    most halving per step); a higher need raises it at once."""
+
     block_duration: float = _seconds(default=1.0, validator=_positive)
     """How long a fetcher's read waits for new messages before looping."""
 
@@ -244,6 +263,17 @@ class TaskRunnerConfig:
     their queue; one that names none goes to the backend's queue, so list it
     here too if this runner should read it."""
 
+    min_replicas: int = _count(default=0, validator=_non_negative)
+    """Replicas that must hold a dispatched message before ``dispatch`` returns: each
+    dispatch (``dispatch_many``, ``dispatch_delayed`` and ``schedule_for`` too) is
+    followed by ``WAIT min_replicas replica_timeout`` on its connection, and raises
+    :class:`~taskrunner.errors.NotReplicated` when fewer replicas confirmed it. 0
+    (the default) waits for none and costs nothing. Needs a backend with replicas
+    (``RedisBackend``); see ``docs/redis-sentinel.md``."""
+
+    replica_timeout: float = _seconds(default=1.0, validator=_positive)
+    """Longest a dispatch waits for ``min_replicas`` replicas, in seconds."""
+
     def __attrs_post_init__(self) -> None:
         if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
             raise ValueError(
@@ -255,6 +285,10 @@ class TaskRunnerConfig:
             raise ValueError(
                 f"default_timeout must be > 0 and finite, got {self.default_timeout!r}"
             )
+        if self.target_wait is not None and not 0 < self.target_wait < math.inf:
+            raise ValueError(f"target_wait must be > 0 and finite, got {self.target_wait!r}")
+        if self.max_instances is not None and self.max_instances < 1:
+            raise ValueError(f"max_instances must be >= 1, got {self.max_instances!r}")
         if self.max_workers and self.max_workers < self.min_workers:
             raise ValueError(
                 f"max_workers must be >= min_workers ({self.min_workers}), got {self.max_workers!r}"

@@ -54,6 +54,7 @@ _GROUP_KEY_NAMES = (
     "delayed_tasks",
     "metrics",
     "worker_tuning_capacity",
+    "desired_instances",
     "delayed_ids",
     "entry_ids",
     "cancelled",
@@ -80,8 +81,8 @@ def stream_keys(prefix: str | None, group: str, queue: str) -> StreamKeys:
         ValueError: with ``prefix=None``, a group or queue name that would make
             the stream collide with another documented key (group ``leader``,
             ``replication`` or ``unique``; queue ``delayed_tasks``, ``metrics``,
-            ``worker_tuning_capacity``, ``catalog``, ``paused``, ``schedules``,
-            ``schedule_specs``, ``delayed_ids``, ``entry_ids`` or ``cancelled``, or
+            ``worker_tuning_capacity``, ``desired_instances``, ``catalog``, ``paused``,
+            ``schedules``, ``schedule_specs``, ``delayed_ids``, ``entry_ids`` or ``cancelled``, or
             one starting with ``result:``, ``notify:``, ``concurrency:``, ``rate:``,
             ``rate_pace:`` or ``parked:``).
     """
@@ -118,6 +119,12 @@ def metrics(group: str) -> str:
 def worker_tuning_capacity(group: str) -> str:
     """The published pool capacity: ``taskrunner:<group>:worker_tuning_capacity``."""
     return f"{PREFIX}:{group}:worker_tuning_capacity"
+
+
+def desired_instances(group: str) -> str:
+    """The instance count the leader asks the autoscaler for (``target_wait``; ours, Go
+    never reads it): ``taskrunner:<group>:desired_instances``."""
+    return f"{PREFIX}:{group}:desired_instances"
 
 
 def catalog(group: str) -> str:

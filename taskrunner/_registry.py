@@ -21,8 +21,8 @@ import attrs
 from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
-from taskrunner._limits import RateLimit
-from taskrunner._retry import Backoff
+from taskrunner._execution.retry import Backoff
+from taskrunner._flow.limits import RateLimit
 from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
 
 A = TypeVar("A", bound=Action)

@@ -42,7 +42,7 @@ cancelled, so the acker's final flush sees every finished message. Every
 step after the stop is bounded, so the shield never makes ``serve`` hang.
 
 The runner composes its parts: a :class:`~taskrunner._registry.Registry`
-and a :class:`~taskrunner._dispatch.Dispatcher` (its public registering and
+and a :class:`~taskrunner._dispatch.dispatcher.Dispatcher` (its public registering and
 dispatching methods delegate to them), and the services' objects. They all
 read the configuration from one :class:`~taskrunner._config.ConfigHolder`,
 which :meth:`TaskRunner.configure` replaces.
@@ -63,16 +63,20 @@ import trio
 
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
-from taskrunner._dispatch import Dispatcher
-from taskrunner._guards import check_runner_arguments, require_trio
-from taskrunner._handle import TaskHandle, TaskInfo
-from taskrunner._inflight import InFlight
-from taskrunner._lifespan import Lifespan, check_lifespan, open_lifespan
-from taskrunner._limits import RateLimit
-from taskrunner._middleware import Middleware, check_middleware
-from taskrunner._periodic import DEFAULT_IN_FLIGHT_TTL, Schedule
+from taskrunner._dispatch.dispatcher import Dispatcher
+from taskrunner._dispatch.guards import check_runner_arguments, require_trio
+from taskrunner._dispatch.handle import TaskHandle, TaskInfo
+from taskrunner._dispatch.tracker import Tracker
+from taskrunner._execution.inflight import InFlight
+from taskrunner._execution.lifespan import Lifespan, check_lifespan, open_lifespan
+from taskrunner._execution.middleware import Middleware, check_middleware
+from taskrunner._execution.retry import DEFAULT_BACKOFF, Backoff
+from taskrunner._fleet.stats import Stats
+from taskrunner._fleet.timings import TimingRecorder
+from taskrunner._flow.limits import RateLimit
 from taskrunner._registry import Registry
-from taskrunner._retry import DEFAULT_BACKOFF, Backoff
+from taskrunner._schedules.periodic import DEFAULT_IN_FLIGHT_TTL, Schedule
+from taskrunner._schedules.ticks import CatchUp
 from taskrunner._serve import (
     aggregator,
     bulk_writer,
@@ -96,11 +100,7 @@ from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._serve.worker import Worker
-from taskrunner._stats import Stats
 from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
-from taskrunner._ticks import CatchUp
-from taskrunner._timings import TimingRecorder
-from taskrunner._tracker import Tracker
 from taskrunner.backends import Backend
 from taskrunner.errors import AlreadyServing, DuplicateHost
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import attrs
 
-from taskrunner._action import ActionShape, action_shape
+from taskrunner import _wire
 from taskrunner._codec import ExtraKeys, payload_type_of, result_type_of
 from taskrunner._config import is_utf8_text, queue_name_problem
-from taskrunner._limits import RateLimit
-from taskrunner._retry import DEFAULT_BACKOFF, Backoff
+from taskrunner._execution.action import ActionShape, action_shape
+from taskrunner._execution.retry import DEFAULT_BACKOFF, Backoff
+from taskrunner._flow.limits import RateLimit
 from taskrunner._wire import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
 
@@ -260,6 +261,32 @@ class Task:
             )
         return key or ""
 
+    def message_unique_key(self, payload: Any) -> str:
+        """The message ``unique_key`` of this unique task for ``payload``, as Go writes it.
+
+        ``<task>:<key>`` with ``key`` what the task's key function returns for
+        ``payload`` (what ``dispatch`` was given; a Go member's payload structured
+        as the action receives it), the task name when it returns ``""`` or
+        ``None``; just ``<task>`` when the task has no key function.
+
+        Raises:
+            InvalidTaskPayload: the key function raised or returned a non-string.
+        """
+        key = None if self.unique_key is None else self.lock_key_for(payload)
+        return _wire.message_unique_key(self.name, key)
+
+    def catalog_entry(self, stream: str) -> _wire.CatalogTask:
+        """This task as the task catalog lists it, served from ``stream``."""
+        return _wire.CatalogTask(
+            name=self.name,
+            stream=stream,
+            reservation_timeout=self.reservation,
+            unique=self.unique,
+            unique_for=self.unique_for if self.unique else 0.0,
+            keyed=self.unique and self.unique_key is not None,
+            keep_result=self.keep_result,
+        )
+
     @property
     def reservation(self) -> float:
         """The reservation timeout in seconds, as resolved by ``TaskRunner.register``.
@@ -273,7 +300,7 @@ class Task:
 
     def lock_key_for(self, payload: Any) -> str:
         """What the ``unique_key`` function returns for ``payload``: "" for ``None``,
-        or without a function. The message's key is ``_wire.unique_key_for``.
+        or without a function. The message's key is :meth:`message_unique_key`.
 
         Raises:
             InvalidTaskPayload: ``unique_key`` raised, or returned neither a

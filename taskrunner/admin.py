@@ -21,7 +21,8 @@ in-flight messages, forces a re-election and may let a duplicate unique job
 in, so it refuses to run without ``confirm=True``. :func:`list_keys` shows
 every documented key of a group that exists, with its type, size and TTL.
 :func:`schedules` shows a group's periodic schedules: task, spec, next fire,
-last fired tick and last outcome.
+last fired tick and last outcome. :func:`desired_instances` reads the instance count
+the group's leader publishes for an autoscaler (``TaskRunnerConfig(target_wait=...)``).
 
 Both go through the backend's :class:`~taskrunner.backends.Inspection` (``SCAN``,
 never ``KEYS``, on Redis), so they work the same on
@@ -34,18 +35,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from taskrunner._dead import (
+from taskrunner._dispatch.dead import (
     DeadLetterInfo,
     ReplayResult,
     dead_letter_info,
     replay_of,
     replay_result,
 )
-from taskrunner._guards import require_inspection
-from taskrunner._handle import TaskInfo, task_info
-from taskrunner._schedule_view import ScheduleRow, schedule_rows
+from taskrunner._dispatch.guards import require_inspection
+from taskrunner._dispatch.handle import TaskInfo, task_info
+from taskrunner._schedules.view import ScheduleRow, schedule_rows
 from taskrunner.backends import Backend, KeyInfo, Paused, Replay
-from taskrunner.backends._inspection import PURPOSES, group_keys
+from taskrunner.backends._layout import group_keys
+from taskrunner.backends._protocols.inspection import PURPOSES
 
 __all__ = [
     "DeadLetterInfo",
@@ -55,6 +57,7 @@ __all__ = [
     "cancel",
     "dead_letter",
     "dead_letters",
+    "desired_instances",
     "documented_keys",
     "flush",
     "get_task",
@@ -133,6 +136,20 @@ async def schedules(backend: Backend, group: str) -> list[ScheduleRow]:
         BackendError: the store could not be read.
     """
     return schedule_rows(await backend.read_schedules(group), backend.now())
+
+
+async def desired_instances(backend: Backend, group: str) -> int | None:
+    """How many instances ``group``'s leader says the fleet needs now (see
+    ``TaskRunnerConfig.target_wait`` and docs/tuning.md, "Autoscaling").
+
+    Returns:
+        The published count, or ``None`` when none is live (no leader with
+        ``target_wait`` has published within the value's lifetime).
+
+    Raises:
+        BackendError: the backend could not be reached.
+    """
+    return await backend.read_desired_instances(group)
 
 
 def documented_keys(backend: Backend, group: str) -> dict[str, str]:

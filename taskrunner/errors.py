@@ -318,6 +318,32 @@ class BackendError(TaskRunnerError):
         self.retryable = retryable
 
 
+class NotReplicated(BackendError):
+    """A dispatch reached the master but fewer replicas than ``min_replicas`` confirmed it.
+
+    Raised by :meth:`TaskRunner.dispatch` (and ``dispatch_many``,
+    ``dispatch_delayed``, ``schedule_for``) when
+    ``TaskRunnerConfig(min_replicas=N)`` is set and ``WAIT`` counted fewer
+    replicas within ``replica_timeout``. The message is queued on the master
+    (``maybe_applied``), and may be lost if the master fails before a replica
+    copies it: the dispatch is not acknowledged.
+
+    Attributes:
+        wanted: ``min_replicas``.
+        confirmed: Replicas that confirmed within the timeout.
+    """
+
+    def __init__(self, wanted: int, confirmed: int, timeout: float) -> None:
+        super().__init__(
+            f"dispatch not replicated: min_replicas={wanted}, but WAIT counted "
+            f"{confirmed} replica(s) within {timeout:g} s",
+            maybe_applied=True,
+            retryable=True,
+        )
+        self.wanted = wanted
+        self.confirmed = confirmed
+
+
 SHOWN_ARGUMENT_CHARS = 60
 """How much of a refused argument :class:`InvalidCommandArgument` shows."""
 

@@ -42,8 +42,8 @@ except ImportError as exc:  # the extra is not installed
     ) from exc
 
 import taskrunner
-from taskrunner._context import TaskContext
-from taskrunner._middleware import CallNext
+from taskrunner._execution.context import TaskContext
+from taskrunner._execution.middleware import CallNext
 from taskrunner._runner import TaskRunner
 from taskrunner.errors import Retry, TaskTimeout
 

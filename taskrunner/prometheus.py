@@ -6,10 +6,11 @@ their registry with ``prometheus_client``'s own server), but most of what is
 worth exporting lives in the backend and needs ``await``. So the collector
 keeps an immutable :class:`Snapshot` of the backend-side numbers
 (:class:`~taskrunner.Stats`, :class:`~taskrunner.backends.QueueMetrics`, the
-replication count) that :meth:`RunnerCollector.run_updater` refreshes every
-``refresh_interval`` seconds; ``collect`` only reads it, plus the runner's
-local state (:meth:`~taskrunner.TaskRunner.statistics`, ``is_leader``), which
-is synchronous and always current. A failed refresh is logged and the last
+replication count, the published ``desired_instances``) that
+:meth:`RunnerCollector.run_updater` refreshes every ``refresh_interval``
+seconds; ``collect`` only reads it, plus the runner's local state
+(:meth:`~taskrunner.TaskRunner.statistics`, ``is_leader``), which is
+synchronous and always current. A failed refresh is logged and the last
 good snapshot stays; ``taskrunner_snapshot_age_seconds`` tells how old it is,
 so a dashboard can tell stale numbers from live ones. The per-task duration
 histogram is fed on the hot path by :meth:`~taskrunner.TaskRunner.add_observer`
@@ -38,8 +39,8 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from taskrunner._fleet.stats import Stats
 from taskrunner._runner import TaskRunner
-from taskrunner._stats import Stats
 from taskrunner.backends import QueueMetrics
 from taskrunner.errors import BackendError
 
@@ -77,6 +78,9 @@ class Snapshot:
     stats: Stats
     queue: QueueMetrics
     replication: int
+    desired_instances: int | None = None
+    """The instance count the group's leader publishes (``target_wait``), if any; read
+    only when this runner has ``target_wait`` set."""
 
 
 class _DurationHistogram:
@@ -161,8 +165,19 @@ class RunnerCollector(Collector):
         stats = await self.runner.get_timing_statistics()
         queue = await self.runner.backend.get_metrics(self.runner.config.consumer_group)
         replication = await self.runner.get_number_of_replications()
+        config = self.runner.config
+        # Only a runner that autoscales asks, so one without target_wait costs no read.
+        desired = (
+            None
+            if config.target_wait is None
+            else await self.runner.backend.read_desired_instances(config.consumer_group)
+        )
         snapshot = Snapshot(
-            taken_at=time.monotonic(), stats=stats, queue=queue, replication=replication
+            taken_at=time.monotonic(),
+            stats=stats,
+            queue=queue,
+            replication=replication,
+            desired_instances=desired,
         )
         self._snapshot = snapshot
         return snapshot
@@ -311,6 +326,12 @@ def _snapshot_families(group: str, snapshot: Snapshot | None) -> Iterator[promet
             stats.tps if stats else None,
         ),
         ("queue_size", "Entries in the stream.", queue.queue_size if queue else None),
+        (
+            "desired_instances",
+            "Instances the fleet needs to keep the predicted wait under target_wait "
+            "(published by the leader; absent while none is).",
+            snapshot.desired_instances if snapshot else None,
+        ),
     ]
     for kind in ("avg", "std", "max", "last"):
         value = getattr(queue, f"message_claim_delay_{kind}") * _NS if queue else None

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from taskrunner import Task, TaskContext
-from taskrunner._action import ActionShape, action_shape
+from taskrunner._execution.action import ActionShape, action_shape
 
 
 async def payload_only(payload: dict[str, Any]) -> None: ...

@@ -13,9 +13,9 @@ import trio.testing
 from _flaky import GROUP, FlakyBackend, add_runs
 
 from taskrunner._config import TaskRunnerConfig
+from taskrunner._fleet.stats import Stats
 from taskrunner._serve import aggregator
 from taskrunner._serve.aggregator import AggregatorState, timing_statistics
-from taskrunner._stats import Stats
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import BackendError
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from taskrunner._backoff import backoff_delay
+from taskrunner._execution.backoff import backoff_delay
 
 
 class Highest(random.Random):

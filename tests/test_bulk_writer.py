@@ -10,8 +10,8 @@ import trio
 import trio.testing
 from _flaky import GROUP, FlakyBackend
 
+from taskrunner._fleet.timings import TimingRecorder
 from taskrunner._serve import bulk_writer
-from taskrunner._timings import TimingRecorder
 from taskrunner.errors import BackendError
 
 

@@ -336,6 +336,7 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "ZSETs": ("0-1", 1),
         "leader keys": ("0-1", 1),
         "tuning keys": ("0-1", 0),
+        "desired instance counts": ("0-1", 0),
         "metrics hashes": ("0-1", 1),
         "task catalogs": ("0-1", 1),
         "schedule states": ("0-1", 0),  # the app declares no schedule

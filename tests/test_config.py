@@ -56,6 +56,8 @@ def test_seconds_accept_ints_and_are_stored_as_floats() -> None:
         ("long_queue_hook", "not callable"),
         ("failed_task_handler", 42),
         ("on_error", 1.5),
+        ("min_replicas", -1),
+        ("replica_timeout", 0),
     ],
 )
 def test_bad_config_value_names_field_and_value(field: str, value: Any) -> None:
@@ -75,6 +77,12 @@ def test_wrong_types_are_refused(field: str, value: Any) -> None:
 def test_max_workers_below_min_workers_is_refused() -> None:
     with pytest.raises(ValueError, match=r"max_workers must be >= min_workers \(4\), got 2"):
         TaskRunnerConfig(consumer_group="g", min_workers=4, max_workers=2)
+
+
+def test_min_replicas_needs_a_backend_with_replicas() -> None:
+    assert TaskRunnerConfig(consumer_group="g").min_replicas == 0  # off by default
+    with pytest.raises(ValueError, match=r"min_replicas=1 needs a backend with replicas"):
+        make_runner(MemoryBackend(), min_replicas=1)
 
 
 def test_config_is_frozen_and_keyword_only() -> None:

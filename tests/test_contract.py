@@ -34,9 +34,9 @@ from taskrunner.backends import (
     TickFire,
     TimingIncrement,
 )
-from taskrunner.backends._memory_catalog import _Catalog
-from taskrunner.backends._memory_stream import _id_key
 from taskrunner.backends.memory import MemoryBackend
+from taskrunner.backends.memory._catalog import _Catalog
+from taskrunner.backends.memory._queue import _id_key
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
 
 LAYOUTS = pytest.mark.parametrize(
@@ -636,6 +636,27 @@ def _tuning_never_expires(b: MemoryBackend) -> None:
         return publish_tuning
 
     _wrap(b, "publish_tuning", make)
+
+
+def _desired_never_expires(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_desired_instances(group: str, count: int, ttl: float) -> None:
+            await orig(group, count, 3600.0)
+
+        return publish_desired_instances
+
+    _wrap(b, "publish_desired_instances", make)
+
+
+def _desired_is_the_tuning_value(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def publish_desired_instances(group: str, count: int, ttl: float) -> None:
+            await b.publish_tuning(group, count, ttl)
+
+        return publish_desired_instances
+
+    _wrap(b, "publish_desired_instances", make)
+    b.read_desired_instances = b.read_tuning  # type: ignore[method-assign]
 
 
 def _catalog_keeps_first(b: MemoryBackend) -> None:
@@ -1244,6 +1265,8 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "holder_left_is_ttl": ("check_heartbeat_holder", _holder_left_is_ttl),
     "release_any_lock": ("check_locks", _release_any_lock),
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
+    "desired_never_expires": ("check_desired_instances", _desired_never_expires),
+    "desired_is_the_tuning_value": ("check_desired_instances", _desired_is_the_tuning_value),
     "catalog_keeps_first": ("check_catalog", _catalog_keeps_first),
     "catalog_remove_clears_all": ("check_catalog", _catalog_remove_clears_all),
     "catalog_ignores_expires": ("check_catalog_expiry", _catalog_ignores_expires),

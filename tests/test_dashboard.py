@@ -332,6 +332,11 @@ async def test_the_server_is_shown_as_given_and_no_secret_travels_in_a_url(
         ("redis://[::1]:6380/2", "redis://[::1]:6380/2"),
         ("unix:///tmp/redis.sock?db=3&password=secret", "unix:///tmp/redis.sock?db=3"),
         ("redis://host:notaport/0", "redis://..."),
+        (
+            "redis+sentinel://u:pw@s1:26379,s2:26379/mymaster/0?sentinel_password=spw&failover_hold=5",
+            "redis+sentinel://s1:26379,s2:26379/mymaster/0?failover_hold=5",
+        ),
+        ("rediss+sentinel://s1/m?sentinel_username=a", "rediss+sentinel://s1/m"),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:

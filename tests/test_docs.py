@@ -49,6 +49,7 @@ REFERENCED = {
         "taskrunner.TaskRunner.dispatch",
         "taskrunner.TaskRunner.serve",
         "taskrunner.TaskRunnerConfig.consumer_group",
+        "taskrunner.TaskRunnerConfig.target_wait",
         "taskrunner.Stats",
         "taskrunner.TaskRunner.get_task",
         "taskrunner.TaskRunner.cancel",
@@ -70,6 +71,7 @@ REFERENCED = {
         "taskrunner.admin.flush",
         "taskrunner.admin.get_task",
         "taskrunner.admin.replay_dead_letters",
+        "taskrunner.admin.desired_instances",
     ],
     "reference/producer/index.html": [
         "taskrunner.producer.Producer.dispatch",
@@ -134,6 +136,7 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:<group>:delayed_tasks`",
         "`taskrunner:leader:<base32(sha1(<group>))>`",
         "`taskrunner:<group>:worker_tuning_capacity`",
+        "`taskrunner:<group>:desired_instances`",
         "`taskrunner:<group>:metrics`",
         "`taskrunner:<group>:catalog`",
         "`taskrunner:<group>:delayed_ids`",

@@ -1,4 +1,4 @@
-"""What a dispatch sends, decided before anything is sent (taskrunner._enqueue, pure): the
+"""What a dispatch sends, decided before anything is sent (taskrunner._dispatch.enqueue, pure): the
 rules the runner's dispatch and the producers share, held by tables."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from taskrunner import InvalidTaskPayload, Task
-from taskrunner._enqueue import (
+from taskrunner._dispatch.enqueue import (
     LockRequest,
     delay_seconds,
     delayed_member,

@@ -98,6 +98,10 @@ EXPECTED: dict[str, list[str]] = {
         "nightly-report: cron 30 2 * * * (Europe/Berlin), last fired 03-30 01:00 UTC "
         "(succeeded at 03-30 01:00 UTC), next 03-31 00:30 UTC",
     ],
+    "redis_sentinel.py": [
+        "dispatched 60, shipped 60",
+        "the master moved: True; the runner talks to a master",
+    ],
     "quickstart.py": [
         "hello, Ada",
         "hello, Alan",
@@ -152,6 +156,13 @@ EXPECTED: dict[str, list[str]] = {
         "pool capacity over time: 4 -> 17 -> 4 -> 2",
         "long_queue_hook called 1 time(s)",
         "completed 400",
+    ],
+    "autoscaling.py": [
+        " 3 tasks/s for 100 s: 2 instance(s)",
+        "11 tasks/s for 200 s: 6 instance(s)",
+        " 3 tasks/s for 300 s: 2 instance(s)",
+        # (The path between, "desired instances over time: 2 -> 4 -> 5 -> 7 -> 6 -> 3 -> 2",
+        # varies by a step with trio's scheduling order.)
     ],
     "inspect_keys.py": [
         "shop:orders                        stream size 1   ttl -      "

@@ -73,6 +73,11 @@ WRONG_TYPES: dict[str, tuple[Any, str]] = {
     ),
     "default_timeout": ("30", "default_timeout must be a number of seconds, got '30'"),
     "sync_threads": (2.5, "sync_threads must be an integer, got 2.5"),
+    "target_wait": ("5s", "target_wait must be a number of seconds, got '5s'"),
+    "max_instances": (3.0, "max_instances must be an integer, got 3.0"),
+    "scale_down_hold": (None, "scale_down_hold must be a number of seconds, got None"),
+    "min_replicas": (1.5, "min_replicas must be an integer, got 1.5"),
+    "replica_timeout": ("1", "replica_timeout must be a number of seconds, got '1'"),
 }
 
 

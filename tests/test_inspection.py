@@ -10,9 +10,9 @@ import trio.testing
 from _fleet import make_runner, serving, wait_until
 
 from taskrunner import _keys, admin
-from taskrunner._guards import INSPECTION_METHODS
+from taskrunner._dispatch.guards import INSPECTION_METHODS
 from taskrunner.backends import Inspection, KeyCounts, KeyInfo, KeyKind
-from taskrunner.backends._inspection import group_keys, group_named_by, keys_to_flush, kind_of
+from taskrunner.backends._layout import group_keys, group_named_by, keys_to_flush, kind_of
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.worker import check_backend
@@ -25,6 +25,7 @@ from taskrunner.cli.worker import check_backend
         ("taskrunner:shop:metrics", "shop"),
         ("taskrunner:shop:delayed_tasks", "shop"),
         ("taskrunner:shop:worker_tuning_capacity", "shop"),
+        ("taskrunner:shop:desired_instances", "shop"),
         ("taskrunner:a:b:metrics", "a:b"),  # a group name may hold colons
         ("taskrunner:shop:other", None),  # another queue's stream
         ("taskrunner:shop:tasks:dead", None),
@@ -58,6 +59,8 @@ FIXED = group_keys(_keys.stream_keys(None, "shop", "tasks"), "shop")
         ("taskrunner:shop:delayed_tasks", KeyKind.DELAYED_TASKS),
         (_keys.leader("shop"), KeyKind.LEADER),
         ("taskrunner:shop:worker_tuning_capacity", KeyKind.TUNING),
+        ("taskrunner:shop:desired_instances", KeyKind.DESIRED_INSTANCES),
+        ("taskrunner:mail:desired_instances", None),  # another group's
         ("taskrunner:shop:metrics", KeyKind.METRICS),
         ("taskrunner:replication:vm-1", KeyKind.HEARTBEAT),
         ("taskrunner:unique:send:A-17", KeyKind.UNIQUE_LOCK),

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from taskrunner._lease import lease_intervals, term_valid_until, validity_margin
+from taskrunner._fleet.lease import lease_intervals, term_valid_until, validity_margin
 
 
 def test_lease_intervals_are_about_half_the_ttl() -> None:

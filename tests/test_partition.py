@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from taskrunner._guards import BACKEND_METHODS
+from taskrunner._dispatch.guards import BACKEND_METHODS
 from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
 from taskrunner.backends import (
     Backend,
@@ -58,6 +58,8 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "release_lock": ("k", "t"),
     "publish_tuning": ("g", 4, 20.0),
     "read_tuning": ("g",),
+    "publish_desired_instances": ("g", 3, 20.0),
+    "read_desired_instances": ("g",),
     "read_many": ("g", "c", ["q"], [0], 1, 0.0),
     "defer": ("g", "1-1", b"m", 1.0),
     "admit": ("g", "t", "h"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from taskrunner import Task
-from taskrunner._poison import DeliveryLimit, delivery_limit, task_names_in
+from taskrunner._execution.poison import DeliveryLimit, delivery_limit, task_names_in
 
 
 async def _noop(payload: object) -> None:

@@ -1,5 +1,5 @@
-"""Table tests of the read plans of several queues (taskrunner._priorities) and the
-waits of flow control (taskrunner._limits)."""
+"""Table tests of the read plans of several queues (taskrunner._flow.priorities) and the
+waits of flow control (taskrunner._flow.limits)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from taskrunner import RateLimit
-from taskrunner._limits import RATE_MARGIN, SLOT_WAIT, holder_id, rate_wait, slot_wait
-from taskrunner._priorities import ReadPlan, WeightedShares, read_plan
+from taskrunner._flow.limits import RATE_MARGIN, SLOT_WAIT, holder_id, rate_wait, slot_wait
+from taskrunner._flow.priorities import ReadPlan, WeightedShares, read_plan
 
 QUEUES = ("critical", "default", "low")
 

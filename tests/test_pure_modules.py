@@ -12,19 +12,22 @@ import pytest
 import taskrunner
 
 PURE = [
-    "_backoff",
-    "_dead",
-    "_enqueue",
-    "_lease",
-    "_limits",
-    "_outcomes",
-    "_poison",
-    "_priorities",
-    "_results",
-    "_schedule",
-    "_slots",
-    "_stats",
-    "_tuning",
+    "_execution/backoff",
+    "_dispatch/dead",
+    "_dispatch/enqueue",
+    "_fleet/lease",
+    "_flow/limits",
+    "_execution/outcomes",
+    "_execution/poison",
+    "_flow/priorities",
+    "_dispatch/results",
+    "_schedules/delayed",
+    "_schedules/ticks",
+    "_flow/slots",
+    "_fleet/stats",
+    "_fleet/tuning",
+    "_fleet/scaling",
+    "backends/redis/_failover",
 ]
 """The modules of pure decisions (see docs/concepts.md, "Where things live")."""
 FORBIDDEN = (

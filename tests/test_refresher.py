@@ -13,7 +13,7 @@ from _fleet import make_runner, serving, wait_until
 from taskrunner import (
     Task,
 )
-from taskrunner._inflight import InFlight
+from taskrunner._execution.inflight import InFlight
 from taskrunner.backends.memory import MemoryBackend
 
 

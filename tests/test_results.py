@@ -21,7 +21,7 @@ from taskrunner import (
     TaskState,
     _wire,
 )
-from taskrunner._outcomes import outcome, success_document
+from taskrunner._execution.outcomes import outcome, success_document
 from taskrunner._wire import decode_message
 from taskrunner.backends.memory import MemoryBackend
 

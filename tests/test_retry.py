@@ -8,7 +8,7 @@ import random
 import pytest
 
 from taskrunner import Backoff, Retry, TaskTimeout
-from taskrunner._retry import DEFAULT_BACKOFF, Defer, GiveUp, LeavePending, next_step
+from taskrunner._execution.retry import DEFAULT_BACKOFF, Defer, GiveUp, LeavePending, next_step
 
 
 class Edge(random.Random):

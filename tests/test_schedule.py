@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskrunner._schedule import sleep_time
+from taskrunner._schedules.delayed import sleep_time
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import trio.testing
 from _fleet import make_runner, serving
 
 from taskrunner import Schedule, admin
-from taskrunner._periodic import spec_document
-from taskrunner._schedule_view import ScheduleRow, schedule_rows
+from taskrunner._schedules.periodic import spec_document
+from taskrunner._schedules.view import ScheduleRow, schedule_rows
 from taskrunner.backends import ScheduleRecords, ScheduleState
 from taskrunner.backends.memory import MemoryBackend
 

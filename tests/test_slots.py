@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskrunner._slots import SlotRequest, slot_request
+from taskrunner._flow.slots import SlotRequest, slot_request
 
 
 @pytest.mark.parametrize(

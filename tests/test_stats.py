@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import attrs
 import pytest
 
-from taskrunner._stats import (
+from taskrunner._fleet.stats import (
     Stats,
     compute_stats,
     hook_due,

@@ -1,4 +1,4 @@
-"""The tick arithmetic of periodic schedules (taskrunner._ticks), in tables: interval
+"""The tick arithmetic of periodic schedules (taskrunner._schedules.ticks), in tables: interval
 ticks, cron ticks in a zone across both DST transitions, and the catch-up decisions."""
 
 from __future__ import annotations
@@ -9,7 +9,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from taskrunner._ticks import MAX_CATCH_UP, CatchUp, Cron, Due, Interval, Timetable, due_ticks
+from taskrunner._schedules.ticks import (
+    MAX_CATCH_UP,
+    CatchUp,
+    Cron,
+    Due,
+    Interval,
+    Timetable,
+    due_ticks,
+)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from taskrunner._fleet.stats import compute_stats
+from taskrunner._fleet.timings import TimingRecorder
 from taskrunner._serve.bulk_writer import FieldNames, flush
-from taskrunner._stats import compute_stats
-from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (
     SCHEDULE_TIMING_NAME,
     TimingFields,

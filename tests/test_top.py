@@ -14,7 +14,7 @@ import trio
 from rich.console import Console
 
 from taskrunner import Stats, TaskRunner, TaskRunnerConfig
-from taskrunner._schedule_view import ScheduleRow
+from taskrunner._schedules.view import ScheduleRow
 from taskrunner._wire import task_names_in
 from taskrunner.backends import ConsumerInfo, GroupInfo, QueueMetrics
 from taskrunner.backends.redis import RedisBackend

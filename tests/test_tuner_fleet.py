@@ -15,7 +15,7 @@ import trio.testing
 from _fleet import Partition, make_runner, serving, wait_until
 
 from taskrunner import TaskRunner
-from taskrunner._stats import Stats
+from taskrunner._fleet.stats import Stats
 from taskrunner.backends.memory import MemoryBackend
 
 GROUP = "g"

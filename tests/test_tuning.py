@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._tuning import (
+from taskrunner._fleet.tuning import (
     TuningDecision,
     aggregator_interval,
     compute_tuned_workers,

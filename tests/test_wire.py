@@ -22,10 +22,10 @@ import trio.testing
 from _fleet import make_runner, serving, wait_until
 
 from taskrunner import InvalidTaskPayload, InvalidTaskResult, Task, TaskMessage, _wire
-from taskrunner._schedule import build_move
+from taskrunner._fleet.stats import compute_stats
+from taskrunner._fleet.timings import TimingRecorder
+from taskrunner._schedules.delayed import build_move
 from taskrunner._serve import bulk_writer
-from taskrunner._stats import compute_stats
-from taskrunner._timings import TimingRecorder
 from taskrunner._wire import (
     MAX_MESSAGE_BYTES,
     DelayedTask,
@@ -37,7 +37,6 @@ from taskrunner._wire import (
     encode_message,
     new_delayed,
     new_message,
-    unique_key_for,
     unique_lock,
 )
 from taskrunner._wire.encoding import json_object
@@ -107,7 +106,7 @@ def test_go_messages_decode() -> None:
 def test_we_write_the_literal_bytes() -> None:
     payload = {"key": "A-17"}
     unique = new_message(
-        UNIQUE_ECHO, payload, unique_key=unique_key_for(UNIQUE_ECHO, payload), token=TOKEN
+        UNIQUE_ECHO, payload, unique_key=UNIQUE_ECHO.message_unique_key(payload), token=TOKEN
     )
     assert encode_message(unique) == OUR_UNIQUE_MESSAGE
     assert encode_message(new_message(echo(), {"n": 2})) == OUR_PLAIN_MESSAGE
@@ -247,7 +246,7 @@ def test_unique_key_and_lock_as_go_builds_them(
     key_function: Any, unique_key: str, lock: str
 ) -> None:
     task = echo(unique=True, unique_for=60, unique_key=key_function)
-    assert unique_key_for(task, {}) == unique_key
+    assert task.message_unique_key({}) == unique_key
     assert unique_lock("echo", unique_key) == lock
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from taskrunner import InvalidTaskPayload, Task, TaskMessage
-from taskrunner._schedule import build_move
+from taskrunner._schedules.delayed import build_move
 from taskrunner._wire import (
     decode_delayed,
     decode_message,

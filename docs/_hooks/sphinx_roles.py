@@ -5,7 +5,7 @@ The package's docstrings are Google style with Sphinx cross-reference roles
 in the source and in ``help()``. mkdocstrings renders docstrings as Markdown and
 would show the role names literally; this turns each role into inline code,
 keeping only the last component when the target starts with ``~`` (as Sphinx
-does). Many targets are private (``taskrunner._tuning``), so they are not
+does). Many targets are private (``taskrunner._fleet.tuning``), so they are not
 turned into links.
 """
 

@@ -28,7 +28,8 @@ dependency order:
 - ``finishing``: how a run's end is acknowledged (with its result, or as
   cancelled), for the worker. It has no ``run`` either.
 
-Their decisions are pure functions in modules of their own, outside this
-package (``_lease``, ``_slots``, ``_schedule``, ``_tuning``, ``_stats``,
-``_backoff``, ``_poison``, ``_outcomes``); nothing here is public.
+Their decisions are pure functions in the concept packages, outside this
+package (``_fleet`` (lease, tuning, stats), ``_flow`` (slots, limits, priorities),
+``_schedules`` (the delayed scheduler's decisions, ticks), ``_execution`` (backoff,
+poison, outcomes)); nothing here is public.
 """

@@ -41,8 +41,8 @@ from collections.abc import Collection
 
 import trio
 
-from taskrunner._backoff import backoff_delay
 from taskrunner._config import ConfigHolder
+from taskrunner._execution.backoff import backoff_delay
 from taskrunner.backends import Backend, Outcome, RunOutcome
 from taskrunner.errors import BackendError
 

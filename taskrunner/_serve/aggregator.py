@@ -1,27 +1,33 @@
 """The aggregator: metrics resets, worker tuning and the long-queue hook.
 
 Theory of operation: one service per instance ticks every
-:func:`~taskrunner._tuning.aggregator_interval` (half ``long_queue_threshold``,
+:func:`~taskrunner._fleet.tuning.aggregator_interval` (half ``long_queue_threshold``,
 60 s when it is 0). Each tick:
 
 1. *Every instance* reads the capacity the leader published (if it is live)
    and, when tuning is on here, resizes its own pool to it, clamped to its own
-   ``[min_workers, max_workers]`` (:func:`~taskrunner._tuning.follow_capacity`).
+   ``[min_workers, max_workers]`` (:func:`~taskrunner._fleet.tuning.follow_capacity`).
 2. *Every instance* asks whether ``metrics_reset_interval`` has passed on its
    own reset clock. When it has, the leader zeroes the metrics hash and every
    instance moves its clock to now. Followers keeping the clock in step is
    what stops a newly elected leader from wiping the hash the moment it takes
-   over (:func:`taskrunner._stats.should_reset_metrics`).
-3. *The leader only* computes :class:`~taskrunner._stats.Stats`; when tuning
+   over (:func:`taskrunner._fleet.stats.should_reset_metrics`).
+3. *The leader only* computes :class:`~taskrunner._fleet.stats.Stats`; when tuning
    is on and ``tuning_cooldown`` has passed since the pool last changed, it
-   picks a capacity (:func:`~taskrunner._tuning.tune`),
+   picks a capacity (:func:`~taskrunner._fleet.tuning.tune`),
    applies it at once and publishes it (TTL
-   :func:`~taskrunner._tuning.tuning_ttl`) for the followers; and when the
+   :func:`~taskrunner._fleet.tuning.tuning_ttl`) for the followers; and when the
    predicted wait exceeds ``long_queue_threshold`` it calls
-   ``long_queue_hook(stats)`` (:func:`~taskrunner._stats.hook_due`).
+   ``long_queue_hook(stats)`` (:func:`~taskrunner._fleet.stats.hook_due`).
+4. *The leader only*, with ``target_wait`` set: turns the same prediction into
+   the instance count an autoscaler should run
+   (:func:`~taskrunner._fleet.scaling.instances_needed`, damped by
+   :func:`~taskrunner._fleet.scaling.next_desired`) and publishes it on every
+   tick, with the tuning value's TTL. A new leader starts from the value its
+   predecessor published; an instance that is not the leader forgets its own.
 
-The decisions are the pure functions of :mod:`taskrunner._tuning` and
-:mod:`taskrunner._stats`; this module is the I/O shell around them. Nothing that goes wrong
+The decisions are the pure functions of :mod:`taskrunner._fleet.tuning` and
+:mod:`taskrunner._fleet.stats`; this module is the I/O shell around them. Nothing that goes wrong
 in a tick is fatal: backend errors and hook exceptions are logged and the
 next tick starts afresh. Leadership is read once per tick, so a leader that
 loses its lease mid-tick may finish that tick's publish: harmless, since the
@@ -39,9 +45,16 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._hooks import call_hook_safely
-from taskrunner._stats import Stats, compute_stats, hook_due, should_reset_metrics
-from taskrunner._tuning import aggregator_interval, follow_capacity, tune, tuning_on, tuning_ttl
+from taskrunner._execution.hooks import call_hook_safely
+from taskrunner._fleet.scaling import ScalingState, instances_needed, next_desired
+from taskrunner._fleet.stats import Stats, compute_stats, hook_due, should_reset_metrics
+from taskrunner._fleet.tuning import (
+    aggregator_interval,
+    follow_capacity,
+    tune,
+    tuning_on,
+    tuning_ttl,
+)
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
@@ -148,6 +161,10 @@ class AggregatorState:
     last_change: float | None = None
     """When the aggregator last changed the pool capacity (tuned or followed), if ever."""
 
+    scaling: ScalingState | None = None
+    """The autoscaling decisions' state while this instance leads (``target_wait`` set);
+    ``None`` otherwise, so a term starts from the published value."""
+
 
 # The I/O shell ---------------------------------------------------------------
 
@@ -193,6 +210,7 @@ async def tick(host: AggregatorHost, state: AggregatorState) -> None:
             state.last_reset = now
 
     if not leader:
+        state.scaling = None
         return
     try:
         stats = await host.get_timing_statistics()
@@ -200,7 +218,10 @@ async def tick(host: AggregatorHost, state: AggregatorState) -> None:
     except BackendError as exc:
         log.warning("timing statistics of group %s unavailable: %s", group, exc)
         return
+    measured_with = host.capacity
     await _tune(host, state, stats, replicas)
+    if config.target_wait is not None:
+        await _publish_desired(host, state, stats, replicas, measured_with, config.target_wait)
     if hook_due(stats, config.long_queue_threshold):
         await call_hook_safely("long_queue_hook", config.long_queue_hook, stats)
 
@@ -221,6 +242,60 @@ async def _follow(host: AggregatorHost, state: AggregatorState) -> None:
     host.resize(new)
     state.last_change = trio.current_time()
     log.info("worker pool follows the published capacity: %d -> %d", old, new)
+
+
+async def _publish_desired(
+    host: AggregatorHost,
+    state: AggregatorState,
+    stats: Stats,
+    replicas: int,
+    measured_with: int,
+    target_wait: float,
+) -> None:
+    config = host.config
+    group = config.consumer_group
+    try:
+        if state.scaling is None:
+            # A new term goes on from the predecessor's value, so a failover neither
+            # jumps nor restarts the damping from nothing.
+            state.scaling = ScalingState(desired=await host.backend.read_desired_instances(group))
+        # The stats were taken with the capacity before this tick's tuning: the wait
+        # scales inversely with the pool, so count it in the pool size of now.
+        wait = stats.predicted_wait_time * measured_with / max(1, host.capacity)
+        need = instances_needed(
+            replicas=replicas,
+            predicted_wait=wait,
+            avg_timing=stats.avg_timing,
+            target_wait=target_wait,
+        )
+        old = state.scaling.desired
+        state.scaling = next_desired(
+            now=trio.current_time(),
+            state=state.scaling,
+            need=need,
+            replicas=replicas,
+            max_instances=config.max_instances,
+            hold=config.scale_down_hold,
+        )
+        desired = state.scaling.desired
+        if desired is None:  # a NaN need before any value: nothing to say yet
+            return
+        if desired != old:
+            log.info(
+                "desired instances of group %s %s -> %d (predicted wait %.0f ms with %d live,"
+                " need %g)",
+                group,
+                "none" if old is None else old,
+                desired,
+                wait,
+                replicas,
+                need,
+            )
+        await host.backend.publish_desired_instances(
+            group, desired, tuning_ttl(config.long_queue_threshold)
+        )
+    except BackendError as exc:
+        log.warning("could not publish the desired instances of group %s: %s", group, exc)
 
 
 async def _tune(host: AggregatorHost, state: AggregatorState, stats: Stats, replicas: int) -> None:

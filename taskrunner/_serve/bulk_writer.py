@@ -1,7 +1,7 @@
 """The bulk writer: moves recorded task timings into the group's metrics hash.
 
 Theory of operation: workers add each run time to a
-:class:`~taskrunner._timings.TimingRecorder` (a synchronous, in-place
+:class:`~taskrunner._fleet.timings.TimingRecorder` (a synchronous, in-place
 addition). Once per ``interval`` this service drains the recorder and, if it
 holds anything, writes the whole batch with one
 :meth:`~taskrunner.backends.SharedState.increment_metrics` call: one
@@ -43,8 +43,8 @@ import logging
 import trio
 
 from taskrunner import _wire
-from taskrunner._backoff import backoff_delay
-from taskrunner._timings import TimingRecorder
+from taskrunner._execution.backoff import backoff_delay
+from taskrunner._fleet.timings import TimingRecorder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 

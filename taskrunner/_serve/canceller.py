@@ -5,7 +5,7 @@ in the backend (``taskrunner:<group>:cancelled``): the instance that runs it
 has to notice. Every :data:`POLL_INTERVAL` this service asks the backend
 which of this runner's running entries were asked to stop, in one call for
 all of them (``ZMSCORE`` on Redis), and cancels those runs' scopes
-(:meth:`InFlight.stop <taskrunner._inflight.InFlight.stop>`); the worker then
+(:meth:`InFlight.stop <taskrunner._execution.inflight.InFlight.stop>`); the worker then
 acknowledges each as cancelled. So a cancel takes effect within about a
 second anywhere in the fleet, and costs one round trip a second per runner
 while it runs something, none per task. A failed call is logged and tried on
@@ -18,7 +18,7 @@ import logging
 
 import trio
 
-from taskrunner._inflight import InFlight
+from taskrunner._execution.inflight import InFlight
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 

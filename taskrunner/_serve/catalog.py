@@ -16,13 +16,12 @@ per task.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import trio
 
-from taskrunner import _wire
 from taskrunner._task import Task
-from taskrunner._wire import CatalogDocument
+from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 
@@ -51,7 +50,20 @@ def catalog_document(
         host=host,
         instance=instance_id,
         expires=now + CATALOG_TTL,
-        tasks=_wire.catalog_tasks(tasks.values(), stream, queue_streams),
+        tasks=catalog_tasks(tasks.values(), stream, queue_streams),
+    )
+
+
+def catalog_tasks(
+    tasks: Iterable[Task], stream: str, queue_streams: Mapping[str, str] | None = None
+) -> tuple[CatalogTask, ...]:
+    """The catalog entries of registered ``tasks``, sorted by name: each served from
+    its queue's stream (``queue_streams[task.queue]``), or from ``stream`` (the
+    backend's queue) for a task with no queue of its own (pure)."""
+    streams = queue_streams or {}
+    return tuple(
+        task.catalog_entry(stream if task.queue is None else streams.get(task.queue, stream))
+        for task in sorted(tasks, key=lambda task: task.name)
     )
 
 

@@ -1,7 +1,7 @@
 """A fetcher: reserves pool slots, reads that many messages, starts them.
 
 Each fetcher is one consumer of the group (``<group>_<host>_<id>``). Before
-each read it reserves free pool slots (how many is :mod:`taskrunner._slots`'s
+each read it reserves free pool slots (how many is :mod:`taskrunner._flow.slots`'s
 decision: at most ``batch_size``, and at most its fair share of the pool), so
 it never holds a message the pool cannot start at once (back-pressure). Every
 ``reclaim_interval`` it first claims messages left idle by dead consumers for
@@ -9,7 +9,7 @@ longer than ``reclaim_delay``, queue by queue in priority order.
 
 A runner of one queue reads it as it always did (one ``XREADGROUP``). A
 runner of several reads them all at once, by the plan of
-:mod:`taskrunner._priorities` (strict order, or weighted shares with a round
+:mod:`taskrunner._flow.priorities` (strict order, or weighted shares with a round
 robin of its own per fetcher), with
 :meth:`~taskrunner.backends.MessageQueue.read_many`. Paused queues (as the
 gate last read them) are neither read nor reclaimed; with every queue paused
@@ -27,12 +27,12 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from taskrunner._backoff import backoff_delay
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._priorities import WeightedShares, read_plan
+from taskrunner._execution.backoff import backoff_delay
+from taskrunner._flow.priorities import WeightedShares, read_plan
+from taskrunner._flow.slots import slot_request
 from taskrunner._serve.gate import Gate
 from taskrunner._serve.pool import WorkerPool
-from taskrunner._slots import slot_request
 from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import BackendError
 

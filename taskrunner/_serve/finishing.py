@@ -5,7 +5,7 @@ outcomes (:mod:`taskrunner._serve.outcome`) decide a run's outcome; this part
 turns it into the ack the acker sends: the entry,
 its unique lock (released after the ack) and, when there is something to
 record, an :class:`~taskrunner.backends.Outcome` built by
-:mod:`taskrunner._outcomes` (the result document of a task that keeps
+:mod:`taskrunner._execution.outcomes` (the result document of a task that keeps
 results, the end of an entry-index mapping, the end of a stop request). A
 task that keeps no results, did not come from the delayed set and was not
 cancelled is acknowledged with its entry and lock alone, as it always was.
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskrunner._config import ConfigHolder
-from taskrunner._outcomes import (
+from taskrunner._execution.outcomes import (
     cancelled_document,
     entry_time,
     failure_document,

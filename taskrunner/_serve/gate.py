@@ -16,7 +16,7 @@ await, no round trip.
   with the message; a start logged in the rate limit's window). Admitted, it
   runs. Refused, its message goes back through the delayed set
   (:meth:`~taskrunner.backends.Deferral.defer`: acked and re-added in one
-  step) to come back after :mod:`taskrunner._limits`'s wait: the rate limit's
+  step) to come back after :mod:`taskrunner._flow.limits`'s wait: the rate limit's
   pace, or about half a second for a slot. The pool slot it held is free at
   once, and other tasks' messages go on (no head-of-line blocking). Waiting
   is not an attempt: the member carries the attempts used so far, this
@@ -44,7 +44,7 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._config import ConfigHolder
-from taskrunner._limits import PARK_HORIZON, Paused, holder_id, rate_wait, slot_wait
+from taskrunner._flow.limits import PARK_HORIZON, Paused, holder_id, rate_wait, slot_wait
 from taskrunner._serve.outcome import dispatched_at, member_queue
 from taskrunner._serve.scheduler import Scheduler
 from taskrunner._task import Task

@@ -12,7 +12,7 @@ the key. :attr:`Leadership.is_leader` is false past that instant, and every
 leader-only job runs in a cancel scope whose deadline is that instant, so
 even a leader cut off mid-call stops its jobs before any other instance can
 acquire the lease. Demotion is immediate and cancels those scopes.
-The intervals and the validity are the pure decisions of :mod:`taskrunner._lease`.
+The intervals and the validity are the pure decisions of :mod:`taskrunner._fleet.lease`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from taskrunner._lease import lease_intervals, term_valid_until
+from taskrunner._fleet.lease import lease_intervals, term_valid_until
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 

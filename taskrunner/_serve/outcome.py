@@ -6,7 +6,7 @@ Theory of operation (the worker that runs the message is
 - **done**: the action returned. The entry is acked (batched by the acker),
   and a unique task's lock released after the ack (and a periodic run's
   outcome, ``succeeded``, recorded after it: :func:`periodic_outcome`).
-- **retry**: the attempt failed and :func:`taskrunner._retry.next_step` gives
+- **retry**: the attempt failed and :func:`taskrunner._execution.retry.next_step` gives
   another one. With a delay (the task's ``Backoff``, or a ``Retry`` raised by
   the action) the message is re-queued through the delayed set: a member
   carrying its task id, payload, trace, unique key and lock token, and the
@@ -42,9 +42,9 @@ from typing import Any
 
 from taskrunner import _wire
 from taskrunner._config import ConfigHolder
-from taskrunner._hooks import call_hook, call_hook_safely
-from taskrunner._outcomes import outcome
-from taskrunner._retry import Defer, GiveUp, next_step
+from taskrunner._execution.hooks import call_hook, call_hook_safely
+from taskrunner._execution.outcomes import outcome
+from taskrunner._execution.retry import Defer, GiveUp, next_step
 from taskrunner._serve.acker import Acker
 from taskrunner._serve.finishing import Finishing, lock_of, periodic_outcome
 from taskrunner._task import Delivery, Task

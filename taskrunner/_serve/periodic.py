@@ -10,7 +10,7 @@ jobs use them:
   when it ends, before the lease can expire). It starts the term with one
   fenced call that reads every schedule's watermark (and gives a new
   schedule its first one, *now*, so its first tick is the next one), then
-  loops: at ``now``, the pure :func:`taskrunner._ticks.due_ticks` says which
+  loops: at ``now``, the pure :func:`taskrunner._schedules.ticks.due_ticks` says which
   ticks after each watermark fire (never one after ``now``); they go to the
   backend in one fenced call (:meth:`~taskrunner.backends.Schedules.fire_ticks`:
   the lease checked by this instance's id, each tick compared with the
@@ -38,12 +38,12 @@ from typing import Any
 import trio
 
 from taskrunner import _wire
-from taskrunner._backoff import backoff_delay
 from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder
-from taskrunner._periodic import Schedule, read_spec, same_spec, spec_document
+from taskrunner._execution.backoff import backoff_delay
+from taskrunner._schedules.periodic import Schedule, read_spec, same_spec, spec_document
+from taskrunner._schedules.ticks import due_ticks
 from taskrunner._task import Task
-from taskrunner._ticks import due_ticks
 from taskrunner.backends import Backend, FireStatus, TickFire
 from taskrunner.errors import BackendError, TaskNotFound
 

@@ -10,7 +10,7 @@ below ``reclaim_delay``. An entry is marked refreshed only once the backend
 confirmed it; after a failed call it is tried again on the next tick.
 
 A run holding a concurrency slot is due twice per reservation timeout (see
-:mod:`taskrunner._inflight`), and the slots of every due run are renewed in
+:mod:`taskrunner._execution.inflight`), and the slots of every due run are renewed in
 one more call (:meth:`~taskrunner.backends.FlowControl.renew_slots`) before
 the messages are; such a run is marked refreshed only when both succeeded.
 A slot found lost (its lease expired and another run took it) is logged: the
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import trio
 
-from taskrunner._inflight import InFlight
+from taskrunner._execution.inflight import InFlight
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 

@@ -17,7 +17,7 @@ two passes at once never move a member twice. (A process that dispatches but
 does not serve relies on the leader's poll.)
 
 What each due member becomes, and how long to sleep, are the pure decisions
-of :mod:`taskrunner._schedule`: a member that cannot become a message is
+of :mod:`taskrunner._schedules.delayed`: a member that cannot become a message is
 still moved, as it is and without a lock, so the worker that reads it sends
 it down the failure path and no bad member holds up the batch it is in.
 """
@@ -30,11 +30,11 @@ from collections.abc import Callable, Mapping
 
 import trio
 
-from taskrunner._backoff import backoff_delay
 from taskrunner._config import ConfigHolder
-from taskrunner._schedule import build_move, sleep_time
+from taskrunner._execution.backoff import backoff_delay
+from taskrunner._fleet.timings import TimingRecorder
+from taskrunner._schedules.delayed import build_move, sleep_time
 from taskrunner._task import Task
-from taskrunner._timings import TimingRecorder
 from taskrunner.backends import Backend
 from taskrunner.errors import BackendError
 

@@ -20,7 +20,7 @@ Running one message is four steps, one method each:
    defers it (it runs later, and this delivery is not an attempt); then the
    attempt, in a cancel scope of its own
    whose deadline is the task's ``timeout`` when it has one (registered in
-   :class:`~taskrunner._inflight.InFlight` by message id; a run without a
+   :class:`~taskrunner._execution.inflight.InFlight` by message id; a run without a
    timeout has none, which keeps the hot path cheap): the middlewares, if any,
    around the action, given a :class:`~taskrunner.TaskContext` if it takes
    one; a plain ``def`` action in a worker thread. With no middleware and no
@@ -34,7 +34,7 @@ theirs; it is acked for this group only (see :mod:`taskrunner._serve.sharing`).
 Cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
 
 Cancelled by ``TaskRunner.cancel`` (the canceller, :mod:`taskrunner._serve.canceller`,
-marks the run in :class:`~taskrunner._inflight.InFlight` and cancels its scope):
+marks the run in :class:`~taskrunner._execution.inflight.InFlight` and cancels its scope):
 the run is acked as cancelled, never retried, its lock released, and recorded
 as cancelled when its task keeps results; so is a run that failed, or returned,
 once asked to stop. A run has a scope to cancel when it has a deadline (a
@@ -59,7 +59,7 @@ Poison entries. Any exception while decoding or validating an entry (a
 ``RecursionError`` from JSON nested 100,000 deep, a typed payload that does
 not structure) sends it down the failure path with a short reason. An entry
 that kills the whole process cannot be caught, so a redelivered entry's
-delivery count is checked against its limit (:mod:`taskrunner._poison`)
+delivery count is checked against its limit (:mod:`taskrunner._execution.poison`)
 before it is decoded: past it, the entry goes to the failure path without
 being decoded or run again. First deliveries skip that check. The check
 uses the delivery count alone (the ``attempts`` of a re-queued retry are
@@ -85,10 +85,11 @@ import trio
 
 from taskrunner._codec import decode_payload
 from taskrunner._config import ConfigHolder
-from taskrunner._context import EMPTY_STATE, TaskContext
-from taskrunner._inflight import InFlight
-from taskrunner._middleware import CallNext, Middleware, run_chain
-from taskrunner._poison import delivery_limit
+from taskrunner._execution.context import EMPTY_STATE, TaskContext
+from taskrunner._execution.inflight import InFlight
+from taskrunner._execution.middleware import CallNext, Middleware, run_chain
+from taskrunner._execution.poison import delivery_limit
+from taskrunner._fleet.timings import TimingRecorder
 from taskrunner._serve import fetcher
 from taskrunner._serve.fetcher import FetcherContext
 from taskrunner._serve.gate import NO_HOLD, Gate, Hold
@@ -96,7 +97,6 @@ from taskrunner._serve.outcome import Outcomes, brief, dispatched_at
 from taskrunner._serve.pool import WorkerPool
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._task import Delivery, Task
-from taskrunner._timings import TimingRecorder
 from taskrunner._wire import TaskMessage, decode_message
 from taskrunner.backends import QueueEntry
 from taskrunner.errors import (

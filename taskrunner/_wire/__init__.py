@@ -27,7 +27,7 @@ The message id is the stream id, never serialised. Field order does not matter
 read, a missing or ``null`` field takes Go's zero value, a whole-number float
 is read as an int, and unknown fields are ignored.
 
-**The unique lock** (``locks``: :func:`unique_key_for`, :func:`unique_lock`). The message's
+**The unique lock** (``locks``: :func:`message_unique_key`, :func:`unique_lock`). The message's
 ``unique_key`` is what Go writes: the suffix of the lock key. A task ``echo``
 whose key function returns ``A-17`` carries ``"unique_key":"echo:A-17"`` and
 locks ``taskrunner:unique:echo:A-17``; the worker releases
@@ -75,7 +75,7 @@ name, ``taskrunner:<group>:delayed_tasks_schedule``
 added. A reset zeroes every field named here (:func:`reset_fields`).
 
 **The task catalog** (``catalog``: :class:`CatalogDocument`, :class:`CatalogTask`,
-:func:`catalog_tasks`, :func:`encode_catalog`, :func:`decode_catalog`,
+:func:`encode_catalog`, :func:`decode_catalog`,
 :func:`served`). Ours alone: Go neither writes nor reads it. Each serving
 instance keeps one document in the hash ``taskrunner:<group>:catalog``, under
 its host::
@@ -157,7 +157,6 @@ A plain dispatch writes none of them: its bytes are the same as before.
 
 from taskrunner._wire.catalog import CatalogDocument as CatalogDocument
 from taskrunner._wire.catalog import CatalogTask as CatalogTask
-from taskrunner._wire.catalog import catalog_tasks as catalog_tasks
 from taskrunner._wire.catalog import decode_catalog as decode_catalog
 from taskrunner._wire.catalog import encode_catalog as encode_catalog
 from taskrunner._wire.catalog import served as served
@@ -168,7 +167,6 @@ from taskrunner._wire.delayed import new_delayed as new_delayed
 from taskrunner._wire.delayed import retry_delayed as retry_delayed
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
 from taskrunner._wire.locks import message_unique_key as message_unique_key
-from taskrunner._wire.locks import unique_key_for as unique_key_for
 from taskrunner._wire.locks import unique_lock as unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
 from taskrunner._wire.message import MessageExtras as MessageExtras
@@ -226,7 +224,6 @@ __all__ = [
     "add_timing",
     "cancelled",
     "cancelled_head",
-    "catalog_tasks",
     "decode_catalog",
     "decode_delayed",
     "decode_message",
@@ -257,6 +254,5 @@ __all__ = [
     "task_timing",
     "timing_increment",
     "unique_for_seconds",
-    "unique_key_for",
     "unique_lock",
 ]

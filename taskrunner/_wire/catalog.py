@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
 from taskrunner.errors import InvalidTaskPayload
-
-if TYPE_CHECKING:
-    from taskrunner._task import Task
 
 
 @attrs.frozen(kw_only=True)
@@ -51,27 +48,6 @@ class CatalogDocument:
     """When the document stops counting unless republished, in the backend's clock
     (unix seconds on Redis)."""
     tasks: tuple[CatalogTask, ...] = ()
-
-
-def catalog_tasks(
-    tasks: Iterable[Task], stream: str, queue_streams: Mapping[str, str] | None = None
-) -> tuple[CatalogTask, ...]:
-    """The catalog entries of registered ``tasks``, sorted by name: each served from
-    its queue's stream (``queue_streams[task.queue]``), or from ``stream`` (the
-    backend's queue) for a task with no queue of its own."""
-    streams = queue_streams or {}
-    return tuple(
-        CatalogTask(
-            name=task.name,
-            stream=stream if task.queue is None else streams.get(task.queue, stream),
-            reservation_timeout=task.reservation,
-            unique=task.unique,
-            unique_for=task.unique_for if task.unique else 0.0,
-            keyed=task.unique and task.unique_key is not None,
-            keep_result=task.keep_result,
-        )
-        for task in sorted(tasks, key=lambda task: task.name)
-    )
 
 
 def encode_catalog(document: CatalogDocument) -> bytes:

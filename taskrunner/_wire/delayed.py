@@ -63,7 +63,7 @@ def new_delayed(
         payload: The payload in its wire (JSON-ready) form.
         run_at: The run-at time; also the member's score, which keeps the fraction.
         id: A fresh uuid4 string (a fixed one in tests); the task's id.
-        unique_key: For a unique task, :func:`unique_key_for` of the payload.
+        unique_key: For a unique task, ``Task.message_unique_key`` of the payload.
         queue: The queue it moves to; ``None``: the default queue (and no field).
         dispatched_at: When it was dispatched (the backend's clock).
         trace: The trace context of the dispatch, if traced.

@@ -3,31 +3,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from taskrunner import _keys
-
-if TYPE_CHECKING:
-    from taskrunner._task import Task
 
 UNIQUE_LOCK_PREFIX = f"{_keys.PREFIX}:unique:"
 """Every unique lock key starts with this; the rest is the message's ``unique_key``."""
-
-
-def unique_key_for(task: Task, payload: Any) -> str:
-    """The message ``unique_key`` of a unique ``task`` for ``payload``, as Go writes it.
-
-    ``<task>:<key>`` with ``key`` what the task's key function returns for
-    ``payload`` (what ``dispatch`` was given; a Go member's payload structured
-    as the action receives it), the task name when it returns ``""`` or
-    ``None``; just ``<task>`` when the task has no key function.
-
-    Raises:
-        InvalidTaskPayload: the key function raised or returned a non-string.
-    """
-    return message_unique_key(
-        task.name, None if task.unique_key is None else task.lock_key_for(payload)
-    )
 
 
 def message_unique_key(task_name: str, key: str | None) -> str:
@@ -36,7 +15,7 @@ def message_unique_key(task_name: str, key: str | None) -> str:
     ``key`` is the lock key a key function gave (``""`` when it returned ``""`` or
     ``None``, which falls back to the task name as Go's does: ``<task>:<task>``),
     or ``None`` for a task without a key function (just ``<task>``); see
-    :func:`unique_key_for`.
+    ``Task.message_unique_key``.
     """
     if key is None:
         return task_name

@@ -164,7 +164,7 @@ def new_message(
         task: The registered task (its reservation timeout resolved), or a
             producer's settings for a task it knows by name.
         payload: The payload in its wire (JSON-ready) form.
-        unique_key: For a unique task, :func:`unique_key_for` of the payload.
+        unique_key: For a unique task, ``Task.message_unique_key`` of the payload.
         token: For a unique task, the lock's token (random at dispatch).
         attempts: Attempts used by earlier entries of the task (a retry).
         id: The task's id, when it is not the entry's stream id.

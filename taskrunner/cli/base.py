@@ -23,7 +23,7 @@ from typing import TextIO, cast
 import attrs
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._limits import Paused
+from taskrunner._flow.limits import Paused
 
 EXIT_USAGE = 2
 """argparse's exit code for bad usage."""

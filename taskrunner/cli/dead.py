@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from taskrunner import admin
-from taskrunner._dead import DeadLetterInfo, ReplayResult
+from taskrunner._dispatch.dead import DeadLetterInfo, ReplayResult
 from taskrunner.cli.base import EXIT_FAILURE, EXIT_USAGE, Command, fail, positive_int
 from taskrunner.cli.stats import redis_arguments, run_on_redis
 

@@ -48,7 +48,7 @@ import attrs
 import trio
 
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._runner import RunnerStatistics, TaskRunner
+from taskrunner._runner import TaskRunner
 from taskrunner.backends import Backend
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.cli.base import (
@@ -62,10 +62,13 @@ from taskrunner.cli.base import (
 from taskrunner.cli.demo_tasks import (
     DELAY_RANGE,
     FLAKY_FAILURE_RATE,
+    GROUP,
     DemoTasks,
     RunState,
     dispatch_all,
+    outcomes,
     plan,
+    snapshot,
 )
 from taskrunner.errors import BackendError
 
@@ -74,7 +77,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUP = "demo"
 PREFIX = "taskrunner-demo"
 RUNNER_CAPACITIES = (4, 8, 16)
 """Initial pool capacity of each runner; the first grows to 16 halfway through."""
@@ -173,14 +175,6 @@ def _config(host: str, capacity: int) -> TaskRunnerConfig:
         delayed_poll_interval=0.5,
         shutdown_grace=5.0,
     )
-
-
-def snapshot(runners: Sequence[TaskRunner]) -> list[RunnerStatistics]:
-    return [r.statistics() for r in runners]
-
-
-def outcomes(stats: Sequence[RunnerStatistics]) -> int:
-    return sum(s.completed + s.dead_lettered + s.handled for s in stats)
 
 
 async def _poll_until(predicate: Callable[[], bool]) -> None:

@@ -30,10 +30,13 @@ from taskrunner import _wire, admin
 from taskrunner._runner import TaskRunner
 from taskrunner._serve import worker
 from taskrunner.backends import Backend
-from taskrunner.cli import demo, demo_tasks, views
+from taskrunner.cli import demo_tasks, views
 from taskrunner.errors import BackendError, InvalidTaskPayload
 
 __all__ = ["Display", "console_for", "filtered_logs", "summary"]
+
+log = logging.getLogger("taskrunner.cli.demo")
+"""The demo's logger (its verbosity decides what the screen shows)."""
 
 
 def console_for(out: TextIO, *, live: bool) -> Console:
@@ -71,13 +74,13 @@ class Display:
     def draw(
         self, runners: Sequence[TaskRunner], state: demo_tasks.RunState, elapsed: float
     ) -> None:
-        stats = demo.snapshot(runners)
+        stats = demo_tasks.snapshot(runners)
         frame = views.DemoFrame(
             expected=state.sent,
             planned=state.planned,
             dispatched=state.sent,
             refused=state.refused,
-            done=demo.outcomes(stats),
+            done=demo_tasks.outcomes(stats),
             rate=self._rate(trio.current_time(), sum(s.completed + s.failed for s in stats)),
             elapsed=elapsed,
             runners=tuple(
@@ -139,7 +142,7 @@ class _LogFilter(logging.Filter):
 
 @contextmanager
 def filtered_logs(display: Display) -> Iterator[None]:
-    verbose = demo.log.isEnabledFor(logging.DEBUG)
+    verbose = log.isEnabledFor(logging.DEBUG)
     # With no handler configured, warnings go to logging.lastResort: filter it too.
     handlers = list(logging.getLogger().handlers)
     if not handlers and logging.lastResort is not None:
@@ -163,7 +166,7 @@ async def summary(
     tasks: demo_tasks.DemoTasks,
 ) -> None:
     say = functools.partial(console.print, highlight=False, soft_wrap=True)
-    stats = demo.snapshot(runners)
+    stats = demo_tasks.snapshot(runners)
     rows = [
         views.RunnerView(host=r.config.host, leader=False, statistics=s)
         for r, s in zip(runners, stats, strict=True)
@@ -172,9 +175,9 @@ async def summary(
     wide = console.width >= 120  # the full table needs about 115 columns
     say(views.runners_table(rows, title="summary", mark_stopped=False, compact=not wide))
     totals = {c: sum(getattr(s, c) for s in stats) for c in views.STATISTICS_COLUMNS}
-    done = demo.outcomes(stats)
+    done = demo_tasks.outcomes(stats)
     rate = done / state.elapsed if state.elapsed > 0 else 0.0
-    info = await backend.group_info(demo.GROUP)
+    info = await backend.group_info(demo_tasks.GROUP)
     say(
         f"dispatched: {state.sent} of {state.planned} ({state.delayed} delayed, "
         f"{state.refused} unique duplicates refused)"
@@ -193,8 +196,8 @@ async def summary(
     say(f"unique: {tasks.synced} ran, {state.refused} duplicates refused")
     say(f"leaders: {' -> '.join(state.leaders) or 'none'}")
     say(f"elapsed: {state.elapsed:.2f}s, throughput {rate:.0f} tasks/s")
-    say(f"queue left: {await backend.length(demo.GROUP)} entries, {info.pending} pending")
-    dead = await backend.dead_letters(demo.GROUP, count=1000)
+    say(f"queue left: {await backend.length(demo_tasks.GROUP)} entries, {info.pending} pending")
+    dead = await backend.dead_letters(demo_tasks.GROUP, count=1000)
     say(f"dead letters: {len(dead)}")
     for letter in dead[:5]:
         say(f"  {letter.message_id} ({_task_of(letter.payload)}): {letter.error}")
@@ -202,9 +205,9 @@ async def summary(
         say(f"  ... and {len(dead) - 5} more")
     try:
         say(views.stats_table(await runners[0].get_timing_statistics()))
-        keys = await admin.list_keys(backend, demo.GROUP)
+        keys = await admin.list_keys(backend, demo_tasks.GROUP)
         say(views.keys_table(keys))
-        flushed = await admin.flush(backend, demo.GROUP, confirm=True)
+        flushed = await admin.flush(backend, demo_tasks.GROUP, confirm=True)
         say(f"keys: {len(keys)} listed, {len(flushed)} flushed")
     except BackendError as exc:
         say(f"could not read the final statistics or keys: {exc}")

@@ -13,14 +13,14 @@ producer in :data:`ROUNDS` rounds, counting what was accepted and refused in a
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import trio
 
-from taskrunner._runner import TaskRunner
-from taskrunner._stats import Stats
+from taskrunner._fleet.stats import Stats
+from taskrunner._runner import RunnerStatistics, TaskRunner
 from taskrunner._task import Task
 from taskrunner.errors import TaskAlreadyDispatched
 
@@ -31,6 +31,19 @@ ROUNDS, ROUND_PAUSE = 10, 0.3
 """Dispatching takes ``ROUNDS`` rounds ``ROUND_PAUSE`` seconds apart (~3 s)."""
 DELAY_RANGE = (0.5, 4.0)
 """Seconds after dispatch at which the delayed ``report`` tasks fall due."""
+
+GROUP = "demo"
+"""The demo's consumer group."""
+
+
+def snapshot(runners: Sequence[TaskRunner]) -> list[RunnerStatistics]:
+    """Every runner's statistics, now."""
+    return [r.statistics() for r in runners]
+
+
+def outcomes(stats: Sequence[RunnerStatistics]) -> int:
+    """How many tasks reached a final outcome (completed, dead-lettered or handled)."""
+    return sum(s.completed + s.dead_lettered + s.handled for s in stats)
 
 
 # The tasks -----------------------------------------------------------------

@@ -38,6 +38,7 @@ LAYOUT = (
     (KeyKind.STOP_REQUESTS, "stop requests", "<= G", "0-1"),
     (KeyKind.LEADER, "leader keys", "<= G", "0-1"),
     (KeyKind.TUNING, "tuning keys", "<= G", "0-1"),
+    (KeyKind.DESIRED_INSTANCES, "desired instance counts", "<= G", "0-1"),
     (KeyKind.METRICS, "metrics hashes", "<= G", "0-1"),
     (KeyKind.CATALOG, CATALOGS, "<= G", "0-1"),
     (KeyKind.SCHEDULES, "schedule states", "<= G", "0-1"),
@@ -59,6 +60,7 @@ NOTES = {
     "delayed id indexes": "ours: lookup and cancel by task id",
     "entry indexes": "ours: lookup and cancel by task id",
     "stop requests": "ours: cancelled running tasks",
+    "desired instance counts": "ours: target_wait, for an autoscaler",
     "results": "ours: kept results of this group's tasks",
     "result notices": "ours: for result waiters, at most 60 s each",
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from taskrunner import admin
-from taskrunner._limits import Paused
+from taskrunner._flow.limits import Paused
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import Command, paused_text
 from taskrunner.cli.groups import require_group

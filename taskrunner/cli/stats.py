@@ -9,10 +9,11 @@ parse, a server that does not answer, a ``--group`` the server does not hold:
 see :mod:`taskrunner.cli.groups`) is one line on stderr and exit 1.
 
 ``stats`` reads, in this order: the timing-metrics hash, the published
-tuning capacity, the heartbeats and the leader lease (through the backend's
-:class:`~taskrunner.backends.Inspection`: ``SCAN``, never ``KEYS``), the
-queue metrics (``XLEN``, the claim-delay ring, ``XINFO``), and what is paused
-(``taskrunner pause``/``resume``: the group's paused set).
+tuning capacity and desired instance count, the heartbeats and the leader
+lease (through the backend's :class:`~taskrunner.backends.Inspection`:
+``SCAN``, never ``KEYS``), the queue metrics (``XLEN``, the claim-delay ring,
+``XINFO``), and what is paused (``taskrunner pause``/``resume``: the group's
+paused set).
 :class:`~taskrunner.Stats` needs a pool capacity that only a live process
 knows; from outside we take the leader's published tuning capacity when one
 is live, else ``--workers`` (default 32, the ``num_workers`` default), and
@@ -35,8 +36,8 @@ from typing import Any, TypeVar
 import trio
 
 from taskrunner import _wire
-from taskrunner._limits import Paused
-from taskrunner._stats import Stats, compute_stats
+from taskrunner._fleet.stats import Stats, compute_stats
+from taskrunner._flow.limits import Paused
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import DEFAULT_WORKERS, Command, fail, paused_text, positive_int
 from taskrunner.cli.groups import UnknownGroup, require_group
@@ -134,6 +135,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     metrics = await backend.read_metrics(group)
     names = _wire.task_names_in(metrics, group)
     published = await backend.read_tuning(group)
+    desired = await backend.read_desired_instances(group)
     live = await instances(backend)
     lease = await backend.read_lease(group)
     queue = await backend.get_metrics(group)
@@ -169,6 +171,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
         "instances": live,
         "replication": replication,
         "tuning_capacity": published,
+        "desired_instances": desired,
         "workers": workers,
         "workers_source": source,
         "paused": {"queues": sorted(paused.queues), "tasks": sorted(paused.tasks)},
@@ -226,6 +229,12 @@ def render(doc: dict[str, Any]) -> str:
     published = doc["tuning_capacity"]
     tuning = "none published" if published is None else f"published capacity {published}"
     lines.append(f"tuning:    {tuning}")
+    desired = doc["desired_instances"]
+    lines.append(
+        "autoscale: none published (target_wait off)"
+        if desired is None
+        else f"autoscale: {desired} instance(s) desired, {len(live)} live"
+    )
     why = {
         "published": "the published tuning capacity",
         "option": "--workers",

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from taskrunner import admin
-from taskrunner._handle import TaskInfo
+from taskrunner._dispatch.handle import TaskInfo
 from taskrunner.cli.base import Command, fail
 from taskrunner.cli.stats import redis_arguments, run_on_redis
 

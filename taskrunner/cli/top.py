@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from taskrunner import _wire, admin
-from taskrunner._stats import compute_stats
+from taskrunner._fleet.stats import compute_stats
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import (
     DEFAULT_WORKERS,
@@ -72,6 +72,7 @@ async def read_snapshot(
 
     metrics = await backend.read_metrics(group)
     published = await backend.read_tuning(group)
+    desired = await backend.read_desired_instances(group)
     instances = tuple((beat.host, beat.instance_id) for beat in await backend.list_heartbeats())
     owner = await backend.lease_owner(group)
     queue = await backend.get_metrics(group)
@@ -96,6 +97,7 @@ async def read_snapshot(
         leader_host=next((h for h, i in instances if i == owner), None),
         instances=instances,
         tuning_capacity=published,
+        desired_instances=desired,
         workers=pool,
         paused=paused,
         schedules=tuple(await admin.schedules(backend, group)),

@@ -24,10 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 from taskrunner import _wire
-from taskrunner._limits import Paused
+from taskrunner._fleet.stats import Stats
+from taskrunner._flow.limits import Paused
 from taskrunner._runner import RunnerStatistics
-from taskrunner._schedule_view import ScheduleRow
-from taskrunner._stats import Stats
+from taskrunner._schedules.view import ScheduleRow
 from taskrunner.backends import KeyInfo, QueueMetrics
 from taskrunner.cli.base import paused_text
 
@@ -278,6 +278,8 @@ class FleetSnapshot:
     """The group's paused queues and tasks."""
     schedules: tuple[ScheduleRow, ...] = ()
     """The group's periodic schedules (``taskrunner.admin.schedules``)."""
+    desired_instances: int | None = None
+    """The instance count the leader publishes for an autoscaler (``target_wait``)."""
 
     @property
     def runs(self) -> dict[str, int]:
@@ -349,11 +351,14 @@ def top_line(snapshot: FleetSnapshot, history: History) -> str:
     """One plain summary line of a ``top`` frame."""
     rates = history.throughput()
     rate = f"{rates[-1]:.1f}/s" if rates else "n/a"
+    desired = snapshot.desired_instances
     return (
         f"group {snapshot.group}: queue {snapshot.queue.queue_size}, throughput {rate}, "
         f"predicted wait {snapshot.stats.predicted_wait_time:.1f} ms, "
         f"leader {snapshot.leader_host or snapshot.leader or 'none'}, "
-        f"{len(snapshot.instances)} instance(s), paused: {paused_text(snapshot.paused)}"
+        f"{len(snapshot.instances)} instance(s)"
+        + ("" if desired is None else f" ({desired} desired)")
+        + f", paused: {paused_text(snapshot.paused)}"
     )
 
 
@@ -377,6 +382,10 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         mark = " (leader)" if instance_id == snapshot.leader else ""
         fleet.add_row(f"  {host}", instance_id + mark)
     fleet.add_row("tuning", tuning)
+    fleet.add_row(
+        "desired instances",
+        "none published" if snapshot.desired_instances is None else str(snapshot.desired_instances),
+    )
     fleet.add_row("workers per instance", str(snapshot.workers))
     fleet.add_row("paused", paused_text(snapshot.paused))
 

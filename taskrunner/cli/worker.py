@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import trio
 
-from taskrunner._guards import implements_inspection
+from taskrunner._dispatch.guards import implements_inspection
 from taskrunner._runner import TaskRunner
 from taskrunner.cli.base import Command, MissingExtra, fail, import_extra, positive_int
 from taskrunner.cli.imports import ImportTargetError, load_runner

@@ -41,7 +41,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from taskrunner._config import queue_name_problem
-from taskrunner._guards import require_inspection
+from taskrunner._dispatch.guards import require_inspection
 from taskrunner.backends import Backend
 from taskrunner.dashboard import _charts, _data, _features
 from taskrunner.dashboard._safety import (

@@ -7,8 +7,8 @@ the same thing. The readers use only what main's backends expose to operator
 tools: :class:`~taskrunner.backends.Inspection` (groups, heartbeats, the lease),
 each queue's summaries (``XLEN``, ``XINFO GROUPS``/``CONSUMERS``, the claim-delay
 ring; the queues are found as :mod:`._queues` says), the metrics hash, the
-published tuning capacity, the task catalog, the paused set, and the first 100
-dead letters. Nothing reads a stream's entries but the dead letters'.
+published tuning capacity and desired instance count, the task catalog, the
+paused set, and the first 100 dead letters. Nothing reads a stream's entries but the dead letters'.
 
 The history (charts, the tuner's capacity) is the :class:`~._sampler.Sampler`'s:
 the store keeps none. What :mod:`taskrunner.admin` offers (task lookup and
@@ -36,7 +36,7 @@ import attrs
 
 from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
-from taskrunner._stats import compute_stats
+from taskrunner._fleet.stats import compute_stats
 from taskrunner._wire import CatalogDocument
 from taskrunner.admin import DeadLetterInfo
 from taskrunner.backends import Backend, Heartbeat, Inspection
@@ -269,6 +269,11 @@ class GroupPage:
     charts: Charts
     tuner: tuple[CapacityChange, ...]
     """Each change of the published capacity the sampler saw, newest first."""
+    desired_instances: int | None = None
+    """How many instances the leader says the fleet needs (``target_wait``); ``None``
+    while none is published."""
+    live_instances: int = 0
+    """The group's instances with a live heartbeat (to set beside it)."""
 
 
 def capacity_changes(samples: Sequence[Sample]) -> list[CapacityChange]:
@@ -358,6 +363,7 @@ async def read_group(
     sampler.watch(group)
     metrics = await backend.read_metrics(group)
     published = await backend.read_tuning(group)
+    desired = await backend.read_desired_instances(group)
     lease = await inspection.read_lease(group)
     beats = await inspection.list_heartbeats()
     catalog = await backend.read_catalog(group)
@@ -427,6 +433,8 @@ async def read_group(
             sampling=sampler.running,
         ),
         tuner=tuple(capacity_changes(samples)),
+        desired_instances=desired,
+        live_instances=sum(1 for i in instances if i.alive),
     )
 
 

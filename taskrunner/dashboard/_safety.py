@@ -58,9 +58,17 @@ def same_secret(given: str | None, expected: str | None) -> bool:
 def redact_url(url: str) -> str:
     """``url`` with any user and password left out (pure): what may be shown.
 
-    ``redis://:secret@host:6379/0`` becomes ``redis://host:6379/0``. A URL that
+    ``redis://:secret@host:6379/0`` becomes ``redis://host:6379/0``; a Sentinel
+    URL keeps its host list and loses its ``sentinel_password`` too. A URL that
     does not parse is shown as its scheme only.
     """
+    if "+sentinel://" in url.lower():  # s1:26379,s2:26379: no single host to parse
+        parts = urllib.parse.urlsplit(url)
+        hosts = parts.netloc.rpartition("@")[2]
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        kept = [(k, v) for k, v in query if not _secret_option(k)]
+        query_text = urllib.parse.urlencode(kept)
+        return f"{parts.scheme}://{hosts}{parts.path}" + (f"?{query_text}" if query_text else "")
     try:
         parts = urllib.parse.urlsplit(url)
         host = parts.hostname or ""
@@ -70,9 +78,14 @@ def redact_url(url: str) -> str:
     if ":" in host:  # an IPv6 address
         host = f"[{host}]"
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    kept = [(k, v) for k, v in query if k.lower() not in ("password", "username", "user")]
+    kept = [(k, v) for k, v in query if not _secret_option(k)]
     query_text = urllib.parse.urlencode(kept)
     return f"{parts.scheme}://{host}{port}{parts.path}" + (f"?{query_text}" if query_text else "")
+
+
+def _secret_option(name: str) -> bool:
+    """A URL query option that names or authenticates a user (``sentinel_password``...)."""
+    return name.lower().removeprefix("sentinel_") in ("password", "username", "user")
 
 
 def origin_matches(origin: str | None, host: str | None) -> bool:

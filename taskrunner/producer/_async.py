@@ -27,7 +27,8 @@ from typing import Any, Self
 import attrs
 import redis.asyncio
 
-from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
@@ -46,6 +47,7 @@ from taskrunner.producer._core import (
     was_cancelled,
 )
 from taskrunner.producer._plan import CatalogView
+from taskrunner.producer._sentinel import async_master
 from taskrunner.producer._sync import RELEASE_SOURCE
 
 log = logging.getLogger("taskrunner.producer")
@@ -159,13 +161,21 @@ class AsyncProducer:
         and ``socket_timeout=30`` unless given). No connection is opened until the
         first call, so it can be made at import time. :meth:`aclose` closes the client.
 
+        A ``redis+sentinel://s1:26379,s2:26379/mymaster/0`` URL (the one the
+        workers use) builds the client with redis-py's ``Sentinel(...).master_for``
+        instead: see ``docs/redis-sentinel.md``.
+
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.
         """
+        given = dict(redis_options)
         redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
         redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
+        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
 
         def connect() -> redis.asyncio.Redis:
+            if is_sentinel_url(url):
+                return async_master(url, defaults, given)
             return redis.asyncio.Redis.from_url(url, **redis_options)
 
         producer = cls.__new__(cls)

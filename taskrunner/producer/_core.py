@@ -36,7 +36,7 @@ import attrs
 import redis.exceptions
 
 from taskrunner import _keys
-from taskrunner._enqueue import (
+from taskrunner._dispatch.enqueue import (
     Enqueue,
     LockRequest,
     delay_seconds,
@@ -44,9 +44,9 @@ from taskrunner._enqueue import (
     enqueue,
     unix_seconds,
 )
-from taskrunner._results import outcome_of
+from taskrunner._dispatch.results import outcome_of
 from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
-from taskrunner.backends._tracking import CANCELLED_STATES, cancel_arguments, track_keys
+from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
 from taskrunner.backends.redis._pyredis import translate_error
 from taskrunner.producer._plan import (
@@ -283,7 +283,7 @@ class ProducerCore:
 
     @staticmethod
     def outcome(task_id: str, raw: bytes, result_type: type[Any] | None) -> Any:
-        """The value a kept result gives (see :func:`taskrunner._results.outcome_of`)."""
+        """The value a kept result gives (see :func:`taskrunner._dispatch.results.outcome_of`)."""
         return outcome_of(task_id, raw, result_type)
 
     def run_at_after(self, delay: float | timedelta) -> float:

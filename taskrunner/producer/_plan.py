@@ -14,7 +14,7 @@ carries is a :class:`~taskrunner._wire.CatalogTask`, the settings
   reservation timeout, so the message is the one the runner's own ``dispatch``
   would write; no such entry is :class:`~taskrunner.errors.TaskNotFound`.
 
-From there the rules are the runner's (:mod:`taskrunner._enqueue`): encode,
+From there the rules are the runner's (:mod:`taskrunner._dispatch.enqueue`): encode,
 refuse, name the lock. :class:`CatalogView` decides when a strict producer
 reads the catalog again. Pure: no I/O; clocks are passed in.
 """
@@ -160,7 +160,7 @@ class Settings:
     """What one dispatch of a task carries."""
 
     task: CatalogTask
-    """The task's settings (for :func:`taskrunner._enqueue.enqueue`)."""
+    """The task's settings (for :func:`taskrunner._dispatch.enqueue.enqueue`)."""
     unique_key: str = ""
     """The message's ``unique_key`` when the task is unique ("" otherwise)."""
 

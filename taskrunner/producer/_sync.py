@@ -28,7 +28,8 @@ from typing import Any, Self
 import attrs
 import redis
 
-from taskrunner._enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
@@ -47,6 +48,7 @@ from taskrunner.producer._core import (
     was_cancelled,
 )
 from taskrunner.producer._plan import CatalogView
+from taskrunner.producer._sentinel import sync_master
 
 log = logging.getLogger("taskrunner.producer")
 
@@ -158,13 +160,21 @@ class Producer:
         set, so that no call waits forever on a dead server. :meth:`close`
         closes the client.
 
+        A ``redis+sentinel://s1:26379,s2:26379/mymaster/0`` URL (the one the
+        workers use) builds the client with redis-py's ``Sentinel(...).master_for``
+        instead: see ``docs/redis-sentinel.md``.
+
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.
         """
+        given = dict(redis_options)
         redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
         redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
+        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
 
         def connect() -> redis.Redis:
+            if is_sentinel_url(url):
+                return sync_master(url, defaults, given)
             return redis.Redis.from_url(url, **redis_options)
 
         producer = cls.__new__(cls)

@@ -126,8 +126,14 @@ from taskrunner.testing._schedule_checks import (  # noqa: F401 - importing regi
     check_in_flight_marks_and_outcomes,
     check_schedule_specs,
 )
+from taskrunner.testing._sentinel import (
+    SentinelDeployment,
+    SentinelProcess,
+    running_sentinel_deployment,
+)
 from taskrunner.testing._state_checks import (  # noqa: F401 - importing registers the checks
     check_delayed_set,
+    check_desired_instances,
     check_heartbeat_holder,
     check_heartbeats,
     check_lease_expiry,
@@ -173,10 +179,13 @@ __all__ = [
     "INSPECTION_CHECKS",
     "ContractCheck",
     "PartitionedBackend",
+    "SentinelDeployment",
+    "SentinelProcess",
     "ServerProcess",
     "contract_parametrize",
     "find_server_binary",
     "free_port",
+    "running_sentinel_deployment",
     "running_server",
     "sync_command",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 from taskrunner import _keys
-from taskrunner._guards import implements_inspection
+from taskrunner._dispatch.guards import implements_inspection
 from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends._protocols import Backend
 from taskrunner.testing._harness import _contract_check, _name, _within

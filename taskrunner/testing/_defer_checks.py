@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import trio
 
-from taskrunner.backends._protocols import Backend, DelayedMove
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.queue import DelayedMove
 from taskrunner.testing._harness import (
     _contract_check,
     _delete_on_ack,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import trio
 
-from taskrunner._limits import Paused, RateLimit
-from taskrunner.backends._flow import LimitedBy, ParkOutcome, SlotHold
+from taskrunner._flow.limits import Paused, RateLimit
 from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.flow import LimitedBy, ParkOutcome, SlotHold
 from taskrunner.testing._harness import _LATE, _contract_check, _name, _within
 
 

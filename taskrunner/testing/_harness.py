@@ -10,7 +10,8 @@ from typing import TypeAlias
 
 import trio
 
-from taskrunner.backends._protocols import Backend, GroupInfo, QueueEntry
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.queue import GroupInfo, QueueEntry
 
 ContractCheck: TypeAlias = Callable[[Backend], Awaitable[None]]
 """One contract check: takes a backend, raises :class:`AssertionError` on a breach."""

@@ -20,11 +20,11 @@ from typing import cast
 import trio
 
 from taskrunner import _keys
-from taskrunner._guards import missing_inspection
+from taskrunner._dispatch.guards import missing_inspection
 from taskrunner._wire import CatalogDocument, TimingIncrement, task_fields
-from taskrunner.backends._inspection import KeyCounts, KeyInfo, KeyKind
-from taskrunner.backends._protocols import Backend, Inspection
-from taskrunner.backends._schedules import ScheduleRecords
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.inspection import Inspection, KeyCounts, KeyInfo, KeyKind
+from taskrunner.backends._protocols.schedules import ScheduleRecords
 from taskrunner.testing._harness import (
     _LATE,
     _SLACK,

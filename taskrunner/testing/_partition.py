@@ -22,9 +22,9 @@ from typing import TypeVar
 
 import trio
 
-from taskrunner._guards import require_inspection
+from taskrunner._dispatch.guards import require_inspection
+from taskrunner._flow.limits import Paused, RateLimit
 from taskrunner._keys import StreamKeys
-from taskrunner._limits import Paused, RateLimit
 from taskrunner._wire import CatalogDocument, TimingIncrement
 from taskrunner.backends import (
     Admission,
@@ -287,6 +287,17 @@ class PartitionedBackend(Backend, Inspection):
 
     async def read_tuning(self, group: str) -> int | None:
         return await self._through("read_tuning", partial(self.backend.read_tuning, group))
+
+    async def publish_desired_instances(self, group: str, count: int, ttl: float) -> None:
+        await self._through(
+            "publish_desired_instances",
+            partial(self.backend.publish_desired_instances, group, count, ttl),
+        )
+
+    async def read_desired_instances(self, group: str) -> int | None:
+        return await self._through(
+            "read_desired_instances", partial(self.backend.read_desired_instances, group)
+        )
 
     # Deferral ----------------------------------------------------------------------
     async def defer(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from taskrunner.backends._protocols import Backend, DelayedMove, QueueEntry
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.queue import DelayedMove, QueueEntry
 from taskrunner.testing._harness import _LATE, _SLACK, _contract_check, _name
 
 

@@ -8,7 +8,7 @@ import math
 import trio
 
 from taskrunner.backends._protocols import Backend
-from taskrunner.backends._schedules import FireStatus, RunOutcome, TickFire
+from taskrunner.backends._protocols.schedules import FireStatus, RunOutcome, TickFire
 from taskrunner.testing._harness import _LATE, _contract_check, _drain, _fresh_group, _name, _within
 
 

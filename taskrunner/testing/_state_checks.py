@@ -1,5 +1,5 @@
 """Contract checks of the SharedState half: leases, delayed set, metrics, heartbeats,
-locks, tuning; and text no backend can store."""
+locks, tuning, the desired instance count; and text no backend can store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from taskrunner._wire import TimingIncrement, task_fields
-from taskrunner.backends._protocols import Backend, DelayedMove
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.queue import DelayedMove
 from taskrunner.errors import InvalidCommandArgument
 from taskrunner.testing._harness import (
     _LATE,
@@ -338,6 +339,28 @@ async def check_tuning(backend: Backend) -> None:
     assert value == 9, f"the value expired before its ttl: read {value!r}"
     await trio.sleep(0.2)
     assert await backend.read_tuning(group) is None, "the value outlived its ttl"
+
+
+@_contract_check
+async def check_desired_instances(backend: Backend) -> None:
+    """The published instance count is read back until its ttl ends; per group; apart
+    from the tuning value."""
+    group, other = _name("group"), _name("group")
+    assert await backend.read_desired_instances(group) is None, "nothing published yet"
+    await backend.publish_tuning(group, 3, 5.0)
+    await backend.publish_desired_instances(group, 7, 5.0)
+    assert await backend.read_desired_instances(group) == 7, "a published count must be read back"
+    assert await backend.read_tuning(group) == 3, "the count must not replace the tuning value"
+    published_at = trio.current_time()
+    await backend.publish_desired_instances(group, 2, 0.3)
+    assert await backend.read_desired_instances(group) == 2, "a new publish replaces the value"
+    assert await backend.read_desired_instances(other) is None, "the count is per group"
+    await trio.sleep(0.2)
+    value = await backend.read_desired_instances(group)
+    _within(published_at, 0.3)
+    assert value == 2, f"the count expired before its ttl: read {value!r}"
+    await trio.sleep(0.2)
+    assert await backend.read_desired_instances(group) is None, "the count outlived its ttl"
 
 
 @_contract_check

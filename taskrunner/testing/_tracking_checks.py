@@ -10,8 +10,9 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._wire import TaskState
-from taskrunner.backends._protocols import Backend, DelayedMove
-from taskrunner.backends._tracking import Outcome, Replay, TaskSnapshot
+from taskrunner.backends._protocols import Backend
+from taskrunner.backends._protocols.queue import DelayedMove
+from taskrunner.backends._protocols.tracking import Outcome, Replay, TaskSnapshot
 from taskrunner.testing._harness import (
     _LATE,
     _contract_check,

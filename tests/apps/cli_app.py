@@ -11,9 +11,11 @@ task) sleeps ``work`` seconds, then pushes ``"<index> <due> <started_at> <pid>"`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -43,6 +45,40 @@ runner = TaskRunner(
 )
 
 not_a_runner = 42
+
+LEADER_LOG = os.environ.get("TASKRUNNER_TEST_LEADER_LOG")
+"""When set, a file prefix: the process samples ``runner.is_leader`` every 5 ms and
+writes each term to ``<prefix>-<pid>`` as ``first_true last_true`` wall times (the
+Sentinel fleet test checks that no two instances' terms overlap)."""
+
+if LEADER_LOG:
+
+    @runner.lifespan
+    @contextlib.asynccontextmanager
+    async def sample_leadership(runner: TaskRunner) -> AsyncIterator[None]:
+        async def sample(path: str) -> None:
+            first: float | None = None
+            last = 0.0
+            with open(path, "a") as out:  # noqa: ASYNC230 - a few short writes per term
+                try:
+                    while True:
+                        now = time.time()
+                        if runner.is_leader:
+                            first = now if first is None else first
+                            last = now
+                        elif first is not None:
+                            out.write(f"{first!r} {last!r}\n")
+                            out.flush()
+                            first = None
+                        await trio.sleep(0.005)
+                finally:
+                    if first is not None:  # leading when serve stopped
+                        out.write(f"{first!r} {last!r}\n")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sample, f"{LEADER_LOG}-{os.getpid()}")
+            yield
+            nursery.cancel_scope.cancel()
 
 
 @runner.task(name="record")

@@ -253,6 +253,7 @@ DOCUMENTED = [
     "ring:taskrunner:{group}:metrics:{queue}",
     "taskrunner:{group}:delayed_tasks",
     "taskrunner:{group}:worker_tuning_capacity",
+    "taskrunner:{group}:desired_instances",
     "taskrunner:{group}:metrics",
     "taskrunner:{group}:catalog",
     "taskrunner:{group}:delayed_ids",
@@ -277,6 +278,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         desired_wait_time=0.05,
         long_queue_threshold=0.2,
         tuning_cooldown=0,
+        target_wait=1.0,
         shutdown_grace=0.2,
     )
 
@@ -322,6 +324,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         "taskrunner:g:delayed_tasks",
         "taskrunner:g:metrics",
         "taskrunner:g:worker_tuning_capacity",
+        "taskrunner:g:desired_instances",
         "taskrunner:g:catalog",
         "taskrunner:g:schedules",
         "taskrunner:g:schedule_specs",

@@ -43,6 +43,7 @@ STATE_CHECKS = {
     "check_heartbeats",
     "check_locks",
     "check_tuning",
+    "check_desired_instances",
 }
 
 
@@ -149,6 +150,8 @@ async def test_key_names_are_the_documented_ones(client: RedisClient) -> None:
     await expect("taskrunner:unique:t:k")
     await state.publish_tuning("g", 4, 5.0)
     await expect("taskrunner:g:worker_tuning_capacity")
+    await state.publish_desired_instances("g", 3, 5.0)
+    await expect("taskrunner:g:desired_instances")
     lock = "taskrunner:unique:t:other"
     move = DelayedMove(member=b"m1", message=b"p", lock_key=lock, lock_token="x", lock_ttl=5.0)
     assert await state.move_delayed("g", [move]) == 1
@@ -161,6 +164,7 @@ async def test_key_names_are_the_documented_ones(client: RedisClient) -> None:
         _leader_key("g"): "string",
         "taskrunner:g:metrics": "hash",
         "taskrunner:g:worker_tuning_capacity": "string",
+        "taskrunner:g:desired_instances": "string",
         "taskrunner:replication:host-1": "string",
         "taskrunner:tasks": "stream",
         "taskrunner:unique:t:k": "string",
@@ -198,6 +202,10 @@ async def test_values_and_ttls(client: RedisClient) -> None:
     await state.publish_tuning("g", 12, 20.0)
     assert await client.execute("GET", "taskrunner:g:worker_tuning_capacity") == b"12"
     assert 19000 < await pttl("taskrunner:g:worker_tuning_capacity") <= 20000
+
+    await state.publish_desired_instances("g", 6, 240.0)
+    assert await client.execute("GET", "taskrunner:g:desired_instances") == b"6"
+    assert 239000 < await pttl("taskrunner:g:desired_instances") <= 240000
 
     await state.add_delayed("g", b"m", 100.0)
     lock = "taskrunner:unique:moved"
@@ -386,6 +394,12 @@ async def test_read_tuning_ignores_a_non_integer(client: RedisClient) -> None:
     state = RedisState(client, stream_of=lambda group, queue: STREAM)
     await client.execute("SET", "taskrunner:g:worker_tuning_capacity", "lots")
     assert await state.read_tuning("g") is None
+
+
+async def test_read_desired_instances_ignores_a_non_integer(client: RedisClient) -> None:
+    state = RedisState(client, stream_of=lambda group, queue: STREAM)
+    await client.execute("SET", "taskrunner:g:desired_instances", "many")
+    assert await state.read_desired_instances("g") is None
 
 
 async def test_empty_batches_do_not_reach_redis(client: RedisClient) -> None:

@@ -8,24 +8,35 @@ connections and, when the backend created the client, the client too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._config import ConnectionConfig
 from taskrunner.backends.redis._defer import RedisDefer
 from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
 from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._queue import RedisQueue
+from taskrunner.backends.redis._replicas import RedisReplicas
 from taskrunner.backends.redis._schedules import RedisSchedules
+from taskrunner.backends.redis._sentinel import SentinelRedisClient
+from taskrunner.backends.redis._sentinel_config import SentinelConfig, is_sentinel_url
 from taskrunner.backends.redis._state import RedisState
 from taskrunner.backends.redis._tracking import RedisTracking
 
 
 class RedisBackend(
-    RedisInspection, RedisDefer, RedisFlow, RedisCatalog, RedisSchedules, RedisTracking
+    RedisInspection,
+    RedisDefer,
+    RedisFlow,
+    RedisCatalog,
+    RedisSchedules,
+    RedisTracking,
+    RedisReplicas,
 ):
     """Queue, shared state, deferral through the delayed set, flow control, task
     catalog, periodic schedules and task tracking on Redis (>= 6.2; 7+
@@ -77,7 +88,11 @@ class RedisBackend(
 
         Args:
             url: ``redis://[user:password@]host:port/db``, ``rediss://...`` (TLS),
-                or ``unix:///path?db=N``.
+                ``unix:///path?db=N``, or through Sentinel
+                ``redis+sentinel://[user:password@]s1:26379,s2:26379/mymaster/0``
+                (``rediss+sentinel://`` for TLS to the master; the sentinels' own
+                password and TLS are the ``sentinel_*`` query options, see
+                ``docs/redis-sentinel.md``).
             pool_size: Shared (auto-pipelined) connections; each fetcher also
                 gets a dedicated one for its blocking reads.
             options: Connection options (timeouts, ``ssl_*``), see
@@ -86,7 +101,68 @@ class RedisBackend(
         Raises:
             ValueError: the URL cannot be parsed.
         """
-        client = NativeRedisClient.from_url(url, pool_size=pool_size, **options)
+        client: NativeRedisClient
+        if is_sentinel_url(url):
+            client = SentinelRedisClient.from_url(url, pool_size=pool_size, **options)
+        else:
+            client = NativeRedisClient.from_url(url, pool_size=pool_size, **options)
+        return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: Sequence[tuple[str, int]],
+        service_name: str,
+        *,
+        db: int = 0,
+        password: str | None = None,
+        username: str | None = None,
+        sentinel_password: str | None = None,
+        sentinel_username: str | None = None,
+        prefix: str | None = None,
+        queue: str = "tasks",
+        delete_on_ack: bool = True,
+        pool_size: int = 1,
+        **options: Any,
+    ) -> RedisBackend:
+        """A backend on the master that ``sentinels`` name for ``service_name``.
+
+        The client asks the sentinels where the master is at every connect,
+        checks ``ROLE``, follows ``+switch-master`` and holds commands during a
+        failover (``docs/redis-sentinel.md``).
+
+        Args:
+            sentinels: ``(host, port)`` of the sentinels, asked in order.
+            service_name: The master's name in the sentinels' configuration.
+            db: Database index on the master.
+            password: The master's password (``username`` its ACL user).
+            sentinel_password: The sentinels' own password (``sentinel_username``
+                their ACL user); ``None``: they need none.
+            options: The master's :class:`ConnectionConfig` fields (``ssl_context``,
+                timeouts, ``client_name``) and the sentinels' as ``sentinel_ssl_context``,
+                ``sentinel_timeout`` (0.5 s per sentinel), ``failover_hold``
+                (10 s).
+
+        Raises:
+            ValueError: an empty sentinel list or service name, or a bad option.
+        """
+        sentinel_options = {
+            "sentinel_ssl_context": "ssl_context",
+            "sentinel_timeout": "timeout",
+            "failover_hold": "failover_hold",
+        }
+        sentinel_fields = {
+            field: options.pop(name) for name, field in sentinel_options.items() if name in options
+        }
+        config = SentinelConfig(
+            sentinels=tuple(sentinels),
+            service_name=service_name,
+            username=sentinel_username,
+            password=sentinel_password,
+            **sentinel_fields,
+        )
+        master = ConnectionConfig(db=db, password=password, username=username, **options)
+        client = SentinelRedisClient(config, master, pool_size=pool_size)
         return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
 
     @classmethod

@@ -28,8 +28,10 @@ from ._config import ConnectionConfig
 from ._connection import (
     CommandArg,
     DedicatedConnection,
+    Opener,
     Reconnector,
     Reply,
+    open_connection,
     pack_command,
     pack_commands,
 )
@@ -58,10 +60,10 @@ class ClientStatistics:
 class _Slot:
     __slots__ = ("connection", "lock", "reconnector")
 
-    def __init__(self, config: ConnectionConfig) -> None:
+    def __init__(self, config: ConnectionConfig, opener: Opener) -> None:
         self.connection: SharedConnection | None = None
         self.lock = trio.Lock()
-        self.reconnector = Reconnector(config)
+        self.reconnector = Reconnector(config, opener)
 
 
 class NativeRedisClient:
@@ -76,13 +78,18 @@ class NativeRedisClient:
     Args:
         config: Where and how to connect.
         pool_size: Number of shared connections (at least 1).
+        opener: Opens each connection (default :func:`~._connection.open_connection`
+            on ``config``; the Sentinel client's finds the master first).
     """
 
-    def __init__(self, config: ConnectionConfig, *, pool_size: int = 1) -> None:
+    def __init__(
+        self, config: ConnectionConfig, *, pool_size: int = 1, opener: Opener = open_connection
+    ) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         self.config = config
-        self._slots = [_Slot(config) for _ in range(pool_size)]
+        self._opener = opener
+        self._slots = [_Slot(config, opener) for _ in range(pool_size)]
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: Any = None
         self._dedicated: set[DedicatedConnection] = set()
@@ -160,7 +167,9 @@ class NativeRedisClient:
         """
         if self._closed:
             raise trio.ClosedResourceError("the client was closed")
-        connection = DedicatedConnection(self.config, on_close=self._dedicated.discard)
+        connection = DedicatedConnection(
+            self.config, on_close=self._dedicated.discard, opener=self._opener
+        )
         self._dedicated.add(connection)
         return connection
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeAlias, cast
 
 import attrs
@@ -200,25 +200,32 @@ async def open_connection(config: ConnectionConfig) -> tuple[trio.abc.Stream, hi
     return stream, reader
 
 
+Opener: TypeAlias = Callable[[ConnectionConfig], Awaitable[tuple[trio.abc.Stream, hiredis.Reader]]]
+"""How a connection is opened: :func:`open_connection`, or one that first finds the
+server (the Sentinel client asks the sentinels where the master is); same errors."""
+
+
 @attrs.define
 class Reconnector:
     """Spaces out connect attempts: no delay after a success, growing delays after failures.
 
     ``attempts`` counts finished attempts so that callers queued behind a
     failing attempt can fail with its error instead of each trying again.
+    ``opener`` opens each connection (default :func:`open_connection`).
     """
 
     config: ConnectionConfig
+    opener: Opener = open_connection
     failures: int = 0
     attempts: int = 0
     not_before: float = 0.0
     last_error: BaseException | None = None
 
     async def connect(self) -> tuple[trio.abc.Stream, hiredis.Reader]:
-        """Wait out the backoff delay, then :func:`open_connection` (same errors)."""
+        """Wait out the backoff delay, then open (:func:`open_connection`'s errors)."""
         await trio.sleep_until(self.not_before)
         try:
-            opened = await open_connection(self.config)
+            opened = await self.opener(self.config)
         except (RedisConnectionError, ResponseError) as exc:
             self.failures += 1
             self.attempts += 1
@@ -249,9 +256,10 @@ class DedicatedConnection:
         config: ConnectionConfig,
         *,
         on_close: Callable[[DedicatedConnection], object] | None = None,
+        opener: Opener = open_connection,
     ) -> None:
         self._on_close = on_close
-        self._reconnector = Reconnector(config)
+        self._reconnector = Reconnector(config, opener)
         self._config = config
         self._stream: trio.abc.Stream | None = None
         self._reader: hiredis.Reader | None = None

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from taskrunner import _keys
-from taskrunner._limits import Paused, RateLimit
-from taskrunner.backends._flow import Admission, LimitedBy, ParkOutcome, SlotHold
+from taskrunner._flow.limits import Paused, RateLimit
+from taskrunner.backends._protocols.flow import Admission, LimitedBy, ParkOutcome, SlotHold
 from taskrunner.backends.redis._connection import CommandArg
 from taskrunner.backends.redis._queue import RedisQueue
 from taskrunner.backends.redis._scripts import load_script

@@ -1,7 +1,8 @@
 """The :class:`~taskrunner.backends.Inspection` protocol on Redis.
 
 Theory of operation: an operator read finds names first and reads them after.
-Names come from the group's fixed keys (:func:`~taskrunner.backends._inspection.group_keys`)
+Names come from the group's fixed keys
+(:func:`~taskrunner.backends._layout.group_keys`)
 and from ``SCAN MATCH`` walks for the keys that are not per group (heartbeats, unique
 locks), never ``KEYS``. Then every name found is read in one pipelined round trip,
 whatever their number: ``TYPE``, the size command of the type the layout gives that kind
@@ -11,7 +12,7 @@ reported with the zeros of a missing key. A key of another type than the layout'
 by hand) is sized in a second round trip with its own command.
 
 Which name is which kind, which names name a group and what a flush deletes are the
-pure functions of :mod:`taskrunner.backends._inspection`, shared with the memory
+pure functions of :mod:`taskrunner.backends._protocols.inspection`, shared with the memory
 backend, so both answer alike (the contract suite holds them to it).
 """
 
@@ -22,19 +23,21 @@ from collections.abc import Sequence
 import trio
 
 from taskrunner import _keys
-from taskrunner.backends._inspection import (
+from taskrunner.backends._layout import (
     HEARTBEAT_PREFIX,
-    REDIS_TYPES,
     UNIQUE_LOCK_PATTERN,
+    group_keys,
+    group_named_by,
+    keys_to_flush,
+    per_task_patterns,
+)
+from taskrunner.backends._protocols.inspection import (
+    REDIS_TYPES,
     Heartbeat,
     KeyCounts,
     KeyInfo,
     KeyKind,
     Lease,
-    group_keys,
-    group_named_by,
-    keys_to_flush,
-    per_task_patterns,
 )
 from taskrunner.backends.redis._connection import CommandArg, Reply
 from taskrunner.backends.redis._errors import ResponseError, WrongTypeError

@@ -39,7 +39,7 @@ from typing import Any
 
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys
-from taskrunner.backends._protocols import (
+from taskrunner.backends._protocols.queue import (
     ConsumerInfo,
     DeadLetter,
     GroupInfo,

@@ -2,7 +2,7 @@
 
 Theory of operation. A group's schedule states are the hash
 ``taskrunner:<group>:schedules``: for each schedule a handful of fields named
-``<head>:<schedule name>`` (:data:`~taskrunner.backends._schedules.STATE_FIELDS`),
+``<head>:<schedule name>`` (:data:`~taskrunner.backends._protocols.schedules.STATE_FIELDS`),
 each a number written as this process's exact text (``repr``) or an id. The
 fenced steps are Lua scripts beside this module: ``fire_ticks.lua`` (check the
 lease's value is the caller's instance id, compare each tick with the
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taskrunner import _keys
-from taskrunner.backends._schedules import (
+from taskrunner.backends._protocols.schedules import (
     STATE_FIELDS,
     TEXT_FIELDS,
     FireResult,

@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 
 from taskrunner import _keys
 from taskrunner._wire import TimingIncrement
-from taskrunner.backends._protocols import DelayedMove
+from taskrunner.backends._protocols.queue import DelayedMove
 
 from ._connection import CommandArg
 from ._protocol import RedisClient
@@ -362,4 +362,21 @@ class RedisState:
             return int(reply)
         except ValueError:
             logger.warning("ignoring a non-integer worker tuning capacity %r", reply)
+            return None
+
+    # Autoscaling ----------------------------------------------------------
+
+    async def publish_desired_instances(self, group: str, count: int, ttl: float) -> None:
+        """Publish the instance count asked of the autoscaler for ``ttl`` seconds."""
+        await self._client.execute("SET", _keys.desired_instances(group), count, "PX", _ms(ttl))
+
+    async def read_desired_instances(self, group: str) -> int | None:
+        """The published instance count, if one is live (a non-integer value counts as none)."""
+        reply = await self._client.execute("GET", _keys.desired_instances(group))
+        if reply is None:
+            return None
+        try:
+            return int(reply)
+        except ValueError:
+            logger.warning("ignoring a non-integer desired instance count %r", reply)
             return None

@@ -36,8 +36,8 @@ from typing import Any
 import trio
 
 from taskrunner import _keys
-from taskrunner.backends._protocols import DeadLetter
-from taskrunner.backends._tracking import (
+from taskrunner.backends._protocols.queue import DeadLetter
+from taskrunner.backends._protocols.tracking import (
     CANCELLED_STATES,
     Cancellation,
     Outcome,

@@ -9,7 +9,7 @@
 -- Time is the server's (TIME), so clients with skewed clocks share one limit.
 -- Nothing is written unless every limit admits the run (a run refused by the
 -- rate limit takes no slot, one refused a slot logs no start), but the pace.
--- The same rules as MemoryFlow.admit (taskrunner/backends/_memory_flow.py).
+-- The same rules as MemoryFlow.admit (taskrunner/backends/memory/_flow.py).
 -- A run refused by the rate limit comes back when the oldest start leaves the
 -- window if that is less than one interval (limit / window) away: its turn is
 -- now, it came a hair early. Otherwise it takes the next place in the pace: the

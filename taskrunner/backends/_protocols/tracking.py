@@ -1,0 +1,314 @@
+"""The :class:`Tracking` protocol: results, lookup by task id, cancellation, dead-letter replay.
+
+Theory of operation. A task is known by its *task id*: the stream id of the
+entry ``dispatch`` added, or, for a task dispatched with a delay, its delayed
+member's id (which the entry it becomes carries in the message's ``id``
+field). Where the task is now follows from the store alone, read in one
+atomic step (:meth:`Tracking.lookup`):
+
+- a kept result document (``taskrunner:<group>:result:<task id>``): done;
+- else a member of the delayed set, found through the id index
+  (``taskrunner:<group>:delayed_ids``, written with the member): scheduled;
+- else its stream entry (the task id itself, or the entry the id index
+  ``taskrunner:<group>:entry_ids`` maps it to once moved from the delayed set):
+  pending in the group (delivered, not acked) is running; not delivered yet is
+  queued; delivered and acked (kept in the stream when not deleting on ack) is
+  done without a result, which reads as unknown.
+
+Cancelling (:meth:`Tracking.cancel`) acts on the same places in one atomic
+step: a scheduled member is removed from the delayed set; a queued entry is
+deleted from the stream, so no fetcher can read it after (a read that came
+first delivered it, and it is running); a running entry is only asked to stop:
+its id goes into ``taskrunner:<group>:cancelled``, which every serving runner
+reads for the entries it runs about once a second (:meth:`Tracking.cancel_requested`,
+one round trip for all of them) and cancels that run. Removing a queued or
+scheduled task also releases its unique lock and, when the task keeps results
+(the message's or member's ``keep_result``), records it as cancelled.
+
+A finished run is acknowledged together with what it leaves
+(:meth:`Tracking.finish`): its result document and notice when the task keeps
+results, the end of its entry-index mapping, the end of its stop request. A
+task that keeps no results, was not moved and was not cancelled leaves nothing,
+and its runner acknowledges it with :meth:`MessageQueue.ack
+<taskrunner.backends.MessageQueue.ack>` as before.
+
+Waiting for a result (:meth:`Tracking.wait_result`) reads the document, then
+blocks on the task's notice (``taskrunner:<group>:notify:<task id>``, a list
+holding a copy of the document for :data:`~taskrunner._wire.NOTIFY_TTL`):
+``BLMOVE`` of the list onto itself, which leaves the notice in place for every
+other waiter, so a waiter that times out leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import attrs
+
+from taskrunner import _keys, _wire
+from taskrunner._wire import TaskState
+
+if TYPE_CHECKING:
+    from taskrunner.backends._protocols.queue import DeadLetter
+
+__all__ = [
+    "STOP_REQUEST_LIFETIME",
+    "Cancellation",
+    "Outcome",
+    "Replay",
+    "Replayed",
+    "TaskSnapshot",
+    "Tracking",
+    "cancel_arguments",
+    "is_stream_id",
+    "track_keys",
+]
+
+STOP_REQUEST_LIFETIME = 24 * 3600.0
+"""Seconds a stop request (a cancelled running task) is remembered: long past any
+reclaim of an entry whose runner died, short enough that requests for runs that
+finished before they saw theirs do not pile up."""
+
+_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+def is_stream_id(text: str) -> bool:
+    """Whether ``text`` has the shape of a stream id (``<ms>-<seq>``): a task id of
+    that shape names its own entry."""
+    return _STREAM_ID.fullmatch(text) is not None
+
+
+def track_keys(stream: str, group: str, task_id: str) -> list[str]:
+    """The ``KEYS`` of ``lua/track.lua`` for task ``task_id`` of ``group`` on ``stream``."""
+    return [
+        _keys.result(group, task_id),
+        _keys.delayed_tasks(group),
+        _keys.delayed_index(group),
+        _keys.entry_index(group),
+        stream,
+        _keys.cancelled(group),
+        _keys.notify(group, task_id),
+    ]
+
+
+def cancel_arguments(group: str, task_id: str, now: float) -> list[str | bytes]:
+    """The ``ARGV`` of ``lua/track.lua`` cancelling ``task_id`` at ``now`` (unix seconds
+    on Redis): what :meth:`Tracking.cancel` sends, and what a producer sends too."""
+    return [
+        task_id,
+        group,
+        "1" if is_stream_id(task_id) else "0",
+        "cancel",
+        repr(now),
+        repr(STOP_REQUEST_LIFETIME),
+        _wire.cancelled_head(now),
+        repr(_wire.NOTIFY_TTL),
+        _wire.UNIQUE_LOCK_PREFIX,
+    ]
+
+
+CANCELLED_STATES = {
+    b"scheduled": TaskState.SCHEDULED,
+    b"queued": TaskState.QUEUED,
+    b"running": TaskState.RUNNING,
+}
+"""What ``lua/track.lua``'s cancel reply (its first element) says was cancelled."""
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    """What one finished run leaves beside its ack (see :meth:`Tracking.finish`)."""
+
+    entry_id: str
+    """The stream entry acknowledged (one of the ids given with it)."""
+    task_id: str
+    """The task's id (the entry's, or the message's ``id``)."""
+    document: bytes | None = None
+    """The result document to keep, or ``None``."""
+    keep: float = 0.0
+    """Seconds to keep :attr:`document` (> 0 when there is one)."""
+    notify: float = 0.0
+    """Seconds its notice lives (> 0 when there is a document)."""
+    indexed: bool = False
+    """The entry index may map :attr:`task_id` to :attr:`entry_id` (the message had an
+    ``id``): that mapping ends."""
+    cancelled: bool = False
+    """The entry was asked to stop: its stop request ends."""
+
+
+@attrs.frozen(kw_only=True)
+class TaskSnapshot:
+    """Where a task was found, read in one atomic step (see :meth:`Tracking.lookup`).
+
+    Exactly one of :attr:`result`, :attr:`member` and :attr:`entry_id` is set.
+    """
+
+    task_id: str
+    result: bytes | None = None
+    """Its kept result document: the task is done."""
+    member: bytes | None = None
+    """Its member of the delayed set: the task is scheduled."""
+    run_at: float | None = None
+    """The member's score (when it is due)."""
+    entry_id: str | None = None
+    """Its stream entry: queued or running."""
+    payload: bytes | None = None
+    """The entry's ``payload`` field (``None`` if it has none)."""
+    pending: bool = False
+    """Delivered to a consumer of the group and not acknowledged: running."""
+    delivery_count: int = 0
+    """Deliveries so far (pending only)."""
+    consumer: str | None = None
+    """The consumer that holds it (pending only)."""
+    stopping: bool = False
+    """Asked to stop (cancelled while running), and not finished yet."""
+
+
+@attrs.frozen(kw_only=True)
+class Cancellation:
+    """What :meth:`Tracking.cancel` did."""
+
+    state: TaskState | None
+    """The state the task was cancelled in: ``QUEUED`` (its entry was deleted),
+    ``SCHEDULED`` (its member was removed) or ``RUNNING`` (its run was asked to
+    stop); ``None`` when there was nothing to cancel (done, or unknown)."""
+    raw: bytes | None = None
+    """The entry's ``payload`` field or the member, when the task was found."""
+
+
+@attrs.frozen(kw_only=True)
+class Replay:
+    """One dead letter to dispatch again (see :meth:`Tracking.replay_dead_letters`)."""
+
+    dead_id: str
+    """Its id in the dead-letter stream."""
+    task_id: str
+    """The task id the new entry keeps (mapped to it in the entry index)."""
+    message: bytes
+    """The ``payload`` field of the entry to add."""
+    lock_key: str | None = None
+    """For a unique task: the lock to take first; not replayed while it is held."""
+    lock_token: str = ""
+    lock_ttl: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Replayed:
+    """What became of one :class:`Replay`."""
+
+    dead_id: str
+    entry_id: str | None
+    """The new stream entry, or ``None`` when it was not replayed."""
+    reason: str = ""
+    """Why not: ``"gone"`` (no such dead letter any more) or ``"locked"`` (its unique
+    lock is held)."""
+
+
+@runtime_checkable
+class Tracking(Protocol):
+    """Results, lookup by task id, cancellation and dead-letter replay (see the module
+    docstring for where each lives).
+
+    Conventions as for every backend protocol (seconds in the backend's clock,
+    :class:`~taskrunner.errors.BackendError` for failures, safe to repeat).
+    """
+
+    async def finish(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        *,
+        queue: str | None = None,
+    ) -> int:
+        """Acknowledge ``ids`` (of ``queue``'s stream) as :meth:`MessageQueue.ack
+        <taskrunner.backends.MessageQueue.ack>` does, and apply each outcome, in one
+        atomic step (one round trip): keep its document for ``keep`` seconds and
+        push its notice (waking every waiter); end the entry-index mapping of its
+        task if it still names its entry; end its stop request. Outcomes are
+        applied before the acks, whether or not their entry was still pending.
+
+        Returns:
+            How many of ``ids`` were pending and are now acknowledged.
+
+        Cancellation: all of it may have been applied; a repeat acknowledges
+        nothing more and writes the same documents again.
+        """
+        ...
+
+    async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
+        """The task's kept result document, waiting up to ``block`` seconds for one
+        (``0``: do not wait).
+
+        Returns:
+            The document, or ``None`` if none was kept within ``block``.
+
+        Cancellation: nothing is left behind (no key is written by a waiter).
+        """
+        ...
+
+    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
+        """Where the task is now, read in one atomic step (see the module docstring).
+
+        Returns:
+            ``None`` for a task not found: never dispatched, done without a kept
+            result, its result expired, or a delayed member written without the
+            id index (by the Go library).
+        """
+        ...
+
+    async def cancel(self, group: str, task_id: str) -> Cancellation:
+        """Cancel the task, in one atomic step, in whichever state it is:
+
+        - scheduled: remove its member from the delayed set (and the id index);
+        - queued: delete its entry from the stream (no consumer of any group
+          reads it after), and end its entry-index mapping;
+        - running (pending): add its entry to the group's stop requests, which
+          :meth:`cancel_requested` reports (a request older than a day is
+          forgotten).
+
+        A removed task's unique lock is released (compare-and-delete with the
+        token its message or member carries) and, if it has a ``keep_result``,
+        it is recorded as cancelled for that long (document and notice).
+
+        Returns:
+            What was done; ``state`` is ``None`` for a task that is done or unknown.
+
+        Cancellation: the task may have been cancelled; a repeat returns
+        ``None`` for a removed task, ``RUNNING`` again for a running one.
+        """
+        ...
+
+    async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:
+        """Which of ``entry_ids`` were asked to stop (and not finished since), in order:
+        one round trip for all of them."""
+        ...
+
+    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
+        """The dead letters with these ids, in the order given; ids not found are left out."""
+        ...
+
+    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
+        """Dispatch dead letters again, each in one atomic step: if the dead letter is
+        still there (and its lock, if any, can be taken), add its message to the
+        group's stream, map its task id to the new entry, drop the task's kept
+        result (it runs again) and delete the dead letter. So a dead letter is
+        replayed once, however many replay it at the same time.
+
+        Returns:
+            One :class:`Replayed` per replay, in order.
+
+        Cancellation: some prefix of the replays may have been applied; a
+        repeat reports those ``"gone"``.
+        """
+        ...
+
+    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
+        """Delete the dead letters with these ids, or all of them (``None``).
+
+        Returns:
+            How many were deleted.
+        """
+        ...

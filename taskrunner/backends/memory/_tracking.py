@@ -1,0 +1,269 @@
+"""The :class:`~taskrunner.backends.Tracking` protocol over the in-memory stream and state.
+
+Theory of operation: the same places as on Redis (see
+:mod:`taskrunner.backends._protocols.tracking`), under the same names: kept results and
+their notices are strings and one-element lists with an expiry (vanishing
+lazily when looked at, as everything in memory does), the id indexes are
+dicts per group beside the delayed set (:class:`~._memory_state.MemoryState`
+keeps them, since adding and moving a member writes them), and the stop
+requests a dict of stream id -> time per group. Every operation is one
+checkpoint followed by no other, so each is atomic like its Lua script; a
+waiter parks on a per-task :class:`trio.lowlevel.ParkingLot` that recording
+the task's result unparks. What a removed entry or member leaves to undo (its
+lock, its cancelled record) is read with :func:`taskrunner._wire.removal_of`,
+the rule the Redis script follows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import trio
+
+from taskrunner import _keys, _wire
+from taskrunner._wire import TaskState
+from taskrunner.backends._protocols.queue import DeadLetter
+from taskrunner.backends._protocols.tracking import (
+    STOP_REQUEST_LIFETIME,
+    Cancellation,
+    Outcome,
+    Replay,
+    Replayed,
+    TaskSnapshot,
+    is_stream_id,
+)
+from taskrunner.backends.memory._queue import MemoryStream, _Stream
+from taskrunner.backends.memory._state import MemoryState, check_text
+
+
+class MemoryTracking(MemoryStream, MemoryState):
+    """A :class:`~taskrunner.backends.Tracking` of the in-memory stream and state."""
+
+    def _init_tracking(self) -> None:
+        self._results: dict[str, tuple[bytes, float]] = {}  # result key -> (doc, expires)
+        self._notices: dict[str, tuple[bytes, float]] = {}  # notify key -> (doc, expires)
+        self._result_lots: dict[str, trio.lowlevel.ParkingLot] = {}
+        self._stop_requests: dict[str, dict[str, float]] = {}  # group -> entry id -> time
+
+    # Expiring values ------------------------------------------------------
+    @staticmethod
+    def _live(store: dict[str, tuple[bytes, float]], key: str) -> bytes | None:
+        item = store.get(key)
+        if item is None:
+            return None
+        if item[1] <= trio.current_time():
+            del store[key]
+            return None
+        return item[0]
+
+    def _keep(self, group: str, task_id: str, document: bytes, keep: float, notify: float) -> None:
+        now = trio.current_time()
+        key = _keys.result(group, task_id)
+        self._results[key] = (document, now + keep)
+        self._notices[_keys.notify(group, task_id)] = (document, now + notify)
+        lot = self._result_lots.pop(key, None)
+        if lot is not None:
+            lot.unpark_all()
+
+    def result_keys(self, group: str) -> list[str]:
+        """Live result keys of ``group`` (for inspection and tests)."""
+        head = _keys.result(group, "")
+        return [k for k in list(self._results) if k.startswith(head) and self._live_result(k)]
+
+    def notify_keys(self, group: str) -> list[str]:
+        """Live result-notice keys of ``group`` (for inspection and tests)."""
+        head = _keys.notify(group, "")
+        return [k for k in list(self._notices) if k.startswith(head) and self._live_notice(k)]
+
+    def _live_result(self, key: str) -> bool:
+        return self._live(self._results, key) is not None
+
+    def _live_notice(self, key: str) -> bool:
+        return self._live(self._notices, key) is not None
+
+    # Finishing ------------------------------------------------------------
+    async def finish(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        *,
+        queue: str | None = None,
+    ) -> int:
+        await trio.lowlevel.checkpoint()
+        check_text("finish", "id", *ids)
+        check_text("finish", "task_id", *(o.task_id for o in outcomes))
+        index = self._entry_index.get(group, {})
+        stops = self._stop_requests.get(group, {})
+        for outcome in outcomes:  # no checkpoint from here on: one atomic step
+            if outcome.document is not None:
+                self._keep(group, outcome.task_id, outcome.document, outcome.keep, outcome.notify)
+            if outcome.indexed and index.get(outcome.task_id) == outcome.entry_id:
+                del index[outcome.task_id]
+            if outcome.cancelled:
+                stops.pop(outcome.entry_id, None)
+        return self._ack_now(group, ids, queue)
+
+    def _ack_now(self, group: str, ids: Sequence[str], queue: str | None = None) -> int:
+        """:meth:`MemoryStream.ack` without its checkpoint."""
+        s = self._stream(group, queue)
+        g = s.groups.get(group)
+        acked = 0
+        for entry_id in ids:
+            if g is not None and g.pending.pop(entry_id, None) is not None:
+                acked += 1
+            if self.delete_on_ack:
+                self._delete_entry(s, entry_id)
+        return acked
+
+    @staticmethod
+    def _delete_entry(s: _Stream, entry_id: str) -> None:
+        seq = s.seq_of.pop(entry_id, None)
+        if seq is not None:
+            del s.entries[seq]
+
+    # Waiting ----------------------------------------------------------------
+    async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
+        await trio.lowlevel.checkpoint()
+        key, notice = _keys.result(group, task_id), _keys.notify(group, task_id)
+        with trio.move_on_after(block):
+            while True:
+                # As on Redis: the result, else (while it lives) the notice's copy.
+                document = self._live(self._results, key)
+                if document is None and block > 0:
+                    document = self._live(self._notices, notice)
+                if document is not None:
+                    return document
+                lot = self._result_lots.setdefault(key, trio.lowlevel.ParkingLot())
+                await lot.park()
+        return None
+
+    # Lookup -----------------------------------------------------------------
+    def _entry_of(self, group: str, task_id: str) -> str | None:
+        entry_id = self._entry_index.get(group, {}).get(task_id)
+        if entry_id is not None:
+            return entry_id
+        return task_id if is_stream_id(task_id) else None
+
+    def _find(self, group: str, task_id: str) -> TaskSnapshot | None:
+        result = self._live(self._results, _keys.result(group, task_id))
+        if result is not None:
+            return TaskSnapshot(task_id=task_id, result=result)
+        member = self._delayed_index.get(group, {}).get(task_id)
+        if member is not None:
+            score = self._delayed.get(group, {}).get(member)
+            if score is not None:
+                return TaskSnapshot(task_id=task_id, member=member, run_at=score)
+        entry_id = self._entry_of(group, task_id)
+        if entry_id is None:
+            return None
+        s = self._stream(group)
+        seq = s.seq_of.get(entry_id)
+        g = s.groups.get(group)
+        pending = g.pending.get(entry_id) if g is not None else None
+        if pending is not None:
+            return TaskSnapshot(
+                task_id=task_id,
+                entry_id=entry_id,
+                payload=s.entries[seq][1] if seq is not None else None,
+                pending=True,
+                delivery_count=pending.count,
+                consumer=pending.consumer,
+                stopping=entry_id in self._stop_requests.get(group, {}),
+            )
+        if seq is None or (g is not None and seq <= g.cursor):
+            return None  # gone, or delivered and acknowledged: done, nothing kept
+        return TaskSnapshot(task_id=task_id, entry_id=entry_id, payload=s.entries[seq][1])
+
+    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
+        await trio.lowlevel.checkpoint()
+        check_text("lookup", "task_id", task_id)
+        return self._find(group, task_id)
+
+    # Cancelling -------------------------------------------------------------
+    async def cancel(self, group: str, task_id: str) -> Cancellation:
+        await trio.lowlevel.checkpoint()
+        check_text("cancel", "task_id", task_id)
+        # No checkpoint from here on: the step is atomic, like lua/cancel.lua.
+        found = self._find(group, task_id)
+        if found is None or found.result is not None:
+            return Cancellation(state=None)
+        if found.member is not None:
+            del self._delayed[group][found.member]
+            del self._delayed_index[group][task_id]
+            self._undo(group, task_id, found.member)
+            return Cancellation(state=TaskState.SCHEDULED, raw=found.member)
+        assert found.entry_id is not None
+        if found.pending:
+            now = trio.current_time()
+            stops = self._stop_requests.setdefault(group, {})
+            for entry_id, at in list(stops.items()):
+                if at < now - STOP_REQUEST_LIFETIME:
+                    del stops[entry_id]
+            stops[found.entry_id] = now
+            return Cancellation(state=TaskState.RUNNING, raw=found.payload)
+        self._delete_entry(self._stream(group), found.entry_id)
+        self._entry_index.get(group, {}).pop(task_id, None)
+        self._undo(group, task_id, found.payload)
+        return Cancellation(state=TaskState.QUEUED, raw=found.payload)
+
+    def _undo(self, group: str, task_id: str, raw: bytes | None) -> None:
+        """Release the lock of a removed task and record it as cancelled if it keeps results."""
+        removal = _wire.removal_of(raw)
+        if removal.lock is not None:
+            self._delete_if(*removal.lock)
+        if removal.keep_result is not None:
+            head = _wire.cancelled_head(trio.current_time())
+            document = head + json.dumps(removal.task).encode() + b"}"
+            keep = removal.keep_result
+            self._keep(group, task_id, document, keep, _wire.notify_ttl(keep))
+
+    async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        stops = self._stop_requests.get(group, {})
+        return [entry_id for entry_id in entry_ids if entry_id in stops]
+
+    # Dead letters -----------------------------------------------------------
+    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
+        await trio.lowlevel.checkpoint()
+        by_id = {d.id: d for d in self._stream(group).dead}
+        return [by_id[i] for i in ids if i in by_id]
+
+    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
+        await trio.lowlevel.checkpoint()
+        for replay in replays:  # all refused before any is replayed, as one script call
+            check_text("replay_dead_letters", "task_id", replay.task_id)
+            check_text("replay_dead_letters", "lock_key", replay.lock_key or "")
+            check_text("replay_dead_letters", "lock_token", replay.lock_token)
+        s = self._stream(group)
+        done = []
+        for replay in replays:  # no checkpoint inside: atomic, like the Lua script
+            index = next((i for i, d in enumerate(s.dead) if d.id == replay.dead_id), None)
+            if index is None:
+                done.append(Replayed(dead_id=replay.dead_id, entry_id=None, reason="gone"))
+                continue
+            if replay.lock_key is not None and not self._set_nx(
+                replay.lock_key, replay.lock_token, replay.lock_ttl
+            ):
+                done.append(Replayed(dead_id=replay.dead_id, entry_id=None, reason="locked"))
+                continue
+            del s.dead[index]
+            entry_id = self.add_raw(group, {"payload": replay.message})
+            if entry_id != replay.task_id:
+                self._entry_index.setdefault(group, {})[replay.task_id] = entry_id
+            self._results.pop(_keys.result(group, replay.task_id), None)
+            self._notices.pop(_keys.notify(group, replay.task_id), None)
+            done.append(Replayed(dead_id=replay.dead_id, entry_id=entry_id))
+        return done
+
+    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
+        await trio.lowlevel.checkpoint()
+        s = self._stream(group)
+        before = len(s.dead)
+        if ids is None:
+            s.dead.clear()
+        else:
+            doomed = set(ids)
+            s.dead[:] = [d for d in s.dead if d.id not in doomed]
+        return before - len(s.dead)
