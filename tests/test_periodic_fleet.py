@@ -8,11 +8,11 @@ before it is due, and no later than a handover allows. Each simulation logs its
 numbers (simulated days, fires, duplicates, latest fire, refused stale fires).
 
 Cost. Simulated time is free, but each wake-up of a runner's loops costs real time,
-and most of the wall time went to three once-a-second loops in each runner that play
+and much of the wall time went to three once-a-second loops in each runner that play
 no part in this scenario: the gate's read of the paused set (nothing is ever paused
 here), the canceller's look at stop requests (nothing is ever cancelled) and the
 timing flush (no test reads the metrics). They run every 30 s instead
-(``idle_services_poll_slowly``), which halves the run's wall time. Everything the
+(``idle_services_poll_slowly``), which takes 40 % or more off the run. Everything the
 assertions are about keeps its production timing: the lease, the follower's knocks,
 the periodic service, fetching, reclaiming and the in-flight records. (A crashed
 runner with timing samples still unwritten spends up to the final flush's 5 s
