@@ -55,7 +55,7 @@ async def main() -> None:
 
     @runner.task(
         name="email",
-        queue="default",  # a task without one goes to the backend's queue, "tasks"
+        queue="default",  # a task without one goes to the first queue named, "critical"
         rate_limit=RateLimit(5, per=1.0),
         rate_limit_key=lambda p: p["domain"],
     )

@@ -157,7 +157,8 @@ def _structure(payload: Any, payload_type: type[Any], task_name: str, extra_keys
             payload, payload_type
         )
     except Exception as exc:
-        raise _does_not_fit(payload_type, task_name, payload_problems(exc, payload)) from exc
+        problems = payload_problems(exc, payload)
+        raise _does_not_fit(payload_type, task_name, problems) from exc
 
 
 def _does_not_fit(

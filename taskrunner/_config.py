@@ -260,8 +260,9 @@ class TaskRunnerConfig:
     names to integer weights is *weighted*: while every queue has work, each
     gets a share of the reads in proportion to its weight, and none starves,
     ``{"critical": 6, "default": 3, "low": 1}``. Tasks (and dispatches) name
-    their queue; one that names none goes to the backend's queue, so list it
-    here too if this runner should read it."""
+    their queue; one that names none goes to the backend's queue when it is
+    named here, else to the first queue named here (:meth:`default_queue`), never
+    to a stream this runner does not read."""
 
     min_replicas: int = _count(default=0, validator=_non_negative)
     """Replicas that must hold a dispatched message before ``dispatch`` returns: each
@@ -302,6 +303,21 @@ class TaskRunnerConfig:
         if isinstance(queues, dict):
             return tuple(sorted(queues, key=lambda q: -queues[q]))
         return queues
+
+    def default_queue(self, own: str) -> str | None:
+        """The queue of a task registered without ``queue=`` (its dispatches, periodic
+        ticks and retries), given the backend's own queue ``own``: ``None`` (that
+        queue) when :attr:`queues` is ``None`` or names it, else the first queue
+        :attr:`queues` names, as written, so such a task never goes to a stream this
+        runner does not read."""
+        if self.queues is None or own in self.queues:
+            return None
+        return next(iter(self.queues))
+
+    def queue_of(self, task_queue: str | None, own: str) -> str | None:
+        """The queue of a task whose own is ``task_queue``: it, else
+        :meth:`default_queue` (``None``: the backend's own queue ``own``)."""
+        return task_queue if task_queue is not None else self.default_queue(own)
 
     @property
     def queue_weights(self) -> tuple[int, ...] | None:

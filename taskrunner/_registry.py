@@ -7,23 +7,28 @@ task registered without a ``reservation_timeout`` gets a third of the
 runner's ``reclaim_delay``, and is remembered as defaulted: when
 ``configure`` changes ``reclaim_delay``, :meth:`Registry.follow` recomputes the
 defaulted timeouts and checks that the explicit ones stay below it, all before
-anything changes. The public methods are :class:`~taskrunner.TaskRunner`'s,
-which delegate here.
+anything changes. The public methods are :class:`~taskrunner.TaskRunner`'s: :class:`Registering`,
+one of its bases, holds them (their docstrings are the contract) and
+delegates here. ``task()`` spells its keyword arguments out, for the reader
+and the type checker, and gathers them into one
+:class:`~taskrunner._options.TaskOptions` at once: that is where they are
+checked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import attrs
 
 from taskrunner import _wire
 from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
-from taskrunner._execution.retry import Backoff
+from taskrunner._execution.retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._flow.limits import RateLimit
-from taskrunner._task import Action, RateLimitKey, Task, UniqueKey
+from taskrunner._options import DEFAULT_OPTIONS, RateLimitKey, TaskOptions, UniqueKey
+from taskrunner._task import Action, Task
 
 A = TypeVar("A", bound=Action)
 
@@ -77,49 +82,13 @@ class Registry:
         self.tasks[task.name] = task
         return task
 
-    def decorator(
-        self,
-        name: str | None,
-        *,
-        max_retry: int,
-        reservation_timeout: float | None,
-        unique: bool,
-        unique_key: UniqueKey | None,
-        unique_for: float,
-        extra_keys: ExtraKeys,
-        timeout: float | None,
-        retry: Backoff | None,
-        permanent: tuple[type[BaseException], ...],
-        keep_result: float | None,
-        queue: str | None = None,
-        max_concurrency: int | None = None,
-        rate_limit: RateLimit | None = None,
-        rate_limit_key: RateLimitKey | None = None,
-    ) -> Callable[[A], A]:
-        """The decorator that registers an action with these options (see
-        :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`)."""
+    def decorator(self, name: str | None, options: TaskOptions) -> Callable[[A], A]:
+        """The decorator that registers an action with ``options`` (see
+        :meth:`TaskRunner.task <taskrunner.TaskRunner.task>`), under ``name`` or
+        the action's own."""
 
         def decorate(action: A) -> A:
-            self.register(
-                Task(
-                    name=name or action.__name__,
-                    action=action,
-                    max_retry=max_retry,
-                    reservation_timeout=reservation_timeout,
-                    unique=unique,
-                    unique_key=unique_key,
-                    unique_for=unique_for,
-                    extra_keys=extra_keys,
-                    timeout=timeout,
-                    retry=retry,
-                    permanent=permanent,
-                    keep_result=keep_result,
-                    queue=queue,
-                    max_concurrency=max_concurrency,
-                    rate_limit=rate_limit,
-                    rate_limit_key=rate_limit_key,
-                )
-            )
+            self.register(Task.with_options(name or action.__name__, action, options))
             return action
 
         return decorate
@@ -146,3 +115,126 @@ class Registry:
                 check_reservation(task, config.reclaim_delay)
             tasks[name] = task
         self.tasks.update(tasks)
+
+
+class Registering:
+    """``tasks``, ``task_names``, ``register`` and the ``task`` decorator of
+    :class:`~taskrunner.TaskRunner`."""
+
+    _registry: Registry
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """Registered tasks by name (a copy)."""
+        return dict(self._registry.tasks)
+
+    @property
+    def task_names(self) -> list[str]:
+        """Names of the registered tasks."""
+        return list(self._registry.tasks)
+
+    def register(self, task: Task) -> Task:
+        """Register ``task``; a ``reservation_timeout`` of ``None`` becomes a third
+        of ``reclaim_delay``.
+
+        Returns:
+            The task as registered.
+
+        Raises:
+            ValueError: a task with that name is registered already (or the name
+                is reserved: ``delayed_tasks_schedule``, or Go's
+                ``taskrunner:<group>:delayed_tasks_schedule``), or its
+                ``reservation_timeout`` is not below the runner's ``reclaim_delay``
+                (the message could be reclaimed while it runs).
+        """
+        return self._registry.register(task)
+
+    @overload
+    def task(self, action: A, /) -> A: ...
+
+    @overload
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        max_retry: int = 1,
+        reservation_timeout: float | None = None,
+        unique: bool = False,
+        unique_key: UniqueKey | None = None,
+        unique_for: float = 0.0,
+        extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
+        timeout: float | None = None,
+        retry: Backoff | None = DEFAULT_BACKOFF,
+        permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
+        keep_result: float | None = None,
+    ) -> Callable[[A], A]: ...
+
+    def task(
+        self,
+        name: str | A | None = None,
+        *,
+        max_retry: int = 1,
+        reservation_timeout: float | None = None,
+        unique: bool = False,
+        unique_key: UniqueKey | None = None,
+        unique_for: float = 0.0,
+        extra_keys: ExtraKeys = "forbid",
+        queue: str | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        rate_limit_key: RateLimitKey | None = None,
+        timeout: float | None = None,
+        retry: Backoff | None = DEFAULT_BACKOFF,
+        permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
+        keep_result: float | None = None,
+    ) -> A | Callable[[A], A]:
+        """Decorator form of :meth:`register`; the name defaults to the function's.
+
+        Used bare (``@runner.task``) it registers the function with the defaults;
+        called (``@runner.task(...)``) it takes the options of :class:`Task`.
+        The action may be ``async def`` or a plain ``def`` (run in a worker
+        thread), and may take the run's :class:`~taskrunner.TaskContext` as a
+        second positional parameter or as a parameter annotated ``TaskContext``.
+
+        Example::
+
+            @runner.task
+            async def send_email(payload: dict) -> None: ...
+
+            @runner.task(name="resize", max_retry=3, timeout=30.0)
+            async def resize_image(payload: dict, ctx: TaskContext) -> None: ...
+
+            @runner.task(max_retry=5, retry=Backoff(initial=2.0), permanent=ValueError)
+            def thumbnail(payload: dict) -> None: ...
+
+            @runner.task(name="charge", queue="critical", max_concurrency=5,
+                         rate_limit=RateLimit(100, per=1.0))
+            async def charge(payload: dict) -> None: ...
+
+        Raises:
+            ValueError: as :meth:`register`, or an option is invalid (as for
+                :class:`Task`).
+        """
+        if callable(name):  # used bare: @runner.task
+            return self._registry.decorator(None, DEFAULT_OPTIONS)(name)
+        options = TaskOptions(
+            max_retry=max_retry,
+            reservation_timeout=reservation_timeout,
+            unique=unique,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            extra_keys=extra_keys,
+            queue=queue,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key,
+            timeout=timeout,
+            retry=retry,
+            permanent=permanent,
+            keep_result=keep_result,
+        )
+        return self._registry.decorator(name, options)

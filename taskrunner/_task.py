@@ -7,25 +7,23 @@ delayed member) is built and read in :mod:`taskrunner._wire`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from taskrunner import _wire
-from taskrunner._codec import ExtraKeys, payload_type_of, result_type_of
-from taskrunner._config import is_utf8_text, queue_name_problem
+from taskrunner._codec import encode_payload, payload_type_of, result_type_of
+from taskrunner._config import is_utf8_text
 from taskrunner._execution.action import ActionShape, action_shape
-from taskrunner._execution.retry import DEFAULT_BACKOFF, Backoff
-from taskrunner._flow.limits import RateLimit
+from taskrunner._options import RateLimitKey as RateLimitKey
+from taskrunner._options import TaskOptions, option_values
+from taskrunner._options import UniqueKey as UniqueKey
 from taskrunner._wire import TaskMessage
 from taskrunner.errors import InvalidTaskPayload
 
 Action = Callable[..., Any]
 """``async def action(payload[, ctx])`` or a plain ``def`` (run in a thread)."""
-UniqueKey = Callable[[Any], "str | None"]
-RateLimitKey = Callable[[Any], "str | None"]
 
 
 def _task_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -37,66 +35,18 @@ def _task_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> No
         raise ValueError(f"Task.{attribute.name} must be valid UTF-8 text, got {value!r}")
 
 
-def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"Task.{attribute.name} must be an integer >= 0, got {value!r}")
+def _name_and_action_first(
+    cls: type, fields: list[attrs.Attribute[Any]]
+) -> list[attrs.Attribute[Any]]:
+    # A Task's repr (and its fields) begin with what names it, then its options.
+    first = [f for f in fields if f.name in ("name", "action")]
+    return first + [f for f in fields if f.name not in ("name", "action")]
 
 
-def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"Task.{attribute.name} must be a number of seconds > 0, got {value!r}")
-
-
-def _queue(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    problem = None if value is None else queue_name_problem(value)
-    if problem is not None:
-        raise ValueError(f"Task.{attribute.name} {problem}, got {value!r}")
-
-
-def _max_concurrency(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"Task.{attribute.name} must be an integer >= 1 or None, got {value!r}")
-
-
-def _rate_limit(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not isinstance(value, RateLimit):
-        raise ValueError(
-            f"Task.{attribute.name} must be a RateLimit (e.g. RateLimit(10, per=1.0)) or None, "
-            f"got {value!r}"
-        )
-
-
-def _extra_keys(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    if value not in ("forbid", "ignore"):
-        raise ValueError(f"Task.{attribute.name} must be 'forbid' or 'ignore', got {value!r}")
-
-
-def _retry_policy(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not isinstance(value, Backoff):
-        raise ValueError(f"Task.{attribute.name} must be a Backoff or None, got {value!r}")
-
-
-def _exception_types(value: object) -> tuple[type[BaseException], ...]:
-    # One class is accepted for a tuple of one, as in ``except`` clauses.
-    if isinstance(value, type):
-        return (value,)
-    return tuple(value) if isinstance(value, list | tuple) else value  # type: ignore[return-value]
-
-
-def _exception_classes(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, tuple) or not all(
-        isinstance(t, type) and issubclass(t, BaseException) for t in value
-    ):
-        raise ValueError(
-            f"Task.{attribute.name} must be exception classes (a tuple of them), got {value!r}"
-        )
-
-
-@attrs.frozen(kw_only=True)
-class Task:
-    """A registered unit of work.
+@attrs.frozen(kw_only=True, field_transformer=_name_and_action_first)
+class Task(TaskOptions):
+    """A registered unit of work: a name, an action, and the options of
+    :class:`TaskOptions <taskrunner._options.TaskOptions>` (its other fields).
 
     Raises:
         ValueError: a field is invalid (the message names it), e.g. ``unique=True``
@@ -111,80 +61,6 @@ class Task:
     thread). An attrs class or dataclass annotation on the payload parameter
     makes the payload typed (structured with cattrs). A second parameter (or
     one annotated ``TaskContext``) receives the run's :class:`~taskrunner.TaskContext`."""
-
-    max_retry: int = attrs.field(default=1, validator=_non_negative_int)
-    """How many times the task may run in all (first run included); 0 means 1. Every
-    attempt counts, retries through the delayed set and deliveries after a crash
-    alike, so a run cut off by a crash uses one up too (see "The life of one run"
-    in the docs)."""
-
-    reservation_timeout: float | None = attrs.field(default=None, validator=_positive_seconds)
-    """While the action runs longer than this, its message is refreshed every
-    ``reservation_timeout`` so no other consumer reclaims it. Must be below the
-    runner's ``reclaim_delay``; ``None`` (the default) means a third of it."""
-
-    unique: bool = False
-    """At most one message of this task (per unique key) queued or running at once."""
-
-    unique_key: UniqueKey | None = None
-    """``unique_key(payload) -> str | None`` picks the lock, ``taskrunner:unique:<task>:<key>``;
-    ``""`` or ``None`` means the task name as key (as the Go library does). Without
-    it, one lock per task name: ``taskrunner:unique:<task>``."""
-
-    unique_for: float = 0.0
-    """Lock lifetime in seconds (required > 0 when ``unique``); bounds how long a
-    crashed worker can keep a lock."""
-
-    timeout: float | None = attrs.field(default=None, validator=_positive_seconds)
-    """Seconds an attempt may run; past it the run is cancelled and the attempt fails
-    with :class:`~taskrunner.TaskTimeout`. ``None`` (the default) takes the runner's
-    ``default_timeout``, which is off unless set. A plain ``def`` action's thread cannot
-    be cancelled: its outcome is discarded when it returns, and its pool slot frees
-    only then."""
-
-    retry: Backoff | None = attrs.field(default=DEFAULT_BACKOFF, validator=_retry_policy)
-    """How long to wait before the next attempt after a failed one: the next attempt
-    goes through the delayed set (the failed entry is acked in the same atomic step).
-    ``None`` leaves a failed attempt pending, to run again once reclaimed after
-    ``reclaim_delay``. The default is ``Backoff(initial=1.0, factor=2.0,
-    maximum=300.0, jitter=0.1)``."""
-
-    permanent: tuple[type[BaseException], ...] = attrs.field(
-        default=(), converter=_exception_types, validator=_exception_classes
-    )
-    """Exception types that make a failed attempt final: the message takes the failure
-    path at once, whatever attempts are left (a bad request will not get better)."""
-
-    extra_keys: ExtraKeys = attrs.field(default="forbid", validator=_extra_keys)
-    """What keys of a typed payload that its class does not have do, at any depth:
-    ``"forbid"`` (the default) refuses the payload, naming them, at dispatch and in
-    the worker (the failure path); ``"ignore"`` drops them, e.g. while producers
-    that send a new field roll out before the workers that know it."""
-
-    keep_result: float | None = attrs.field(default=None, validator=_positive_seconds)
-    """Keep each run's outcome for this many seconds: the return value when it
-    succeeds, the error's type and text when it fails for the last time, or that it
-    was cancelled. ``TaskHandle.result`` waits for it and ``TaskRunner.get_task``
-    reports it until it expires. ``None`` (the default) keeps nothing and costs
-    nothing per run."""
-    queue: str | None = attrs.field(default=None, validator=_queue)
-    """The queue its messages go to (``dispatch(..., queue=)`` overrides it);
-    ``None``: the backend's queue (``tasks``)."""
-
-    max_concurrency: int | None = attrs.field(default=None, validator=_max_concurrency)
-    """At most this many runs at once across the whole fleet (the consumer group);
-    ``None``: no limit. A run that finds every slot taken waits in the delayed
-    set, not in a worker, and the wait is not an attempt. A crashed runner's
-    slot frees after the task's reservation timeout."""
-
-    rate_limit: RateLimit | None = attrs.field(default=None, validator=_rate_limit)
-    """At most ``rate_limit.limit`` starts in any window of ``rate_limit.per``
-    seconds across the fleet; a run over the limit waits in the delayed set
-    (not an attempt)."""
-
-    rate_limit_key: RateLimitKey | None = None
-    """``rate_limit_key(payload) -> str | None``: a limit per key (``""`` or
-    ``None``: the task's own limit), e.g. ``lambda p: p["domain"]``."""
 
     payload_type: type[Any] | None = attrs.field(init=False)
     """The attrs class or dataclass the action's payload is structured into, if any."""
@@ -209,31 +85,22 @@ class Task:
     def _shape(self) -> ActionShape:
         return action_shape(self.action)
 
-    def __attrs_post_init__(self) -> None:
-        if self.unique and not (
-            isinstance(self.unique_for, int | float)
-            and not isinstance(self.unique_for, bool)
-            and 0 < self.unique_for < math.inf
-        ):
-            raise ValueError(
-                f"Task.unique_for must be a finite number of seconds > 0 when unique=True, "
-                f"got {self.unique_for!r}"
-            )
-        if self.unique_key is not None and not callable(self.unique_key):
-            raise ValueError(f"Task.unique_key must be callable or None, got {self.unique_key!r}")
-        if self.rate_limit_key is not None and not callable(self.rate_limit_key):
-            raise ValueError(
-                f"Task.rate_limit_key must be callable or None, got {self.rate_limit_key!r}"
-            )
-        if self.rate_limit_key is not None and self.rate_limit is None:
-            raise ValueError(
-                f"Task.rate_limit_key needs a rate_limit, got None for task {self.name!r}"
-            )
+    @classmethod
+    def with_options(cls, name: str, action: Action, options: TaskOptions) -> Task:
+        """The task ``name`` that runs ``action`` with ``options``.
+
+        Raises:
+            ValueError: ``name`` or ``action`` is invalid.
+        """
+        return cls(name=name, action=action, **option_values(options))
 
     @property
-    def limited(self) -> bool:
-        """Whether a run must be admitted before it starts (a concurrency or rate limit)."""
-        return self.max_concurrency is not None or self.rate_limit is not None
+    def options(self) -> TaskOptions:
+        """Its options, without its name and action."""
+        return TaskOptions(**option_values(self))
+
+    def _of(self) -> str:
+        return f" for task {self.name!r}"
 
     def rate_key_for(self, payload: Any) -> str:
         """What ``rate_limit_key`` returns for ``payload``: ``""`` for ``None``, or
@@ -261,6 +128,26 @@ class Task:
             )
         return key or ""
 
+    def dispatch_form(self, payload: Any) -> tuple[Any, str | None]:
+        """What a dispatch of ``payload`` sends, before it is encoded: its wire form
+        and, for a unique task with a key function, the lock key (``None``
+        otherwise; see :meth:`~taskrunner._dispatch.enqueue.Planner.entry`).
+
+        The key functions run first, on the payload as given; then a typed
+        payload is checked and unstructured. So a payload is refused before
+        anything is queued, whichever of them refuses it.
+
+        Raises:
+            InvalidTaskPayload: a key function raised or returned a non-string, or
+                the payload does not fit the task's payload type.
+        """
+        if self.rate_limit_key is not None:
+            self.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
+        key = self.lock_key_for(payload) if self.unique and self.unique_key is not None else None
+        if self.payload_type is None:
+            return payload, key
+        return encode_payload(payload, self.payload_type, self.name, self.extra_keys), key
+
     def message_unique_key(self, payload: Any) -> str:
         """The message ``unique_key`` of this unique task for ``payload``, as Go writes it.
 
@@ -276,16 +163,13 @@ class Task:
         return _wire.message_unique_key(self.name, key)
 
     def catalog_entry(self, stream: str) -> _wire.CatalogTask:
-        """This task as the task catalog lists it, served from ``stream``."""
-        return _wire.CatalogTask(
-            name=self.name,
-            stream=stream,
-            reservation_timeout=self.reservation,
-            unique=self.unique,
-            unique_for=self.unique_for if self.unique else 0.0,
-            keyed=self.unique and self.unique_key is not None,
-            keep_result=self.keep_result,
-        )
+        """This task as the task catalog lists it, served from ``stream``.
+
+        Raises:
+            RuntimeError: the task was not registered and has no explicit timeout.
+        """
+        self.reservation  # noqa: B018 - a task's entry carries its resolved timeout
+        return self.catalog_task(self.name, stream)
 
     @property
     def reservation(self) -> float:
@@ -323,11 +207,6 @@ class Task:
                 f"unique_key must return valid UTF-8 text, got {key!r}", task_name=self.name
             )
         return key or ""
-
-    @property
-    def attempts(self) -> int:
-        """Total runs allowed: ``max_retry``, with 0 meaning 1."""
-        return max(1, self.max_retry)
 
 
 @attrs.frozen(kw_only=True)

@@ -9,8 +9,10 @@ docs/flow-control.md), through the backend's
 :func:`get_task` and :func:`cancel` do what :meth:`TaskRunner.get_task
 <taskrunner.TaskRunner.get_task>` and :meth:`TaskRunner.cancel
 <taskrunner.TaskRunner.cancel>` do, with a backend and a group name alone (no
-runner, no registered tasks). :func:`dead_letters` lists a group's dead
-letters (each task, why it failed, its payload, when), :func:`replay_dead_letters`
+runner, no registered tasks), on every queue of the group (:func:`queues` finds
+them on the store). :func:`dead_letters` lists a group's dead
+letters, every queue's or one's (each task, why it failed, its payload, when,
+its queue), :func:`replay_dead_letters`
 dispatches some of them again (each in one atomic step: the new entry is added
 and the dead letter deleted together, so a dead letter is replayed once) and
 :func:`purge_dead_letters` deletes them.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.dead import (
     DeadLetterInfo,
     ReplayResult,
@@ -44,6 +47,7 @@ from taskrunner._dispatch.dead import (
 )
 from taskrunner._dispatch.guards import require_inspection
 from taskrunner._dispatch.handle import TaskInfo, task_info
+from taskrunner._dispatch.queues import group_queues
 from taskrunner._schedules.view import ScheduleRow, schedule_rows
 from taskrunner.backends import Backend, KeyInfo, Paused, Replay
 from taskrunner.backends._layout import group_keys
@@ -65,6 +69,7 @@ __all__ = [
     "pause",
     "paused",
     "purge_dead_letters",
+    "queues",
     "replay_all_dead_letters",
     "replay_dead_letters",
     "resume",
@@ -211,90 +216,169 @@ async def flush(
 # Tasks by id ------------------------------------------------------------------------
 
 
-async def get_task(backend: Backend, group: str, task_id: str) -> TaskInfo | None:
+async def queues(backend: Backend, group: str) -> list[str]:
+    """Every queue of ``group`` the store shows: the backend's own first, then, by
+    name, those the task catalog names, the paused ones and those with keys on the
+    store (a stream, dead letters or a claim-delay ring), so a queue that has
+    messages is listed even when no runner serves it yet.
+
+    Raises:
+        BackendError: the store could not be read.
+    """
+    return await group_queues(backend, group)
+
+
+async def _queues(backend: Backend, group: str, queue: str | None) -> list[str]:
+    if queue is None:
+        return await group_queues(backend, group)
+    problem = queue_name_problem(queue)
+    if problem is not None:
+        raise ValueError(f"queue {problem}, got {queue!r}")
+    return [queue]
+
+
+async def get_task(
+    backend: Backend, group: str, task_id: str, *, queue: str | None = None
+) -> TaskInfo | None:
     """Where task ``task_id`` of ``group`` is now (see :meth:`TaskRunner.get_task
-    <taskrunner.TaskRunner.get_task>`); ``None`` when the backend does not know it."""
-    snapshot = await backend.lookup(group, task_id)
+    <taskrunner.TaskRunner.get_task>`); ``None`` when the backend does not know it.
+
+    Args:
+        queue: The queue its entry is on; by default every queue of the group
+            (:func:`queues`), the first holding it winning (stream ids are unique
+            per stream only).
+
+    Raises:
+        ValueError: ``queue`` is not a queue name.
+        BackendError: the store could not be read.
+    """
+    names = await _queues(backend, group, queue)
+    snapshot = await backend.lookup(group, task_id, queues=names)
     return None if snapshot is None else task_info(snapshot)
 
 
-async def cancel(backend: Backend, group: str, task_id: str) -> bool:
+async def cancel(backend: Backend, group: str, task_id: str, *, queue: str | None = None) -> bool:
     """Cancel task ``task_id`` of ``group`` wherever it is (see :meth:`TaskRunner.cancel
-    <taskrunner.TaskRunner.cancel>`): ``False`` when it is done or unknown."""
-    return (await backend.cancel(group, task_id)).state is not None
+    <taskrunner.TaskRunner.cancel>`), its entry looked for as :func:`get_task` does:
+    ``False`` when it is done or unknown.
+
+    Raises:
+        ValueError: ``queue`` is not a queue name.
+        BackendError: the store could not be reached.
+    """
+    names = await _queues(backend, group, queue)
+    return (await backend.cancel(group, task_id, queues=names)).state is not None
 
 
 # Dead letters -----------------------------------------------------------------------
 
 
 async def dead_letters(
-    backend: Backend, group: str, *, count: int = 100, after: str | None = None
+    backend: Backend,
+    group: str,
+    *,
+    count: int = 100,
+    after: str | None = None,
+    queue: str | None = None,
 ) -> list[DeadLetterInfo]:
-    """The oldest ``count`` dead letters of ``group``'s stream (after the id ``after``,
-    to page through them): each task, why it failed, its payload and when.
+    """The oldest ``count`` dead letters of ``group`` (after the id ``after``, to page
+    through them): each task, why it failed, its payload, when, and its queue.
+
+    Args:
+        queue: One queue's dead letters; by default every queue's (:func:`queues`),
+            merged oldest first (ids are unique per queue only: page one queue to
+            be exact).
 
     The dead-letter stream belongs to the stream: with an explicit shared prefix,
     every group reading it sees the same dead letters.
+
+    Raises:
+        ValueError: ``queue`` is not a queue name.
+        BackendError: the store could not be read.
     """
-    return [dead_letter_info(d) for d in await backend.dead_letters(group, count, after=after)]
+    found: list[DeadLetterInfo] = []
+    for name in await _queues(backend, group, queue):
+        letters = await backend.dead_letters(group, count, after=after, queue=name)
+        found += [dead_letter_info(d, queue=name) for d in letters]
+    found.sort(key=lambda d: _id_order(d.id))
+    return found[:count]
 
 
-async def dead_letter(backend: Backend, group: str, dead_id: str) -> DeadLetterInfo | None:
-    """The dead letter ``dead_id`` of ``group``'s stream, or ``None``."""
-    found = await backend.find_dead_letters(group, [dead_id])
-    return dead_letter_info(found[0]) if found else None
+def _id_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return (int(ms), int(seq)) if ms.isdigit() and seq.isdigit() else (0, 0)
+
+
+async def dead_letter(
+    backend: Backend, group: str, dead_id: str, *, queue: str | None = None
+) -> DeadLetterInfo | None:
+    """The dead letter ``dead_id`` of ``group``, or ``None``: in ``queue``, by default
+    in the first queue (of :func:`queues`) that holds one of that id."""
+    for name in await _queues(backend, group, queue):
+        found = await backend.find_dead_letters(group, [dead_id], queue=name)
+        if found:
+            return dead_letter_info(found[0], queue=name)
+    return None
 
 
 async def replay_dead_letters(
-    backend: Backend, group: str, ids: Sequence[str]
+    backend: Backend, group: str, ids: Sequence[str], *, queue: str | None = None
 ) -> list[ReplayResult]:
     """Dispatch the dead letters ``ids`` again, one result per id, in order.
 
-    Each is re-dispatched with a fresh attempt count (a new stream entry) and its
-    task id (so :func:`get_task` and a waiting ``result`` follow it; a result it
-    kept is dropped) and deleted from the dead-letter stream, in one atomic step:
-    however many replay it at once, it runs again once. A unique task takes its
-    lock again with a fresh token; while the lock is held (the task is queued or
-    running already) it is not replayed (``"locked"``) and stays a dead letter.
-    On a shared stream a replayed entry reaches every group that reads it.
+    Each is re-dispatched to its own queue with a fresh attempt count (a new stream
+    entry) and its task id (so :func:`get_task` and a waiting ``result`` follow it;
+    a result it kept is dropped) and deleted from the dead-letter stream, in one
+    atomic step: however many replay it at once, it runs again once. A unique task
+    takes its lock again with a fresh token; while the lock is held (the task is
+    queued or running already) it is not replayed (``"locked"``) and stays a dead
+    letter. On a shared stream a replayed entry reaches every group that reads it.
+
+    Args:
+        queue: The queue whose dead letters these are; by default each id is looked
+            for in every queue (:func:`queues`), the first holding it winning.
 
     Raises:
+        ValueError: ``queue`` is not a queue name.
         BackendError: the backend could not be reached (some of the dead
             letters may have been replayed: a repeat reports them ``"gone"``).
     """
-    found = {d.id: d for d in await backend.find_dead_letters(group, list(ids))}
     results: dict[str, ReplayResult] = {}
-    replays: list[Replay] = []
-    for dead_id in ids:
-        dead = found.get(dead_id)
-        if dead is None:
-            results[dead_id] = ReplayResult(id=dead_id, task_id=None, entry_id=None, reason="gone")
-            continue
-        replay = replay_of(dead)
-        if replay is None:
-            results[dead_id] = ReplayResult(
-                id=dead_id, task_id=dead.message_id, entry_id=None, reason="no payload"
-            )
-        else:
-            replays.append(replay)
-    for replay, done in zip(
-        replays, await backend.replay_dead_letters(group, replays), strict=True
-    ):
-        results[replay.dead_id] = replay_result(replay, done)
+    left = list(dict.fromkeys(ids))
+    for name in await _queues(backend, group, queue):
+        if not left:
+            break
+        found = {d.id: d for d in await backend.find_dead_letters(group, left, queue=name)}
+        replays: list[Replay] = []
+        for dead_id in [i for i in left if i in found]:
+            dead = found[dead_id]
+            replay = replay_of(dead)
+            if replay is None:
+                results[dead_id] = ReplayResult(
+                    id=dead_id, task_id=dead.message_id, entry_id=None, reason="no payload"
+                )
+            else:
+                replays.append(replay)
+        done = await backend.replay_dead_letters(group, replays, queue=name)
+        for replay, outcome in zip(replays, done, strict=True):
+            results[replay.dead_id] = replay_result(replay, outcome)
+        left = [i for i in left if i not in found]
+    for dead_id in left:
+        results[dead_id] = ReplayResult(id=dead_id, task_id=None, entry_id=None, reason="gone")
     return [results[dead_id] for dead_id in ids]
 
 
 async def replay_all_dead_letters(
-    backend: Backend, group: str, *, confirm: bool = False
+    backend: Backend, group: str, *, confirm: bool = False, queue: str | None = None
 ) -> list[ReplayResult]:
-    """Replay every dead letter of ``group``'s stream (as :func:`replay_dead_letters`),
-    oldest first, :data:`PAGE` at a time.
+    """Replay every dead letter of ``group`` (as :func:`replay_dead_letters`), queue by
+    queue (``queue``: that one only), oldest first, :data:`PAGE` at a time.
 
     Args:
         confirm: Must be ``True``: every dead letter runs again.
 
     Raises:
-        ValueError: ``confirm`` is not ``True``.
+        ValueError: ``confirm`` is not ``True``, or ``queue`` is not a queue name.
     """
     if confirm is not True:
         raise ValueError(
@@ -302,30 +386,49 @@ async def replay_all_dead_letters(
             "again; call it with confirm=True"
         )
     results: list[ReplayResult] = []
-    after: str | None = None
-    while page := await backend.dead_letters(group, PAGE, after=after):
-        after = page[-1].id  # the ones not replayed stay: page past them
-        results += await replay_dead_letters(backend, group, [d.id for d in page])
+    for name in await _queues(backend, group, queue):
+        after: str | None = None
+        while page := await backend.dead_letters(group, PAGE, after=after, queue=name):
+            after = page[-1].id  # the ones not replayed stay: page past them
+            results += await replay_dead_letters(backend, group, [d.id for d in page], queue=name)
     return results
 
 
 async def purge_dead_letters(
-    backend: Backend, group: str, ids: Sequence[str] | None = None, *, confirm: bool = False
+    backend: Backend,
+    group: str,
+    ids: Sequence[str] | None = None,
+    *,
+    confirm: bool = False,
+    queue: str | None = None,
 ) -> int:
-    """Delete the dead letters ``ids`` of ``group``'s stream, or all of them (``None``).
+    """Delete the dead letters ``ids`` of ``group``, or all of them (``None``).
 
     Args:
         confirm: Must be ``True``: what is deleted is gone.
+        queue: The queue whose dead letters to delete; by default every queue's
+            (:func:`queues`), each id from the first queue holding it.
 
     Returns:
         How many were deleted.
 
     Raises:
-        ValueError: ``confirm`` is not ``True``.
+        ValueError: ``confirm`` is not ``True``, or ``queue`` is not a queue name.
     """
     if confirm is not True:
         what = "every dead letter" if ids is None else f"{len(ids)} dead letter(s)"
         raise ValueError(
             f"purge_dead_letters deletes {what} of group {group!r}; call it with confirm=True"
         )
-    return await backend.purge_dead_letters(group, ids)
+    names = await _queues(backend, group, queue)
+    if ids is None:
+        return sum([await backend.purge_dead_letters(group, None, queue=name) for name in names])
+    deleted, left = 0, list(dict.fromkeys(ids))
+    for name in names:
+        if not left:
+            break
+        found = {d.id for d in await backend.find_dead_letters(group, left, queue=name)}
+        if found:
+            deleted += await backend.purge_dead_letters(group, sorted(found), queue=name)
+        left = [i for i in left if i not in found]
+    return deleted

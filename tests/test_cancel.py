@@ -8,7 +8,9 @@ each runner on a connection of its own, in real time with short timings.
 
 from __future__ import annotations
 
+import json
 import random
+import threading
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -211,6 +213,126 @@ async def test_a_running_task_is_cancelled_on_another_runner_of_a_fleet(
     assert info.state is TaskState.CANCELLED
     assert info.attempts == 1
     assert await env.store.cancel_requested(env.group, [info.id]) == []
+
+
+async def test_a_running_task_without_a_timeout_is_stopped_and_frees_its_slot(
+    env: Env, env_clock: trio.testing.MockClock | None
+) -> None:
+    """A 20-minute export with no timeout, on a pool of one: the cancel stops it within
+    about a second, and the task queued behind it runs then, not 20 minutes later."""
+    runner = env.runner(num_workers=1)
+    started: dict[str, float] = {}
+    stopped: dict[str, float] = {}
+    finished: list[str] = []
+
+    @runner.task(name="export", keep_result=60)  # no timeout, and no default_timeout
+    async def export(payload: str) -> str:
+        started[payload] = trio.current_time()
+        try:
+            await trio.sleep(1200)
+        except trio.Cancelled:
+            stopped[payload] = trio.current_time()
+            raise
+        finished.append(payload)
+        return "exported"
+
+    assert runner.config.default_timeout is None
+    handle = await runner.dispatch("export", "big")
+    async with serving(runner):
+        await env.wait_until(lambda: "big" in started)
+        queued = await runner.dispatch("export", "small")
+        await trio.sleep(2)
+        assert "small" not in started, "the pool of one is busy"
+        asked_at = trio.current_time()
+        assert await handle.cancel() is True
+        with pytest.raises(TaskCancelled):
+            await handle.result(timeout=10)
+        took = stopped["big"] - asked_at
+        assert took <= 1.0 + env.slack, f"the run was stopped {took:.2f} s after the cancel"
+        await env.wait_until(lambda: "small" in started, limit=10)
+        assert started["small"] - asked_at <= 1.0 + 2 * env.slack, "its slot freed at the stop"
+        assert await queued.cancel() is True  # and so is the next one, stopped in turn
+        await env.wait_until(lambda: "small" in stopped, limit=10)
+        await trio.sleep(env.config["reclaim_delay"] + 1)  # not retried after a reclaim
+    assert finished == []
+    assert list(started) == ["big", "small"], "each ran once"
+    assert runner.statistics().cancelled == 2
+    assert runner.statistics().completed == 0
+    info = await runner.get_task(handle.id)
+    assert info is not None
+    assert info.state is TaskState.CANCELLED
+
+
+async def test_a_thread_cancelled_is_recorded_cancelled_and_keeps_its_slot_until_it_returns(
+    env: Env, env_clock: trio.testing.MockClock | None
+) -> None:
+    """A thread cannot be interrupted: its run is recorded cancelled at the stop, its
+    result discarded when it returns, and its pool slot held until then."""
+    runner = env.runner(num_workers=1)
+    release = threading.Event()
+    returned = threading.Event()
+    ran: list[str] = []
+
+    @runner.task(name="blocking", keep_result=60)  # no timeout
+    def blocking(payload: str) -> str:
+        ran.append(payload)
+        if payload == "first":
+            release.wait(timeout=30)  # real seconds: the test lets it go
+            returned.set()
+        return f"result of {payload}"
+
+    handle = await runner.dispatch("blocking", "first")
+    async with serving(runner):
+        await env.wait_until(lambda: ran == ["first"])
+        behind = await runner.dispatch("blocking", "second")
+        assert await handle.cancel() is True
+        with pytest.raises(TaskCancelled):
+            await handle.result(timeout=10)
+        assert not returned.is_set(), "recorded cancelled while the thread still runs"
+        assert runner.statistics().running == 1, "the thread holds its slot"
+        await trio.sleep(3)
+        assert ran == ["first"], "the next task waits for the thread's slot"
+        release.set()
+        # Long, in MockClock seconds: the clock jumps while the threads run in real time.
+        assert await behind.result(timeout=600) == "result of second"
+    assert ran == ["first", "second"]
+    with pytest.raises(TaskCancelled):
+        await handle.result(timeout=1)  # the thread's return was discarded
+    assert runner.statistics().cancelled == 1
+    assert runner.statistics().completed == 1
+
+
+async def test_a_queued_task_whose_message_does_not_say_it_keeps_results_is_recorded(
+    env: Env, env_clock: trio.testing.MockClock | None
+) -> None:
+    """Issue 24: a producer that is not strict writes no ``keep_result`` (it does not
+    know it); cancelled while queued, its task is recorded ``CANCELLED`` all the same,
+    for as long as the catalog says its task keeps results."""
+    runner = env.runner(num_workers=1)
+    started: list[str] = []
+
+    @runner.task(name="busy")
+    async def busy(payload: None) -> None:
+        started.append("busy")
+        await trio.sleep(3600)
+
+    @runner.task(name="remind", keep_result=60)
+    async def remind(payload: int) -> None:
+        started.append(f"remind {payload}")
+
+    async with serving(runner):
+        blocker = await runner.dispatch("busy")
+        await env.wait_until(lambda: started == ["busy"])  # the pool of one is taken
+        raw = json.dumps({"task_name": "remind", "payload": 9}).encode()
+        (entry_id,) = await env.store.add(env.group, [raw])  # as a plain producer writes it
+        assert await runner.cancel(entry_id) is True
+        info = await runner.get_task(entry_id)
+        assert info is not None
+        assert info.state is TaskState.CANCELLED, "recorded from the catalog's keep_result"
+        assert await env.store.wait_result(env.group, entry_id, 1.0) is not None, "a waiter wakes"
+        assert await runner.cancel(blocker.id) is True
+        await trio.sleep(2)
+    assert started == ["busy"], "the cancelled task never ran"
 
 
 async def test_a_task_cancelled_the_instant_a_fetcher_read_it_is_stopped(

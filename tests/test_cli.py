@@ -350,6 +350,11 @@ def test_keys_lists_the_keys_and_flush_leaves_none(
         "stop requests": ("0-1", 0),
         "results": ("R", 0),
         "result notices": ("<= R", 0),
+        "paused sets": ("0-1", 0),
+        "concurrency slots": ("<= T", 0),
+        "rate-limit logs": ("<= T", 0),
+        "rate-limit paces": ("<= T", 0),
+        "parked sets": ("<= T", 0),
     }
     assert doc["total"] == len(doc["keys"]) == 8
     assert f"taskrunner:{GROUP}:delayed_tasks" in human

@@ -157,3 +157,39 @@ def test_dead_list_show_replay_and_purge(
     assert json.loads(ok(cli(env, "dead", "purge", "--all", "--yes", *redis, "--json"))) == {
         "deleted": 0
     }
+
+
+def test_inspect_cancel_and_dead_on_every_queue(
+    env: dict[str, str], redis_url: str, redis_server: ServerProcess
+) -> None:
+    """Issue 24: without --queue, inspect, cancel and dead act on every queue of the
+    group (found on the server); with it, on that queue alone."""
+    orders, emails = f"o{uuid.uuid4().hex[:6]}", f"e{uuid.uuid4().hex[:6]}"
+    _dead_letters(redis_url, orders, 1)
+    _dead_letters(redis_url, emails, 2)
+
+    async def queued() -> str:
+        async with RedisBackend.from_url(redis_url) as backend:
+            message = _wire.encode_message(_wire.TaskMessage(task_name="record", payload=1))
+            (entry,) = await backend.add(GROUP, [message], queue=emails)
+            return entry
+
+    entry = trio.run(queued)
+    base = ["--url", redis_url, "--group", GROUP]
+    listed = json.loads(ok(cli(env, "dead", "list", *base, "--json")))
+    assert sorted(d["queue"] for d in listed) == sorted([orders, emails, emails])
+    only = json.loads(ok(cli(env, "dead", "list", *base, "--queue", orders, "--json")))
+    assert [d["queue"] for d in only] == [orders]
+    assert f"  {emails}  " in ok(cli(env, "dead", "list", *base)), "each line names its queue"
+    doc = json.loads(ok(cli(env, "inspect", entry, *base, "--json")))
+    assert doc["state"] == "queued"
+    assert "no task" in _one_line_failure(cli(env, "inspect", entry, *base, "--queue", orders))
+    assert "cancelled" in ok(cli(env, "cancel", entry, *base))
+    assert sync_command(redis_server.port, "XLEN", f"taskrunner:{GROUP}:{emails}") == 0
+    purged = json.loads(
+        ok(cli(env, "dead", "purge", "--all", "--yes", *base, "--queue", emails, "--json"))
+    )
+    assert purged == {"deleted": 2}
+    assert [d["queue"] for d in json.loads(ok(cli(env, "dead", "list", *base, "--json")))] == [
+        orders
+    ]

@@ -20,6 +20,7 @@ from taskrunner.backends import (
     Heartbeat,
     KeyCounts,
     KeyInfo,
+    KeyKind,
     Lease,
     LimitedBy,
     Outcome,
@@ -359,6 +360,18 @@ def _dead_letters_newest(b: MemoryBackend) -> None:
         return list(reversed(b._stream(group).dead))[:count]
 
     b.dead_letters = dead_letters  # type: ignore[method-assign]
+
+
+def _dead_letter_drops_task_id(b: MemoryBackend) -> None:
+    orig = b.dead_letter
+
+    async def dead_letter(
+        group: str, message_id: str, payload: bytes | None, error: str, **options: Any
+    ) -> str:
+        options.pop("task_id", None)
+        return await orig(group, message_id, payload, error, **options)
+
+    b.dead_letter = dead_letter  # type: ignore[method-assign]
 
 
 def _frozen_now(b: MemoryBackend) -> None:
@@ -725,8 +738,11 @@ def _release_accepts_surrogates(b: MemoryBackend) -> None:
 
 def _dead_letter_accepts_surrogates(b: MemoryBackend) -> None:
     def make(orig: Any) -> Any:
-        async def dead_letter(group: str, message_id: str, payload: bytes | None, e: str) -> str:
-            return await orig(group, message_id, payload, e.encode(errors="replace").decode())
+        async def dead_letter(
+            group: str, message_id: str, payload: bytes | None, e: str, **options: Any
+        ) -> str:
+            fixed = e.encode(errors="replace").decode()
+            return await orig(group, message_id, payload, fixed, **options)
 
         return dead_letter
 
@@ -1229,6 +1245,85 @@ def _dead_letters_ignore_after(b: MemoryBackend) -> None:
     _wrap(b, "dead_letters", make)
 
 
+def _lookup_only_first_queue(b: MemoryBackend) -> None:
+    """Looks for a task's entry on the first queue named only (issue 24)."""
+
+    def make(orig: Any) -> Any:
+        async def lookup(group: str, task_id: str, *, queues: Any = None) -> Any:
+            return await orig(group, task_id, queues=list(queues or [])[:1] or None)
+
+        return lookup
+
+    _wrap(b, "lookup", make)
+
+
+def _cancel_ignores_queues(b: MemoryBackend) -> None:
+    """Cancels on the backend's own queue whatever queues are named (the 0.2 bug)."""
+
+    def make(orig: Any) -> Any:
+        async def cancel(group: str, task_id: str, *, queues: Any = None) -> Cancellation:
+            return await orig(group, task_id)  # type: ignore[no-any-return]
+
+        return cancel
+
+    _wrap(b, "cancel", make)
+
+
+def _replay_to_own_queue(b: MemoryBackend) -> None:
+    """Replays every dead letter into the backend's own queue."""
+
+    def make(orig: Any) -> Any:
+        async def replay_dead_letters(
+            group: str, replays: Sequence[Replay], *, queue: str | None = None
+        ) -> list[Replayed]:
+            dead = b._stream(group, queue).dead
+            own = b._stream(group).dead
+            moved = [d for d in dead if d.id in {r.dead_id for r in replays}]
+            own += moved
+            dead[:] = [d for d in dead if d not in moved]
+            return list(await orig(group, replays))
+
+        return replay_dead_letters
+
+    _wrap(b, "replay_dead_letters", make)
+
+
+def _ring_of_own_queue_only(b: MemoryBackend) -> None:
+    """Reports the backend's own queue's claim delays for every queue (as a ring
+    pushed only for the default queue read)."""
+
+    def make(orig: Any) -> Any:
+        async def get_metrics(group: str, *, queue: str | None = None) -> Any:
+            own = await orig(group)
+            return (
+                attrs.evolve(await orig(group, queue=queue), message_claim_delay_max=0.0)
+                if (queue is not None)
+                else own
+            )
+
+        return get_metrics
+
+    _wrap(b, "get_metrics", make)
+
+
+def _keys_of_own_queue_only(b: MemoryBackend) -> None:
+    """Lists (and so flushes) the backend's own queue's keys only (the 0.2 layout)."""
+
+    def make(orig: Any) -> Any:
+        async def list_keys(group: str) -> list[Any]:
+            own = b.stream_keys(group)
+            mine = {own.stream, own.dead_letter, own.claim_delay_ring}
+            return [
+                k
+                for k in await orig(group)
+                if k.kind not in (KeyKind.STREAM, KeyKind.DEAD_LETTER) or k.name in mine
+            ]
+
+        return list_keys
+
+    _wrap(b, "list_keys", make)
+
+
 MUTANTS: dict[str, tuple[str, Mutant]] = {
     "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
     "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
@@ -1252,6 +1347,7 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "delete_idle_ignores_pending": ("check_delete_idle_consumer", _delete_idle_ignores_pending),
     "last_is_oldest": ("check_get_metrics", _last_is_oldest),
     "dead_letters_newest": ("check_dead_letters", _dead_letters_newest),
+    "dead_letter_drops_task_id": ("check_dead_letter_task_id", _dead_letter_drops_task_id),
     "frozen_now": ("check_now_advances", _frozen_now),
     "renew_without_owner": ("check_lease_ownership", _renew_without_owner_check),
     "renew_does_not_extend": ("check_lease_expiry", _renew_does_not_extend),
@@ -1317,6 +1413,14 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "replay_ignores_lock": ("check_replay_dead_letters", _replay_ignores_lock),
     "replay_keeps_notice": ("check_replay_dead_letters", _replay_keeps_notice),
     "purge_ignores_ids": ("check_purge_and_page_dead_letters", _purge_ignores_ids),
+    "lookup_only_first_queue": ("check_lookup_and_cancel_on_every_queue", _lookup_only_first_queue),
+    "cancel_ignores_queues": (
+        "check_lookup_follows_a_moved_task_to_its_queue",
+        _cancel_ignores_queues,
+    ),
+    "replay_to_own_queue": ("check_dead_letters_of_every_queue", _replay_to_own_queue),
+    "ring_of_own_queue_only": ("check_claim_delays_of_every_queue", _ring_of_own_queue_only),
+    "keys_of_own_queue_only": ("check_every_queue_in_keys_and_flush", _keys_of_own_queue_only),
     "dead_letters_ignore_after": ("check_purge_and_page_dead_letters", _dead_letters_ignore_after),
     "queues_share_a_stream": ("check_queues_are_separate_streams", _queues_share_a_stream),
     "read_many_ignores_quotas": (

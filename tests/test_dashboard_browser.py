@@ -121,6 +121,9 @@ def test_the_fleet_page_lists_the_group_and_every_instance(fleet: LiveFleet, pag
 
 def test_the_group_page_updates_live_without_a_reload(fleet: LiveFleet, page: Any) -> None:
     page.goto(f"{fleet.base}/groups/{GROUP}")
+    # Issue 24: the first render knows the sampler runs (it said it did not until the
+    # first poll), before any live update.
+    assert page.is_hidden("#not-sampling")
     page.evaluate("window.__same_page = true")
     wait_for_updates(page)
     rows = page.locator("#instances tbody tr")
@@ -156,6 +159,11 @@ def test_the_group_page_updates_live_without_a_reload(fleet: LiveFleet, page: An
         "document.querySelector(\"[data-chart='charts.queue_length']\")"
         ".getAttribute('points').length > 0"
     )
+    # The measured throughput is the chart's newest point, the estimate labelled apart.
+    page.wait_for_function(
+        "document.querySelector('#throughput-measured').textContent.endsWith('/s')"
+    )
+    assert page.inner_text("#throughput-capacity").endswith("/s")
     assert page.evaluate("window.__same_page") is True  # never reloaded
     assert page.is_visible("#live")
     screenshot(page, "group")

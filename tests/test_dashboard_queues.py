@@ -259,3 +259,54 @@ async def test_a_pause_of_a_name_that_is_no_queue_is_refused(autojump_clock: Any
     assert refused.status_code == 400
     assert "queue &#39;a b&#39; must have no spaces and no &#39;:&#39;" in refused.text
     assert not await admin.paused(backend, "g")
+
+
+# Every queue (issue 24) --------------------------------------------------------------
+
+
+async def test_a_queue_with_messages_is_listed_before_any_runner_serves_it(
+    autojump_clock: Any,
+) -> None:
+    backend = MemoryBackend()
+    await backend.add("g", [b"{}"], queue="imports")  # a producer's queue nobody serves
+    await backend.dead_letter("g", "1-0", b"{}", "boom", queue="exports")
+    app = create_app(backend, allow_actions=True, token=TOKEN)
+    async with client(app) as http:
+        csrf = await logged_in(http)
+        doc = (await http.get("/api/groups/g")).json()
+        queues = by_name(doc["queues"])
+        assert set(queues) == {"tasks", "imports", "exports"}
+        assert queues["imports"]["length"] == 1
+        dead = (await http.get("/groups/g/dead")).text
+        assert "exports" in dead, "every queue's dead letters are listed, with their queue"
+        assert 'value="exports:' in dead, "replay and purge name the letter's queue"
+        (letter,) = await admin.dead_letters(backend, "g")
+        done = await http.post(
+            "/groups/g/dead/purge", data={"csrf": csrf, "ids": f"exports:{letter.id}"}
+        )
+        assert done.status_code == 303
+        assert await admin.dead_letters(backend, "g") == [], "purged from its queue"
+
+
+async def test_the_first_render_knows_the_sampler_runs_and_labels_both_throughputs(
+    autojump_clock: Any,
+) -> None:
+    backend = MemoryBackend()
+    await backend.add("g", [b"{}"])
+    app = create_app(backend, sample_interval=1.0)
+    async with trio.open_nursery() as nursery, client(app) as http:
+        nursery.start_soon(app.state.sampler.run)
+        await trio.sleep(0.5)
+        page = (await http.get("/groups/g")).text
+        notice = re.search(r'<p class="small" id="not-sampling"[^>]*>', page)
+        assert notice is not None
+        assert "hidden" in notice.group(0), "the sampler runs: its absence is not claimed"
+        assert "Throughput (measured)" in page
+        assert "capacity estimate" in page
+        doc = (await http.get("/api/groups/g")).json()
+        assert "measured_tps" in doc["timing"]
+        nursery.cancel_scope.cancel()
+    page = (await client(app).get("/groups/g")).text
+    notice = re.search(r'<p class="small" id="not-sampling"[^>]*>', page)
+    assert notice is not None
+    assert "hidden" not in notice.group(0), "stopped: the page says so"

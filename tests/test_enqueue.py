@@ -179,3 +179,61 @@ def test_the_plain_encoder_refuses_the_same(payload: object, match: str) -> None
     with pytest.raises(InvalidTaskPayload) as theirs:
         encode_message(new_message(PLAIN, payload))
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [None, 0, -1.5, "é", "\x00taskrunner:payload\x00", {"a": [1, {"b": None}]}, [True, False]],
+)
+@pytest.mark.parametrize(
+    ("task", "unique_key"), [(PLAIN, None), (UNIQUE, "sync_account:1"), (UNIQUE, None)]
+)
+@pytest.mark.parametrize(
+    "trace", [None, {"traceparent": "00-1"}, {"x": "\x00taskrunner:payload\x00"}]
+)
+def test_a_planned_member_is_encode_delayeds_bytes(
+    task: Task, unique_key: str | None, trace: dict[str, str] | None, payload: object
+) -> None:
+    """The payload is encoded once and spliced in; the bytes are those of encoding the
+    member whole (a trace holding the splice's mark takes that way)."""
+    from taskrunner._dispatch.enqueue import Planner
+    from taskrunner._wire import encode_delayed, message_unique_key, new_delayed
+
+    planned = Planner().member(
+        task, payload, 100.5, id="m", unique_key=unique_key, queue="q", trace=trace
+    )
+    expected = unique_key
+    if task.unique and unique_key is None:
+        expected = message_unique_key(task.name, None)
+    whole = encode_delayed(
+        new_delayed(task.name, payload, 100.5, id="m", unique_key=expected, queue="q", trace=trace)
+    )
+    assert planned == whole
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [({"x": object()}, "not JSON-serialisable"), (math.nan, "not JSON"), ("x" * 9_000_000, "over")],
+)
+@pytest.mark.parametrize("task", [PLAIN, UNIQUE])
+def test_a_planned_member_is_refused_in_encode_messages_words(
+    task: Task, payload: object, match: str
+) -> None:
+    from taskrunner._dispatch.enqueue import Planner
+    from taskrunner._wire import encode_message, new_message
+
+    with pytest.raises(InvalidTaskPayload, match=match) as ours:
+        Planner().member(task, payload, 10.0, id="i")
+    with pytest.raises(InvalidTaskPayload) as theirs:
+        encode_message(new_message(task, payload))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_a_planned_unique_entry_takes_the_key_functions_key() -> None:
+    from taskrunner._dispatch.enqueue import Planner
+
+    entry = Planner().entry(UNIQUE, {"id": 1}, key="1", token="t" * 32)
+    assert entry == enqueue(UNIQUE, {"id": 1}, unique_key="sync_account:1", token="t" * 32)
+    by_name = Planner().entry(UNIQUE, {"id": 1}, key=None, token="t")
+    assert by_name.lock is not None
+    assert by_name.lock.key == "taskrunner:unique:sync_account"

@@ -245,6 +245,17 @@ EXPECTED: dict[str, list[str]] = {
         "report ran after the resume: True",
         "waits (not attempts): True; failed: 0",
     ],
+    "every_queue.py": [
+        "receipt queued on emails: queued",
+        "cancelled by id on any queue: True",
+        "charge on orders: charged order-1",
+        "queues: tasks, emails, orders",
+        "dead letter on orders: charge, card declined",
+        "dead letter on emails: receipt, mail server down",
+        "replayed from orders: 1",
+        "purged: 1 (the receipt's)",
+        "tidy ran 2 times on orders; tasks stream: 0",
+    ],
     "prometheus_export.py": [
         'taskrunner_tasks_completed_total{group="emails"} 1.0',
         'taskrunner_queue_size{group="emails"} 0.0',

@@ -136,7 +136,7 @@ class ServeOnly(MemoryBackend):
     """A backend of one's own without the inspection protocol."""
 
     ping = list_groups = list_keys = count_keys = None  # type: ignore[assignment]
-    list_heartbeats = read_lease = flush_group = None  # type: ignore[assignment]
+    list_queues = list_heartbeats = read_lease = flush_group = None  # type: ignore[assignment]
 
 
 def test_serve_only_lacks_every_inspection_method() -> None:

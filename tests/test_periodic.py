@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from _fleet import make_runner, serving
+from _fleet import make_runner, serving, start_each
 
 from taskrunner import (
     AlreadyServing,
@@ -293,6 +293,41 @@ async def test_outcomes_are_recorded(
             None,
         )
         assert len(await backend.dead_letters("g")) == 1
+
+
+async def test_a_run_failed_undecoded_past_its_delivery_limit_records_its_outcome(
+    autojump_clock: trio.testing.MockClock, at_start: None
+) -> None:
+    """Issue 24: the run of an ``overlap=False`` schedule whose worker died is reclaimed
+    past its delivery limit and fails without being decoded; its schedule still learns
+    the outcome, so its next tick fires then, not after ``in_flight_ttl``."""
+    backend = MemoryBackend()
+    recorder = Recorder(backend)
+    config = {"reclaim_delay": 30.0, "leader_lease_ttl": 5.0}
+    dying, survivor = make_runner(backend, **config), make_runner(backend, **config)
+    started: list[float] = []
+    for runner in (dying, survivor):
+
+        @runner.periodic(every=60, overlap=False, in_flight_ttl=3600, name="exclusive")
+        async def exclusive(payload: None) -> None:
+            started.append(trio.current_time())
+            if len(started) == 1:
+                await trio.sleep_forever()  # its worker dies before it ends
+
+    async with trio.open_nursery() as nursery:
+        (dying_scope,) = start_each(nursery, [dying])
+        with trio.fail_after(120):
+            while not started:  # noqa: ASYNC110
+                await trio.sleep(0.5)
+        dying_scope.cancel()  # a crash: nothing is acked, the run stays pending
+        nursery.start_soon(survivor.serve)
+        await trio.sleep(60 * 4)
+        nursery.cancel_scope.cancel()
+    (dead,) = await backend.dead_letters("g")
+    assert "TaskMaxRetryExceeded" in dead.error, "failed undecoded, past its delivery limit"
+    assert recorder.ticks("exclusive")[0] == START + 60
+    assert len(started) >= 2, f"the schedule waited for in_flight_ttl: runs at {started}"
+    assert started[1] <= START + 180, "the tick after the reclaim fired"
 
 
 async def test_a_retried_run_serves_its_tick_and_stays_in_flight_until_its_last_attempt(

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from taskrunner import Task
-from taskrunner._execution.poison import DeliveryLimit, delivery_limit, task_names_in
+from taskrunner._execution.poison import (
+    DeliveryLimit,
+    ScheduledRun,
+    delivery_limit,
+    scheduled_run_in,
+    task_names_in,
+)
 
 
 async def _noop(payload: object) -> None:
@@ -77,3 +83,28 @@ def test_task_names_in(raw: bytes, names: list[str]) -> None:
 )
 def test_delivery_limit(raw: bytes | None, expected: DeliveryLimit) -> None:
     assert delivery_limit(raw, TASKS) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, None),
+        (b'{"task_name": "t", "payload": null}', None),
+        (b'{"task_name": "t", "schedule": "s"}', None),  # no tick: not a periodic run
+        (
+            b'{"task_name": "t", "payload": null, "schedule": "nightly", "tick": 1748851260.0}',
+            ScheduledRun(schedule="nightly", tick=1748851260.0, task_id=None),
+        ),
+        (
+            b'{"task_name":"t","payload":{"schedule":"fake","tick":1,"id":"x"},'
+            b'"id":"17-0","schedule":"real","tick":2.5e3}',
+            ScheduledRun(schedule="real", tick=2500.0, task_id="17-0"),
+        ),  # the payload's keys come first: the last of each is the message's
+        (b'{"schedule": "bad \\q escape", "tick": 5}', None),
+        (b'{"schedule": "s", "tick": "5"}', None),  # a tick must be a number
+    ],
+)
+def test_scheduled_run_in_finds_the_messages_own_fields(
+    raw: bytes | None, expected: ScheduledRun | None
+) -> None:
+    assert scheduled_run_in(raw) == expected

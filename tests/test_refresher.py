@@ -14,6 +14,7 @@ from taskrunner import (
     Task,
 )
 from taskrunner._execution.inflight import InFlight
+from taskrunner.backends import SlotHold
 from taskrunner.backends.memory import MemoryBackend
 
 
@@ -99,3 +100,26 @@ def test_inflight_due_refreshes_early_never_late() -> None:
     table.refreshed(["1-1"], at=8)  # no longer running: ignored
     assert "1-1" not in table
     assert len(table) == 1
+
+
+def test_inflight_lingering_runs_renew_their_slot_but_not_their_message() -> None:
+    """Issue 24: past its deadline, or settled (a thread whose outcome is decided), a run
+    is no longer refreshed, but the concurrency slot it holds is still renewed."""
+    hold = SlotHold(task="t", holder="h", lease=10.0)
+    table = InFlight()
+    table.add("1-1", "c1", reservation_timeout=10, now=0, deadline=20, hold=hold)
+    table.add("1-2", "c1", reservation_timeout=10, now=0, hold=hold)
+    table.add("1-3", "c1", reservation_timeout=10, now=0)  # no slot: nothing to renew
+    assert table.due(now=4, slack=1) == {("c1", None): ["1-1", "1-2"]}
+    assert table.lingering(now=4, slack=1) == {}
+    table.settle("1-2")
+    table.settle("1-3")
+    assert table.due(now=4, slack=1) == {("c1", None): ["1-1"]}, "a settled run's message"
+    assert table.lingering(now=4, slack=1) == {None: ["1-2"]}
+    assert table.due(now=25, slack=1) == {}, "past its deadline"
+    assert table.lingering(now=25, slack=1) == {None: ["1-1", "1-2"]}
+    table.refreshed(["1-1", "1-2"], at=25)
+    assert table.lingering(now=26, slack=1) == {}, "renewed: due again one period later"
+    assert table.lingering(now=29, slack=1) == {None: ["1-1", "1-2"]}
+    assert table.running() == ["1-1"], "a settled run is not stopped any more"
+    assert table.stop("1-2") is True  # tracked, so known; nothing to cancel

@@ -285,3 +285,27 @@ async def test_three_runners_retry_every_task_exactly_as_often_as_it_fails(
     assert await backend.next_delayed_at("g") is None
     assert await backend.dead_letters("g") == []
     assert sum(r.statistics().retried for r in runners) == 60  # 0 + 1 + 2 per three
+
+
+async def test_a_dead_letter_names_the_task_id_after_retries_through_the_delayed_set(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 24: each retry is a new stream entry, so the dead letter's ``message_id`` is
+    the last entry's; its ``task_id`` is the task's first id, what ``dispatch`` returned."""
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+    entries: list[str] = []
+
+    @runner.task(max_retry=3, retry=STEADY)
+    async def always_fails(payload: None, ctx: TaskContext) -> None:
+        entries.append(ctx.message_id)
+        raise ValueError("no luck")
+
+    handle = await runner.dispatch("always_fails")
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().dead_lettered == 1)
+    assert len(entries) == 3
+    assert entries[0] == handle.id
+    (dead,) = await backend.dead_letters("g")
+    assert dead.message_id == entries[-1] != handle.id, "the last entry's id"
+    assert dead.task_id == handle.id, "the task's first id"

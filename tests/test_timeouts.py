@@ -216,3 +216,40 @@ async def test_a_timed_out_thread_is_retried_at_the_deadline_not_when_it_returns
     assert [a for a, _ in attempts] == [1, 2]
     gap = attempts[1][1] - attempts[0][1]
     assert THREAD_TIMEOUT + 0.9 <= gap <= THREAD_TIMEOUT + 1.1 + 0.1, "deadline + backoff"
+
+
+async def test_a_thread_past_its_timeout_keeps_its_concurrency_slot_until_it_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 24: the slot of a thread still running past its timeout is renewed (the
+    thread runs, and counts against max_concurrency), although its message no longer is;
+    without it, the lease ran out after one reservation timeout and a second run started
+    beside the thread."""
+    backend = MemoryBackend()
+    runner = make_runner(backend, num_workers=2, reclaim_delay=600)
+    release = threading.Event()
+    running: list[str] = []
+    most: list[int] = []
+
+    @runner.task(timeout=THREAD_TIMEOUT, max_retry=0, max_concurrency=1, reservation_timeout=5)
+    def limited(payload: str) -> None:
+        running.append(payload)
+        most.append(len(running))
+        try:
+            if payload == "first":
+                release.wait(timeout=30)  # real seconds: the test lets it go
+        finally:
+            running.remove(payload)
+
+    await runner.dispatch("limited", "first")
+    async with serving(runner):
+        await wait_until(lambda: running == ["first"])
+        await runner.dispatch("limited", "second")
+        await wait_until(lambda: runner.statistics().dead_lettered == 1, limit=THREAD_TIMEOUT * 2)
+        assert running == ["first"], "past its timeout, the thread still runs"
+        await trio.sleep(60)  # a dozen reservation timeouts: the slot's lease is renewed
+        assert most == [1], "a second run started beside the thread"
+        assert runner.statistics().parked + runner.statistics().deferred >= 1
+        release.set()
+        await wait_until(lambda: runner.statistics().completed == 1, limit=THREAD_TIMEOUT)
+    assert most == [1, 1], "max_concurrency=1 held throughout"

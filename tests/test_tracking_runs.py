@@ -98,25 +98,34 @@ async def test_a_failure_after_retries_records_the_last_error_and_attempt(
     assert (info.state, info.attempts) == (TaskState.FAILED, 2)
 
 
-async def test_a_run_without_a_scope_runs_to_its_end_and_is_acked_as_cancelled(
+async def test_a_run_without_a_timeout_is_interrupted_and_acked_as_cancelled(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
+    """Issue 24: a run without a timeout is stopped too (its worker's scope), not left
+    to run to its end."""
     backend = MemoryBackend()
     runner = make_runner(backend, reclaim_delay=30)
     ends: list[str] = []
 
-    @runner.task(max_retry=3)  # no timeout, no keep_result: no cancel scope
+    @runner.task(max_retry=3)  # no timeout, no keep_result
     async def plain(payload: None) -> None:
-        await trio.sleep(5)
+        try:
+            await trio.sleep(5)
+        except trio.Cancelled:
+            ends.append("cancelled")
+            raise
         ends.append("returned")
 
     handle = await runner.dispatch("plain")
     async with serving(runner):
         await wait_until(lambda: runner.statistics().running == 1)
+        asked = trio.current_time()
         assert await runner.cancel(handle.id) is True
         await wait_until(lambda: runner.statistics().cancelled == 1)
+        took = trio.current_time() - asked
         await trio.sleep(120)  # past any reclaim: never run again
-    assert ends == ["returned"], "not interrupted: it ran to its end"
+    assert ends == ["cancelled"], "interrupted, not run to its end"
+    assert took <= 1.01
     stats = runner.statistics()
     assert (stats.completed, stats.cancelled, stats.retried) == (0, 1, 0)
     assert await runner.get_task(handle.id) is None, "acked, and it keeps no result"

@@ -39,7 +39,8 @@ class DeadLetterInfo:
     id: str
     """Its id in the dead-letter stream (what ``replay`` and ``purge`` take)."""
     task_id: str
-    """The task's id: the message's ``id``, else the stream id it had."""
+    """The task's id: the dead letter's ``task_id``, else the message's ``id``, else
+    the stream id it had."""
     task_name: str | None
     """The task it names, when its payload decodes as a message."""
     reason: str
@@ -54,6 +55,9 @@ class DeadLetterInfo:
     """The stream id it had."""
     group: str
     """The consumer group that dead-lettered it."""
+    queue: str | None = None
+    """The queue whose dead-letter stream holds it (what ``replay`` and ``purge`` take
+    as ``queue=``); ``None`` when not known."""
 
 
 def _decoded(raw: bytes | None) -> _wire.TaskMessage | None:
@@ -63,12 +67,13 @@ def _decoded(raw: bytes | None) -> _wire.TaskMessage | None:
         return None
 
 
-def dead_letter_info(dead: DeadLetter) -> DeadLetterInfo:
-    """What a listing shows of ``dead`` (pure, never raises)."""
+def dead_letter_info(dead: DeadLetter, *, queue: str | None = None) -> DeadLetterInfo:
+    """What a listing shows of ``dead``, read from ``queue``'s dead letters (pure,
+    never raises)."""
     message = _decoded(dead.payload)
     return DeadLetterInfo(
         id=dead.id,
-        task_id=(message.id if message is not None else "") or dead.message_id,
+        task_id=dead.task_id or (message.id if message is not None else "") or dead.message_id,
         task_name=message.task_name if message is not None else None,
         reason=dead.error,
         payload=message.payload if message is not None else None,
@@ -76,6 +81,7 @@ def dead_letter_info(dead: DeadLetter) -> DeadLetterInfo:
         dead_at=int(dead.id.partition("-")[0]) / 1000,
         message_id=dead.message_id,
         group=dead.group,
+        queue=queue,
     )
 
 

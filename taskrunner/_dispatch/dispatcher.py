@@ -24,22 +24,19 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol, cast
 
 import trio
 
-from taskrunner import _wire
-from taskrunner._codec import encode_payload
-from taskrunner._config import ConfigHolder, queue_name_problem
+from taskrunner._config import ConfigHolder, TaskRunnerConfig, queue_name_problem
 from taskrunner._dispatch.enqueue import (
-    Enqueue,
     LockRequest,
+    Planner,
     delay_seconds,
-    delayed_member,
-    enqueue,
     give_back_lock,
     unix_seconds,
 )
@@ -67,16 +64,19 @@ Tracer = Callable[[str], AbstractContextManager[dict[str, str] | None]]
 """``tracer(task_name)``: a context manager around one dispatch (``dispatch_many``:
 one for the batch), yielding the trace context to carry, if any."""
 
+_UNTRACED: AbstractContextManager[None] = nullcontext()
+"""What an untraced dispatch enters instead (reusable: it holds no state)."""
 
-def _queue_of(task: Task, queue: str | None) -> str | None:
-    """The queue a dispatch goes to: the one given, else the task's (``None``: the
-    backend's).
+
+def _queue_of(task: Task, queue: str | None, default: str | None) -> str | None:
+    """The queue a dispatch goes to: the one given, else the task's, else ``default``
+    (see ``TaskRunnerConfig.default_queue``; ``None``: the backend's).
 
     Raises:
         ValueError: ``queue`` cannot name a queue.
     """
     if queue is None:
-        return task.queue
+        return task.queue if task.queue is not None else default
     problem = queue_name_problem(queue)
     if problem is not None:
         raise ValueError(f"queue {problem}, got {queue!r}")
@@ -109,29 +109,21 @@ class Dispatcher:
         self._tracker = tracker
         self.tracer: Tracer | None = None
         """Set by ``taskrunner.otel.instrument``; ``None``: dispatches are not traced."""
-        self._encoders: dict[str, tuple[Task, Callable[[Any], bytes]]] = {}
+        self._planner = Planner()
+        self._queues_of: tuple[object, str | None, str] | None = None
 
-    def _plain(self, task: Task, payload: Any) -> bytes:
-        """The message of a plain (not unique, not traced) dispatch of ``task``: one
-        encoder per task, so only the payload is encoded per call (the bytes of
-        :func:`~taskrunner._dispatch.enqueue.enqueue`)."""
-        cached = self._encoders.get(task.name)
-        if cached is None or cached[0] is not task:  # first use, or registered anew
-            cached = self._encoders[task.name] = (task, _wire.plain_encoder(task))
-        return cached[1](encode_payload(payload, task.payload_type, task.name, task.extra_keys))
-
-    def _enqueue(self, task: Task, payload: Any, trace: dict[str, str] | None = None) -> Enqueue:
-        wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
-        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
-        if not task.unique:
-            return enqueue(task, wire_payload, trace=trace)
-        return enqueue(
-            task,
-            wire_payload,
-            unique_key=task.message_unique_key(payload),
-            token=uuid.uuid4().hex,
-            trace=trace,
-        )
+    def _queues(self) -> tuple[str | None, str]:
+        """``(default, own)``: where a task without a queue of its own goes (see
+        ``TaskRunnerConfig.default_queue``; ``None``: the backend's queue) and the
+        backend's queue's name (what a handle of a dispatch with ``queue=None`` keeps,
+        so that its lookups look on that queue alone). Worked out once per
+        configuration: the per-dispatch path only compares it."""
+        config = self._config.current
+        cached = self._queues_of
+        if cached is None or cached[0] is not config:
+            own = self._backend.stream_keys(config.consumer_group).queue
+            cached = self._queues_of = (config, config.default_queue(own), own)
+        return cached[1], cached[2]
 
     def _get_task(self, name: str) -> Task:
         try:
@@ -143,37 +135,34 @@ class Dispatcher:
         self, name: str, payload: Any = None, *, queue: str | None = None
     ) -> TaskHandle:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
-        if self.tracer is not None:
-            with self.tracer(name) as trace:
-                return await self._dispatch(name, payload, trace, queue)
-        return await self._dispatch(name, payload, None, queue)
+        with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
+            return await self._dispatch(name, payload, trace, queue)
 
     async def _dispatch(
         self, name: str, payload: Any, trace: dict[str, str] | None, queue: str | None
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue)
+        default, own = self._queues()
+        queue = _queue_of(task, queue, default)
+        handle_queue = own if queue is None else queue
         config = self._config.current
         group = config.consumer_group
-        if not task.unique and trace is None:
-            if task.rate_limit_key is not None:
-                task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
-            if config.min_replicas:
-                (message_id,) = await self._add_replicated([self._plain(task, payload)], queue)
-            else:
-                (message_id,) = await self._backend.add(
-                    group, [self._plain(task, payload)], queue=queue
-                )
-            return self._tracker.handle(message_id, task.name)
-        entry = self._enqueue(task, payload, trace)
-        lock = entry.lock
+        add = self._backend.add if not config.min_replicas else self._replicated_add(config)
+        # One way: the payload's wire form (_task), encoded once into the plan
+        # (_dispatch.enqueue, _wire), handed to the backend; nothing in this
+        # module touches it in between (tests/test_dispatch_path.py).
+        wire, key = task.dispatch_form(payload)
+        plan = self._planner.entry(
+            task, wire, key=key, token=uuid.uuid4().hex if task.unique else "", trace=trace
+        )
+        lock = plan.lock
         if lock is None:
-            (message_id,) = await self._add_replicated([entry.data], queue)
-            return self._tracker.handle(message_id, task.name)
+            (message_id,) = await add(group, [plan.data], queue=queue)
+            return self._tracker.handle(message_id, task.name, handle_queue)
         if not await self._backend.acquire_lock(lock.key, lock.token, lock.ttl):
             raise TaskAlreadyDispatched(task.name, lock.key)
         try:
-            (message_id,) = await self._add_replicated([entry.data], queue)
+            (message_id,) = await add(group, [plan.data], queue=queue)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 await self._give_back(lock)
@@ -187,21 +176,14 @@ class Dispatcher:
                     lock.ttl,
                 )
             raise
-        return self._tracker.handle(message_id, task.name)
+        return self._tracker.handle(message_id, task.name, handle_queue)
 
-    async def _add_replicated(self, payloads: list[bytes], queue: str | None) -> list[str]:
-        """``backend.add``, followed by a wait for ``min_replicas`` replicas when set.
-
-        The plain dispatch tests ``min_replicas`` itself, to keep its path one call
-        shorter when it is off (the default)."""
-        config = self._config.current
-        if not config.min_replicas:
-            return await self._backend.add(config.consumer_group, payloads, queue=queue)
+    def _replicated_add(self, config: TaskRunnerConfig) -> Callable[..., Awaitable[list[str]]]:
+        """``backend.add`` followed by a wait for ``min_replicas`` replicas: chosen before
+        the payload is planned, so the plan goes straight to the backend's one call."""
         backend = cast(ReplicatedAdd, self._backend)  # checked when the runner was made
-        return await backend.add_replicated(
-            config.consumer_group,
-            payloads,
-            queue=queue,
+        return partial(
+            backend.add_replicated,
             replicas=config.min_replicas,
             wait_timeout=config.replica_timeout,
         )
@@ -226,28 +208,23 @@ class Dispatcher:
         task = self._get_task(name)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        queue = _queue_of(task, queue)
-        if self.tracer is not None:
-            with self.tracer(name) as trace:
-                return await self._add_many(task, payloads, trace, queue)
-        return await self._add_many(task, payloads, None, queue)
+        queue = _queue_of(task, queue, self._queues()[0])
+        with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
+            return await self._add_many(task, payloads, trace, queue)
 
     async def _add_many(
         self, task: Task, payloads: Iterable[Any], trace: dict[str, str] | None, queue: str | None
     ) -> list[TaskHandle]:
-        if trace is None:
-            if task.rate_limit_key is not None:
-                payloads = list(payloads)
-                for payload in payloads:
-                    task.rate_key_for(payload)
-            data = [self._plain(task, payload) for payload in payloads]
-        else:
-            data = [self._enqueue(task, payload, trace).data for payload in payloads]
+        form = task.dispatch_form
+        data = self._planner.entries(task, [form(payload)[0] for payload in payloads], trace)
         if not data:
             return []
-        ids = await self._add_replicated(data, queue)
+        config = self._config.current
+        add = self._backend.add if not config.min_replicas else self._replicated_add(config)
+        ids = await add(config.consumer_group, data, queue=queue)
         tracker, name = self._tracker, task.name
-        return [TaskHandle(message_id, name, tracker) for message_id in ids]
+        kept = self._queues()[1] if queue is None else queue
+        return [TaskHandle(message_id, name, tracker, kept) for message_id in ids]
 
     async def dispatch_delayed(
         self,
@@ -273,10 +250,8 @@ class Dispatcher:
     async def _add_delayed(
         self, name: str, payload: Any, run_at: float, queue: str | None
     ) -> TaskHandle:
-        if self.tracer is not None:
-            with self.tracer(name) as trace:
-                return await self._add_delayed_traced(name, payload, run_at, trace, queue)
-        return await self._add_delayed_traced(name, payload, run_at, None, queue)
+        with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
+            return await self._add_delayed_traced(name, payload, run_at, trace, queue)
 
     async def _add_delayed_traced(
         self,
@@ -287,34 +262,31 @@ class Dispatcher:
         queue: str | None,
     ) -> TaskHandle:
         task = self._get_task(name)
-        queue = _queue_of(task, queue)
-        wire_payload = encode_payload(payload, task.payload_type, task.name, task.extra_keys)
-        task.rate_key_for(payload)  # refuse a payload whose limit's key cannot be computed
+        queue = _queue_of(task, queue, self._queues()[0])
         delayed_id = str(uuid.uuid4())
-        group = self._config.current.consumer_group
-        member = delayed_member(
+        config = self._config.current
+        group = config.consumer_group
+        add_delayed: Callable[..., Awaitable[None]] = self._backend.add_delayed
+        if config.min_replicas:  # the delayed set's add, then the wait for the replicas
+            add_delayed = partial(
+                cast(ReplicatedAdd, self._backend).add_delayed_replicated,
+                replicas=config.min_replicas,
+                wait_timeout=config.replica_timeout,
+            )
+        wire, key = task.dispatch_form(payload)
+        member = self._planner.member(
             task,
-            wire_payload,
+            wire,
             run_at,
             id=delayed_id,
-            # Computed now, on the payload as given: the scheduler only has its JSON.
-            unique_key=task.message_unique_key(payload) if task.unique else None,
+            key=key,
             # The default queue's member has no field: it is what it always was.
             queue=None if queue == self._backend.stream_keys(group).queue else queue,
             dispatched_at=self._backend.now(),
             trace=trace,
         )
-        config = self._config.current
-        if config.min_replicas:
-            await cast(ReplicatedAdd, self._backend).add_delayed_replicated(
-                group,
-                member,
-                run_at,
-                task_id=delayed_id,
-                replicas=config.min_replicas,
-                wait_timeout=config.replica_timeout,
-            )
-        else:
-            await self._backend.add_delayed(group, member, run_at, task_id=delayed_id)
+        await add_delayed(group, member, run_at, task_id=delayed_id)
         self._scheduler.nudge(run_at)
-        return self._tracker.handle(delayed_id, task.name)
+        return self._tracker.handle(
+            delayed_id, task.name, self._queues()[1] if queue is None else queue
+        )

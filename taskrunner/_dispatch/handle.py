@@ -30,9 +30,9 @@ class Follower(Protocol):
     :class:`~taskrunner._dispatch.tracker.Tracker`, or a producer's. (A protocol, so
     that the tracker, which makes handles, is not imported by them.)"""
 
-    async def get_task(self, task_id: str) -> TaskInfo | None: ...
+    async def get_task(self, task_id: str, queue: str | None = None) -> TaskInfo | None: ...
 
-    async def cancel(self, task_id: str) -> bool: ...
+    async def cancel(self, task_id: str, queue: str | None = None) -> bool: ...
 
     async def result(
         self, task_id: str, task_name: str, limit: float | None, result_type: type[Any] | None
@@ -175,18 +175,24 @@ class TaskHandle:
 
     # A plain slotted class, not attrs.frozen: dispatch_many makes one per payload, and
     # a frozen attrs instance costs several times as much to build.
-    __slots__ = ("_tracker", "id", "task_name")
+    __slots__ = ("_tracker", "id", "queue", "task_name")
 
     id: str
     """The task id: the stream id of its entry, or, dispatched with a delay, its
     delayed member's id (which the entry it becomes keeps)."""
     task_name: str
     """The task's name."""
+    queue: str | None
+    """The queue it was dispatched to (``None``: not known, every queue is looked in).
+    Stream ids are unique per stream only, so the handle's lookups look there alone."""
 
-    def __init__(self, id: str, task_name: str, tracker: Follower) -> None:
+    def __init__(
+        self, id: str, task_name: str, tracker: Follower, queue: str | None = None
+    ) -> None:
         self.id = id
         self.task_name = task_name
         self._tracker = tracker
+        self.queue = queue
 
     def __repr__(self) -> str:
         return f"TaskHandle(id={self.id!r}, task_name={self.task_name!r})"
@@ -242,9 +248,9 @@ class TaskHandle:
     async def cancel(self) -> bool:
         """Cancel the task: :meth:`TaskRunner.cancel <taskrunner.TaskRunner.cancel>`."""
         require_trio("TaskHandle.cancel")
-        return await self._tracker.cancel(self.id)
+        return await self._tracker.cancel(self.id, self.queue)
 
     async def info(self) -> TaskInfo | None:
         """Where the task is now: :meth:`TaskRunner.get_task <taskrunner.TaskRunner.get_task>`."""
         require_trio("TaskHandle.info")
-        return await self._tracker.get_task(self.id)
+        return await self._tracker.get_task(self.id, self.queue)

@@ -48,18 +48,29 @@ class Tracker:
     def _group(self) -> str:
         return self._config.current.consumer_group
 
-    def handle(self, task_id: str, task_name: str) -> TaskHandle:
-        """The handle of a task just dispatched."""
-        return TaskHandle(id=task_id, task_name=task_name, tracker=self)
+    def handle(self, task_id: str, task_name: str, queue: str | None = None) -> TaskHandle:
+        """The handle of a task just dispatched (to ``queue``; ``None``: the backend's)."""
+        return TaskHandle(id=task_id, task_name=task_name, tracker=self, queue=queue)
 
-    async def get_task(self, task_id: str) -> TaskInfo | None:
+    def queues(self, queue: str | None = None) -> list[str]:
+        """The queues whose streams a lookup looks in, in order: ``queue`` alone when
+        given; else the configured queues, then those of registered tasks, then the
+        backend's own (every queue this runner may have dispatched to)."""
+        if queue is not None:
+            return [queue]
+        names = list(self._config.current.queue_names or ())
+        names += sorted({t.queue for t in self._tasks.values() if t.queue is not None})
+        names.append(self._backend.stream_keys(self._group).queue)
+        return list(dict.fromkeys(names))
+
+    async def get_task(self, task_id: str, queue: str | None = None) -> TaskInfo | None:
         """See :meth:`TaskRunner.get_task <taskrunner.TaskRunner.get_task>`."""
-        snapshot = await self._backend.lookup(self._group, task_id)
+        snapshot = await self._backend.lookup(self._group, task_id, queues=self.queues(queue))
         return None if snapshot is None else task_info(snapshot)
 
-    async def cancel(self, task_id: str) -> bool:
+    async def cancel(self, task_id: str, queue: str | None = None) -> bool:
         """See :meth:`TaskRunner.cancel <taskrunner.TaskRunner.cancel>`."""
-        done = await self._backend.cancel(self._group, task_id)
+        done = await self._backend.cancel(self._group, task_id, queues=self.queues(queue))
         if done.state is None:
             return False
         log.info("task %s cancelled while %s", task_id, done.state.value)

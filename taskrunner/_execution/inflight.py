@@ -4,11 +4,15 @@ The worker adds an entry when an action starts and removes it when it ends;
 the refresher asks which entries are due and, once the backend confirmed a
 refresh, marks them refreshed. ``due`` only reads, so a refresh that failed is
 retried on the next tick. An entry whose run is past its deadline (its
-``timeout``) is never due: its attempt has failed, and a thread that cannot
-be cancelled must not keep its message from being reclaimed. The entry of a
-run with a timeout also holds that run's cancel scope, so another part of the
-runner can cancel it by message id (:meth:`InFlight.scope_of`); a run without
-a timeout has no scope (entering one per run is too dear for the hot path).
+``timeout``), or *settled* (a thread whose outcome was decided, by its return
+or a stop, and which is still tracked until the worker is done with it), is
+never due: its attempt has failed, and a thread that cannot be cancelled must
+not keep its message from being reclaimed. Its concurrency slot, though, is
+still in use until the thread returns: :meth:`InFlight.lingering` lists those
+runs, whose slots the refresher keeps renewing (``max_concurrency`` holds
+while such a thread runs on). The entry of a run also holds the worker slot
+it runs in (:class:`Stoppable`), so another part of the runner can stop it by
+message id.
 
 Entries are keyed by queue and stream id (an id is unique only within its
 stream). A run that holds a concurrency slot is refreshed twice per
@@ -18,24 +22,31 @@ lease to spare, and a crashed runner's slot frees within one.
 
 Stopping (``TaskRunner.cancel``): the canceller (:mod:`taskrunner._serve.canceller`)
 asks the backend which of :meth:`InFlight.running` were asked to stop, and
-:meth:`InFlight.stop` marks each and cancels its run's scope, if it has one. A
-run without a scope (or a thread, which no scope stops) runs on, and the worker
-learns from :meth:`InFlight.remove` that it was asked to stop: its outcome is
-then discarded and it is acknowledged as cancelled.
+:meth:`InFlight.stop` marks each and stops its slot (cancels the worker's
+scope). A thread, which no scope stops, is left to run on: its run is
+acknowledged as cancelled at once and its outcome discarded. A settled entry
+has no slot to stop any more.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Protocol
 
 import attrs
-import trio
 
 from taskrunner.backends import SlotHold
 
 RefreshKey = tuple[str, str | None]
 """(consumer, queue): the ids of one refresh call."""
+
+
+class Stoppable(Protocol):
+    """Where a run runs: what stops it (:class:`taskrunner._serve.crew.Slot`)."""
+
+    def stop(self) -> None:
+        """Cancel the run (its worker's cancel scope); called once, while it runs."""
 
 
 @attrs.define
@@ -45,8 +56,9 @@ class _Entry:
     refresh_at: float
     hold: SlotHold | None
     deadline: float
-    scope: trio.CancelScope | None
+    slot: Stoppable | None
     stop_requested: bool = False
+    settled: bool = False
 
 
 class InFlight:
@@ -69,16 +81,16 @@ class InFlight:
         now: float,
         *,
         deadline: float = math.inf,
-        scope: trio.CancelScope | None = None,
+        slot: Stoppable | None = None,
         queue: str | None = None,
         hold: SlotHold | None = None,
     ) -> None:
-        """Track a run of ``queue`` started at ``now``; past ``deadline`` it is no
-        longer refreshed. A run that holds a slot (``hold``) is refreshed twice as
-        often."""
+        """Track a run of ``queue`` started at ``now``, in ``slot``; past ``deadline``
+        its message is no longer refreshed. A run that holds a concurrency slot
+        (``hold``) is refreshed twice as often."""
         period = reservation_timeout / 2 if hold is not None else reservation_timeout
         self._entries[queue, entry_id] = _Entry(
-            consumer, period, now + period, hold, deadline, scope
+            consumer, period, now + period, hold, deadline, slot
         )
 
     def remove(self, entry_id: str, *, queue: str | None = None) -> bool:
@@ -91,10 +103,14 @@ class InFlight:
         entry = self._entries.get((queue, entry_id))
         return entry is not None and entry.stop_requested
 
-    def scope_of(self, entry_id: str, *, queue: str | None = None) -> trio.CancelScope | None:
-        """The cancel scope of the run of ``entry_id`` (of ``queue``), while it runs."""
+    def settle(self, entry_id: str, *, queue: str | None = None) -> None:
+        """The outcome of the run of ``entry_id`` (a thread, tracked until the worker
+        removes it) is decided: its message is no longer refreshed, nor its slot
+        stopped; a concurrency slot it holds is still renewed (:meth:`lingering`)."""
         entry = self._entries.get((queue, entry_id))
-        return entry.scope if entry is not None else None
+        if entry is not None:
+            entry.settled = True
+            entry.slot = None
 
     def due(self, now: float, slack: float) -> dict[RefreshKey, list[str]]:
         """Ids due for a refresh by ``now + slack``, grouped by consumer and queue
@@ -102,8 +118,23 @@ class InFlight:
         out: dict[RefreshKey, list[str]] = defaultdict(list)
         horizon = now + slack
         for (queue, entry_id), entry in self._entries.items():
-            if entry.refresh_at <= horizon and entry.deadline > now:
+            if entry.refresh_at <= horizon and entry.deadline > now and not entry.settled:
                 out[entry.consumer, queue].append(entry_id)
+        return dict(out)
+
+    def lingering(self, now: float, slack: float) -> dict[str | None, list[str]]:
+        """Ids, by queue, of runs that hold a concurrency slot due for renewal by
+        ``now + slack`` whose message is no longer refreshed (past their deadline,
+        or settled): a thread still running holds its slot until it returns."""
+        out: dict[str | None, list[str]] = defaultdict(list)
+        horizon = now + slack
+        for (queue, entry_id), entry in self._entries.items():
+            if (
+                entry.hold is not None
+                and entry.refresh_at <= horizon
+                and (entry.deadline <= now or entry.settled)
+            ):
+                out[queue].append(entry_id)
         return dict(out)
 
     def holds(self, ids: list[str], *, queue: str | None = None) -> list[SlotHold]:
@@ -121,11 +152,15 @@ class InFlight:
 
     def running(self) -> list[str]:
         """Ids running now that were not asked to stop yet (what the canceller checks)."""
-        return [i for (_, i), entry in self._entries.items() if not entry.stop_requested]
+        return [
+            i
+            for (_, i), entry in self._entries.items()
+            if not entry.stop_requested and not entry.settled
+        ]
 
     def stop(self, entry_id: str) -> bool:
-        """Ask the run of ``entry_id`` (of whichever queue) to stop: cancel its scope,
-        if it has one.
+        """Ask the run of ``entry_id`` (of whichever queue) to stop: stop its slot
+        (cancel its worker's scope), unless it is settled.
 
         Returns:
             Whether it was running.
@@ -133,6 +168,7 @@ class InFlight:
         found = [entry for (_, i), entry in self._entries.items() if i == entry_id]
         for entry in found:
             entry.stop_requested = True
-            if entry.scope is not None:
-                entry.scope.cancel()
+            slot, entry.slot = entry.slot, None  # stopped once
+            if slot is not None:
+                slot.stop()
         return bool(found)

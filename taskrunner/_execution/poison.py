@@ -18,6 +18,11 @@ many times as that task has attempts; if several registered names appear
 :data:`UNIDENTIFIED_DELIVERY_LIMIT`. An entry delivered more often goes to
 the failure path without being decoded or run again.
 
+Such an entry may be a periodic schedule's run, whose schedule waits for its
+outcome (``overlap=False``): :func:`scheduled_run_in` finds the ``schedule``,
+``tick`` and ``id`` fields the same way, without decoding, so its failure is
+recorded for the schedule.
+
 Pure: no I/O, table-tested in ``tests/test_poison.py``.
 """
 
@@ -38,6 +43,20 @@ once or twice for unrelated reasons, few enough that an entry which kills
 every process that decodes it stops after three deaths."""
 
 _TASK_NAME = re.compile(rb'"task_name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_SCHEDULE = re.compile(rb'"schedule"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ID = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_TICK = re.compile(rb'"tick"\s*:\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)')
+
+
+def _strings(pattern: re.Pattern[bytes], raw: bytes) -> list[str]:
+    out = []
+    for match in pattern.finditer(raw):
+        try:
+            value = json.loads(b'"' + match.group(1) + b'"')
+        except ValueError:
+            continue
+        out.append(value)
+    return out
 
 
 def task_names_in(raw: bytes) -> list[str]:
@@ -46,14 +65,38 @@ def task_names_in(raw: bytes) -> list[str]:
     Values that are not valid JSON strings (a bad escape, invalid UTF-8) are
     skipped.
     """
-    names = []
-    for match in _TASK_NAME.finditer(raw):
-        try:
-            name = json.loads(b'"' + match.group(1) + b'"')
-        except ValueError:
-            continue
-        names.append(name)
-    return names
+    return _strings(_TASK_NAME, raw)
+
+
+@attrs.frozen(kw_only=True)
+class ScheduledRun:
+    """The periodic schedule's tick an entry serves, found without decoding it."""
+
+    schedule: str
+    tick: float
+    task_id: str | None
+    """The message's ``id`` (a retried run's first entry), if it has one."""
+
+
+def scheduled_run_in(raw: bytes | None) -> ScheduledRun | None:
+    """The ``schedule``, ``tick`` and ``id`` of an entry that is not decoded (pure).
+
+    Our messages write these fields after the payload, so the last occurrence of
+    each is the message's own (the payload may hold keys of the same names).
+
+    Returns:
+        ``None`` unless both a schedule name and a tick are found.
+    """
+    if not raw or b'"schedule"' not in raw:
+        return None
+    schedules = _strings(_SCHEDULE, raw)
+    ticks = _TICK.findall(raw)
+    if not schedules or not ticks:
+        return None
+    ids = _strings(_ID, raw)
+    return ScheduledRun(
+        schedule=schedules[-1], tick=float(ticks[-1]), task_id=ids[-1] if ids else None
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -1,5 +1,7 @@
 """Delayed tasks and periodic schedules (docs/periodic-tasks.md).
 
+- :mod:`.api`: ``TaskRunner.add_schedule``, ``TaskRunner.periodic`` and ``schedules`` (a base
+  of :class:`~taskrunner.TaskRunner`), their docstrings the contract;
 - :mod:`.delayed`: the delayed-task scheduler's decisions: what a due member becomes and
   how long to sleep (pure);
 - :mod:`.periodic`: what a periodic schedule is, its published document, the tick a run

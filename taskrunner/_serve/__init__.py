@@ -1,8 +1,8 @@
 """The services of :meth:`TaskRunner.serve <taskrunner.TaskRunner.serve>`, one module each.
 
 Each module is named after the node of ``serve``'s nursery tree it runs (the
-tree is drawn in :mod:`taskrunner._runner`), and exposes one ``async def
-run(..., *, task_status=trio.TASK_STATUS_IGNORED)``, a function or a method
+tree is drawn in :mod:`taskrunner._serve.tree`, which runs it), and exposes
+one ``async def run(..., *, task_status=trio.TASK_STATUS_IGNORED)``, a function or a method
 of the service's object, which calls ``task_status.started()`` once the
 service is ready; ``serve`` starts them with ``await nursery.start(...)`` in
 dependency order:
@@ -21,8 +21,11 @@ dependency order:
 - ``acker``: batched acks (``Acker.run``);
 - ``refresher``: keeps long runs from being reclaimed;
 - ``canceller``: stops the runs ``TaskRunner.cancel`` asked to stop;
-- ``worker``: the workers nursery, one task per message (``Worker.execute``),
-  and its drain;
+- ``worker``: the workers nursery (``Worker.execute`` runs one message), and its
+  drain;
+- ``crew``: the worker tasks, long-lived, each running messages in a cancel scope
+  of its own (what ``TaskRunner.cancel`` cancels). It has no ``run``: it lives in
+  the workers nursery;
 - ``fetcher``: reserve pool slots, claim or read, start (inside ``worker``);
 - ``pool``: the worker pool's capacity. It is state and has no ``run``;
 - ``finishing``: how a run's end is acknowledged (with its result, or as

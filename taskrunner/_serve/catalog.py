@@ -42,38 +42,58 @@ def catalog_document(
     stream: str,
     now: float,
     queue_streams: Mapping[str, str] | None = None,
+    default_queue: str | None = None,
 ) -> CatalogDocument:
     """What this instance publishes at ``now`` (the backend's clock): every registered
     task, served from its queue's stream (``queue_streams``, by queue name) or else
-    from ``stream``, counting until ``now + CATALOG_TTL`` (pure)."""
+    from ``stream`` (a task without a queue of its own: ``default_queue``'s stream, when
+    given), counting until ``now + CATALOG_TTL`` (pure)."""
     return CatalogDocument(
         host=host,
         instance=instance_id,
         expires=now + CATALOG_TTL,
-        tasks=catalog_tasks(tasks.values(), stream, queue_streams),
+        tasks=catalog_tasks(tasks.values(), stream, queue_streams, default_queue),
     )
 
 
 def catalog_tasks(
-    tasks: Iterable[Task], stream: str, queue_streams: Mapping[str, str] | None = None
+    tasks: Iterable[Task],
+    stream: str,
+    queue_streams: Mapping[str, str] | None = None,
+    default_queue: str | None = None,
 ) -> tuple[CatalogTask, ...]:
     """The catalog entries of registered ``tasks``, sorted by name: each served from
-    its queue's stream (``queue_streams[task.queue]``), or from ``stream`` (the
-    backend's queue) for a task with no queue of its own (pure)."""
+    its queue's stream (``queue_streams[task.queue]``); a task with no queue of its
+    own from ``default_queue``'s (where the runner sends it, see
+    ``TaskRunnerConfig.default_queue``), else from ``stream`` (the backend's queue)
+    (pure)."""
     streams = queue_streams or {}
+
+    def stream_of(task: Task) -> str:
+        queue = task.queue if task.queue is not None else default_queue
+        return stream if queue is None else streams.get(queue, stream)
+
     return tuple(
-        task.catalog_entry(stream if task.queue is None else streams.get(task.queue, stream))
-        for task in sorted(tasks, key=lambda task: task.name)
+        task.catalog_entry(stream_of(task)) for task in sorted(tasks, key=lambda task: task.name)
     )
 
 
 async def _publish(
-    backend: Backend, group: str, host: str, instance_id: str, tasks: Mapping[str, Task]
+    backend: Backend,
+    group: str,
+    host: str,
+    instance_id: str,
+    tasks: Mapping[str, Task],
+    default_queue: str | None,
 ) -> None:
     stream = backend.stream_keys(group).stream
     queues = {task.queue for task in tasks.values() if task.queue is not None}
+    if default_queue is not None:
+        queues.add(default_queue)
     streams = {queue: backend.stream_keys(group, queue).stream for queue in queues}
-    document = catalog_document(host, instance_id, tasks, stream, backend.now(), streams)
+    document = catalog_document(
+        host, instance_id, tasks, stream, backend.now(), streams, default_queue
+    )
     try:
         await backend.publish_catalog(group, document, CATALOG_TTL)
     except BackendError as exc:
@@ -87,6 +107,7 @@ async def run(
     instance_id: str,
     tasks: Mapping[str, Task],
     *,
+    default_queue: str | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Publish at once, then every :data:`PUBLISH_INTERVAL`, until cancelled; then
@@ -96,12 +117,12 @@ async def run(
     published within an interval. A failed publish is logged; the next one tries
     again.
     """
-    await _publish(backend, group, host, instance_id, tasks)
+    await _publish(backend, group, host, instance_id, tasks, default_queue)
     task_status.started()
     try:
         while True:
             await trio.sleep(PUBLISH_INTERVAL)
-            await _publish(backend, group, host, instance_id, tasks)
+            await _publish(backend, group, host, instance_id, tasks, default_queue)
     finally:
         with trio.move_on_after(REMOVE_TIMEOUT, shield=True):
             try:

@@ -15,14 +15,14 @@ robin of its own per fetcher), with
 gate last read them) are neither read nor reclaimed; with every queue paused
 the fetcher gives its slots back and waits for a change. Backend errors are logged and retried with
 backoff; they never end the loop. The fetchers run inside the workers nursery
-(:func:`taskrunner._serve.worker.run`), which starts one task per message
-they hand it.
+(:func:`taskrunner._serve.worker.run`), whose crew of worker tasks runs the
+messages they hand it (:mod:`taskrunner._serve.crew`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -31,6 +31,7 @@ from taskrunner._config import TaskRunnerConfig
 from taskrunner._execution.backoff import backoff_delay
 from taskrunner._flow.priorities import WeightedShares, read_plan
 from taskrunner._flow.slots import slot_request
+from taskrunner._serve.crew import Execute
 from taskrunner._serve.gate import Gate
 from taskrunner._serve.pool import WorkerPool
 from taskrunner.backends import Backend, QueueEntry
@@ -38,9 +39,9 @@ from taskrunner.errors import BackendError
 
 log = logging.getLogger(__name__)
 
-Execute = Callable[[QueueEntry, str], Awaitable[None]]
-"""Runs one message read by consumer ``str`` (:meth:`Worker.execute
-<taskrunner._serve.worker.Worker.execute>`); frees its pool slot when done."""
+Start = Callable[[QueueEntry, str], None]
+"""Starts one message read by consumer ``str`` on a worker (:meth:`Crew.start
+<taskrunner._serve.crew.Crew.start>`), whose run frees its pool slot when done."""
 
 BATCH_LINGER = 0.005
 """Longest a fetcher of a busy queue waits for more free slots before reading."""
@@ -63,7 +64,7 @@ class FetcherContext:
     pool: WorkerPool
     """Where slots are reserved before a read."""
     execute: Execute
-    """Started once per message read, in the workers nursery."""
+    """Runs one message read, on a worker of the workers nursery (:mod:`taskrunner._serve.crew`)."""
     counters: FetcherCounters
     gate: Gate
     """What is paused (paused queues are not read)."""
@@ -75,13 +76,12 @@ class FetcherContext:
 
 async def run(
     context: FetcherContext,
-    workers: trio.Nursery,
+    start: Start,
     fetcher_id: int,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Fetch messages as consumer ``fetcher_id`` and start each in ``workers``,
-    until cancelled.
+    """Fetch messages as consumer ``fetcher_id`` and ``start`` each, until cancelled.
 
     Calls ``task_status.started()`` before the first read.
 
@@ -89,7 +89,7 @@ async def run(
     are never started; they stay pending and are reclaimed after ``reclaim_delay``.
     """
     config, backend, pool = context.config, context.backend, context.pool
-    execute, counters = context.execute, context.counters
+    counters = context.counters
     gate, queues = context.gate, context.queues
     shares = WeightedShares(queues, context.weights) if context.weights else None
     consumer = config.consumer_name(fetcher_id)
@@ -153,4 +153,4 @@ async def run(
             pool.release(slots - len(entries))
         counters.fetched += len(entries)
         for entry in entries:
-            workers.start_soon(execute, entry, consumer)
+            start(entry, consumer)

@@ -32,6 +32,7 @@ from taskrunner._execution.outcomes import (
     outcome,
     success_document,
 )
+from taskrunner._execution.poison import scheduled_run_in
 from taskrunner._serve.acker import Acker
 from taskrunner._task import Task
 from taskrunner._wire import TaskMessage, decode_message, unique_lock
@@ -69,6 +70,21 @@ def periodic_outcome(
         tick=extras.tick,
         message_id=extras.id or entry_id,
         outcome=outcome,
+        at=now,
+    )
+
+
+def undecoded_outcome(raw: bytes | None, entry_id: str, now: float) -> RunOutcome | None:
+    """The failure to record for an entry that was not decoded, if it serves a periodic
+    schedule's tick (:func:`~taskrunner._execution.poison.scheduled_run_in`)."""
+    run = scheduled_run_in(raw)
+    if run is None:
+        return None
+    return RunOutcome(
+        schedule=run.schedule,
+        tick=run.tick,
+        message_id=run.task_id or entry_id,
+        outcome="failed",
         at=now,
     )
 
@@ -185,11 +201,17 @@ class Finishing:
         started_at: float | None,
         *,
         queue: str | None = None,
+        raw: bytes | None = None,
     ) -> None:
         """Acknowledge an entry (of ``queue``) the failure path handled (with its
-        failure, when its task keeps results)."""
+        failure, when its task keeps results). An entry not decoded (``message`` is
+        ``None``; ``raw``, its bytes) that serves a periodic schedule's tick records
+        that run's failure, so the schedule does not wait for its in-flight mark to
+        expire."""
         if message is None:
-            self._acker.ack(entry_id, None, queue=queue)
+            self._acker.ack(
+                entry_id, None, undecoded_outcome(raw, entry_id, self._backend.now()), queue=queue
+            )
             return
         keep = keep_of(self._tasks.get(message.task_name), message)
         document = None

@@ -84,6 +84,15 @@ def dispatched_at(entry_id: str, message: TaskMessage) -> float:
     return int(entry_id.partition("-")[0]) / 1000
 
 
+def task_id_of(delivery: Delivery) -> str | None:
+    """The task's id of a failed delivery, for its dead letter: the message's ``id``
+    (a retried or delayed task's, kept across its entries), else its stream id; ``None``
+    for an entry not decoded (its id is inside the bytes)."""
+    if delivery.message is None:
+        return None
+    return delivery.message.id or delivery.id
+
+
 def member_queue(backend: Backend, group: str, queue: str | None) -> str | None:
     """The ``queue`` field of a delayed member that re-queues an entry read from
     ``queue``: ``None`` (no field) for the backend's default queue, so a
@@ -335,6 +344,7 @@ class Outcomes:
                     delivery.raw,
                     reason,
                     queue=delivery.queue,
+                    task_id=task_id_of(delivery),
                 )
             except BackendError as exc:
                 log.error(
@@ -350,4 +360,5 @@ class Outcomes:
             error,
             started_at,
             queue=delivery.queue,
+            raw=delivery.raw,
         )

@@ -290,7 +290,10 @@ class Periodic:
                     message=self.message(schedule, tick),
                     exclusive=not schedule.overlap,
                     in_flight_ttl=schedule.in_flight_ttl,
-                    queue=self._tasks[schedule.task].queue,
+                    queue=self._config.current.queue_of(
+                        self._tasks[schedule.task].queue,
+                        self._backend.stream_keys(self._group).queue,
+                    ),
                 )
                 for tick in due.fire
             ]

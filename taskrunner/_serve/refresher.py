@@ -14,7 +14,11 @@ A run holding a concurrency slot is due twice per reservation timeout (see
 one more call (:meth:`~taskrunner.backends.FlowControl.renew_slots`) before
 the messages are; such a run is marked refreshed only when both succeeded.
 A slot found lost (its lease expired and another run took it) is logged: the
-run goes on, one over its task's limit until it ends.
+run goes on, one over its task's limit until it ends. A thread past its
+timeout, or stopped, is no longer refreshed (its message may be reclaimed,
+or was acked), but its slot is renewed all the same until the thread returns
+(:meth:`InFlight.lingering <taskrunner._execution.inflight.InFlight.lingering>`): the
+thread still runs, and counts against ``max_concurrency``.
 """
 
 from __future__ import annotations
@@ -44,8 +48,11 @@ async def run(
     while True:
         interval = tick()
         await trio.sleep(interval)
-        due = inflight.due(trio.current_time(), interval)
+        now = trio.current_time()
+        due = inflight.due(now, interval)
+        lingering = inflight.lingering(now, interval)
         holds = [h for (_, queue), ids in due.items() for h in inflight.holds(ids, queue=queue)]
+        holds += [h for queue, ids in lingering.items() for h in inflight.holds(ids, queue=queue)]
         slots_renewed = True
         if holds:
             try:
@@ -64,6 +71,9 @@ async def run(
                         "was taken); it runs on, over the limit until it ends",
                         hold.task,
                     )
+                sent = trio.current_time()
+                for queue, ids in lingering.items():
+                    inflight.refreshed(ids, sent, queue=queue)
         for (consumer, queue), ids in due.items():
             sent = trio.current_time()
             try:

@@ -1,8 +1,10 @@
-"""The workers: one trio task per message, each running one attempt of its task.
+"""The workers: each message run as one attempt of its task, by a worker of the crew.
 
 :func:`run` is the workers nursery of ``serve``: it starts the fetchers inside
-it (:mod:`taskrunner._serve.fetcher`), each of which starts
-:meth:`Worker.execute` once per message it read, in this nursery, so the pool
+it (:mod:`taskrunner._serve.fetcher`), each of which hands every message it
+read to the crew (:mod:`taskrunner._serve.crew`), whose long-lived worker
+tasks run :meth:`Worker.execute` once per message, each in its worker's
+cancel scope (a :class:`~taskrunner._serve.crew.Slot`), so the pool
 (:mod:`taskrunner._serve.pool`) bounds how many run at once. Once stopped,
 the fetchers are cancelled at once and the running tasks get the grace to
 finish; the nursery drains before the services around it stop.
@@ -18,10 +20,9 @@ Running one message is four steps, one method each:
    rate limit or while something is paused (two flags: no await otherwise),
    the gate (:mod:`taskrunner._serve.gate`) admits the run, or parks or
    defers it (it runs later, and this delivery is not an attempt); then the
-   attempt, in a cancel scope of its own
-   whose deadline is the task's ``timeout`` when it has one (registered in
-   :class:`~taskrunner._execution.inflight.InFlight` by message id; a run without a
-   timeout has none, which keeps the hot path cheap): the middlewares, if any,
+   attempt, registered in :class:`~taskrunner._execution.inflight.InFlight` by
+   message id with its slot (what a cancel stops), in a cancel scope of its own
+   whose deadline is the task's ``timeout`` when it has one: the middlewares, if any,
    around the action, given a :class:`~taskrunner.TaskContext` if it takes
    one; a plain ``def`` action in a worker thread. With no middleware and no
    context the action is awaited directly, so the hot path builds nothing
@@ -34,13 +35,15 @@ theirs; it is acked for this group only (see :mod:`taskrunner._serve.sharing`).
 Cancelled (hard shutdown): nothing is acked; the message is reclaimed later.
 
 Cancelled by ``TaskRunner.cancel`` (the canceller, :mod:`taskrunner._serve.canceller`,
-marks the run in :class:`~taskrunner._execution.inflight.InFlight` and cancels its scope):
-the run is acked as cancelled, never retried, its lock released, and recorded
-as cancelled when its task keeps results; so is a run that failed, or returned,
-once asked to stop. A run has a scope to cancel when it has a deadline (a
-``timeout``); a run without one (entering a scope per run costs too much for
-the hot path) and a thread are not interrupted: they run to their end, and
-their outcome is discarded. A
+marks the run in :class:`~taskrunner._execution.inflight.InFlight` and stops its
+slot, which cancels the worker's scope): every async run is interrupted, with
+or without a timeout. The cancellation leaves the run inside a spent scope,
+where any await would be cancelled too, so the rest of the run is left to the
+slot (:meth:`Worker._stopped`, awaited once the worker left that scope): the
+run is acked as cancelled, never retried, its lock released, and recorded as
+cancelled when its task keeps results. A thread is not interrupted: its run is
+acked as cancelled at once, and it keeps its pool slot (and concurrency slot)
+until it returns; its outcome is discarded. A
 redelivered entry is checked for a stop request before anything else (it may
 have been cancelled while its worker was dead).
 
@@ -91,6 +94,7 @@ from taskrunner._execution.middleware import CallNext, Middleware, run_chain
 from taskrunner._execution.poison import delivery_limit
 from taskrunner._fleet.timings import TimingRecorder
 from taskrunner._serve import fetcher
+from taskrunner._serve.crew import Crew, Slot
 from taskrunner._serve.fetcher import FetcherContext
 from taskrunner._serve.gate import NO_HOLD, Gate, Hold
 from taskrunner._serve.outcome import Outcomes, brief, dispatched_at
@@ -218,8 +222,9 @@ class Worker:
     def counters(self) -> Any:
         return self.outcomes.counters
 
-    async def execute(self, entry: QueueEntry, consumer: str) -> None:
-        """Run one message; frees its pool slot when done, whatever happens.
+    async def execute(self, entry: QueueEntry, consumer: str, slot: Slot) -> None:
+        """Run one message in ``slot``; frees its pool slot when done, whatever happens,
+        unless it leaves its ending to the slot (stopped: see :mod:`taskrunner._serve.crew`).
 
         Never raises but for cancellation: one entry must not stop ``serve``.
         """
@@ -234,7 +239,7 @@ class Worker:
             if isinstance(prepared, _Refused):
                 await self._refuse(prepared)
             else:
-                await self._run(entry, consumer, *prepared)
+                await self._run(entry, consumer, slot, *prepared)
         except Exception:
             # Only a bug gets here (ours, or an exception whose str() raises...).
             # The entry stays pending and comes back after reclaim_delay, past its
@@ -243,7 +248,8 @@ class Worker:
                 "unexpected error while handling message %s; leaving it pending", entry.id
             )
         finally:
-            self._pool.release()
+            if slot.ending is None:
+                self._pool.release()
 
     # Step 2: prepare -------------------------------------------------------------
     # (Synchronous, as the run is: every coroutine layer on the hot path costs.)
@@ -278,7 +284,13 @@ class Worker:
 
     # Step 3: run -------------------------------------------------------------------
     async def _run(
-        self, entry: QueueEntry, consumer: str, task: Task, message: TaskMessage, payload: Any
+        self,
+        entry: QueueEntry,
+        consumer: str,
+        slot: Slot,
+        task: Task,
+        message: TaskMessage,
+        payload: Any,
     ) -> None:
         hold = NO_HOLD
         if task.limited or self._gate.pausing:
@@ -296,9 +308,8 @@ class Worker:
         keep = extras.keep_result if extras is not None else None
         if keep is None:
             keep = task.keep_result
-        # A run gets a cancel scope when it has a deadline (TaskRunner.cancel then
-        # interrupts it through it too): entering one costs about a third of the
-        # in-memory throughput of no-op tasks, too much for runs that do not need one.
+        # TaskRunner.cancel cancels the slot's long-lived scope (see _serve.crew); a
+        # timeout gets a scope of its own, with its deadline.
         scope = None if timeout is None else trio.CancelScope(deadline=started + timeout)
         deadline = math.inf if timeout is None else started + timeout
         self._inflight.add(
@@ -307,7 +318,7 @@ class Worker:
             task.reservation,
             started,
             deadline=deadline,
-            scope=scope,
+            slot=slot,
             queue=entry.queue,
             hold=hold.slot,
         )
@@ -327,24 +338,41 @@ class Worker:
                         value = await task.action(payload)
                     else:
                         value = await self._call(entry, task, message, payload, deadline, thread)
-                if scope.cancelled_caught and not self._inflight.stop_requested(
-                    entry.id, queue=entry.queue
-                ):
-                    # The deadline, or TaskRunner.cancel (a stop request, said above),
-                    # cancels a run's scope.
+                if scope.cancelled_caught:
                     assert timeout is not None
                     error = TaskTimeout(task.name, entry.id, timeout)
         except Exception as exc:
             error = exc
         finally:
-            if thread is None:
+            if slot.stopped:
+                # Stopped (only a stop request cancels the slot's scope, and only while
+                # its entry runs): the rest of the run awaits, so it waits until the
+                # worker has left the spent scope.
+                if thread is not None:
+                    self._inflight.settle(entry.id, queue=entry.queue)
+                slot.ending = partial(
+                    self._stopped,
+                    entry,
+                    task,
+                    message,
+                    thread,
+                    _Ending(keep, begun, None, True),
+                    hold,
+                    started,
+                )
+            elif thread is None:
                 stopped = self._inflight.remove(entry.id, queue=entry.queue)
                 if hold is not NO_HOLD:  # the run's end: its slot given back
                     await self._gate.release(hold)
-            elapsed = trio.current_time() - started
-            self._timings.record(task.name, elapsed)
-            if self.observers:
-                self._notify(task.name, elapsed, error is None)
+            else:  # its outcome is decided now: no stop interrupts what follows
+                self._inflight.settle(entry.id, queue=entry.queue)
+            if slot.ending is None:
+                elapsed = trio.current_time() - started
+                self._timings.record(task.name, elapsed)
+                if self.observers:
+                    self._notify(task.name, elapsed, error is None)
+        if slot.ending is not None:
+            return
         if error is None and thread is None and not stopped:
             if keep is None:
                 self.outcomes.done(entry.id, message, entry.queue)  # step 4, the hot path's outcome
@@ -368,6 +396,38 @@ class Worker:
         )
 
     # Step 4: the outcome -------------------------------------------------------------
+    async def _stopped(
+        self,
+        entry: QueueEntry,
+        task: Task,
+        message: TaskMessage,
+        thread: _Thread | None,
+        ending: _Ending,
+        hold: Hold,
+        started: float,
+    ) -> None:
+        """The end of a run stopped by ``TaskRunner.cancel`` (awaited outside the worker's
+        spent scope): acked as cancelled; a thread, which runs on, keeps the run's pool
+        and concurrency slots until it returns."""
+        try:
+            self.outcomes.cancelled(entry, message, ending.keep, ending.started_at)
+            elapsed = trio.current_time() - started
+            self._timings.record(task.name, elapsed)
+            if self.observers:
+                self._notify(task.name, elapsed, False)
+            if thread is not None and not thread.returned:
+                log.info(
+                    "task %s (message %s) was cancelled in a thread that is still running: "
+                    "its pool slot frees when it returns",
+                    task.name,
+                    entry.id,
+                )
+                await thread.done.wait()
+        finally:
+            self._inflight.remove(entry.id, queue=entry.queue)
+            if hold is not NO_HOLD:
+                await self._gate.release(hold)
+
     async def _outcome(
         self,
         entry: QueueEntry,
@@ -552,12 +612,14 @@ async def run(
             starts, and again to report it).
     """
     async with trio.open_nursery() as workers:
+        crew = Crew(fetching.execute, workers, fetching.pool)
         async with trio.open_nursery() as fetchers:
             for fetcher_id in range(1, fetching.config.num_fetchers + 1):
-                await fetchers.start(fetcher.run, fetching, workers, fetcher_id)
+                await fetchers.start(fetcher.run, fetching, crew.start, fetcher_id)
             task_status.started(workers.cancel_scope)
             await stop.wait()
             fetchers.cancel_scope.cancel()
+        crew.close()
         seconds = grace()
         running = fetching.pool.in_use
         if running:

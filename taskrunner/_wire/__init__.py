@@ -7,7 +7,8 @@ one reader here, so the bytes are decided in one place and pinned by golden
 tests (tests/test_wire.py). This docstring is the specification of those bytes;
 docs/go-interop.md says the same for users. Each kind has a module of its own
 (``message``, ``locks``, ``delayed``, ``metrics``; ``encoding`` holds the JSON
-conventions they share), and everything is imported from ``taskrunner._wire``.
+conventions they share, ``frames`` the splicing that encodes a payload once),
+and everything is imported from ``taskrunner._wire``.
 
 **The stream message** (``message``: :class:`TaskMessage`, :func:`new_message`,
 :func:`encode_message`, :func:`decode_message`). A stream entry has one field,
@@ -160,11 +161,18 @@ from taskrunner._wire.catalog import CatalogTask as CatalogTask
 from taskrunner._wire.catalog import decode_catalog as decode_catalog
 from taskrunner._wire.catalog import encode_catalog as encode_catalog
 from taskrunner._wire.catalog import served as served
+from taskrunner._wire.catalog import served_keep_result as served_keep_result
 from taskrunner._wire.delayed import DelayedTask as DelayedTask
 from taskrunner._wire.delayed import decode_delayed as decode_delayed
 from taskrunner._wire.delayed import encode_delayed as encode_delayed
+from taskrunner._wire.delayed import encode_delayed_around as encode_delayed_around
 from taskrunner._wire.delayed import new_delayed as new_delayed
 from taskrunner._wire.delayed import retry_delayed as retry_delayed
+from taskrunner._wire.frames import PAYLOAD_MARK as PAYLOAD_MARK
+from taskrunner._wire.frames import check_size as check_size
+from taskrunner._wire.frames import frame_size as frame_size
+from taskrunner._wire.frames import payload_bytes as payload_bytes
+from taskrunner._wire.frames import plain_encoder as plain_encoder
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX as UNIQUE_LOCK_PREFIX
 from taskrunner._wire.locks import message_unique_key as message_unique_key
 from taskrunner._wire.locks import unique_lock as unique_lock
@@ -175,7 +183,6 @@ from taskrunner._wire.message import TaskSettings as TaskSettings
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
 from taskrunner._wire.message import new_message as new_message
-from taskrunner._wire.message import plain_encoder as plain_encoder
 from taskrunner._wire.message import reservation_ns as reservation_ns
 from taskrunner._wire.message import unique_for_seconds as unique_for_seconds
 from taskrunner._wire.metrics import SCHEDULE_TIMING_NAME as SCHEDULE_TIMING_NAME
@@ -208,6 +215,7 @@ from taskrunner._wire.results import succeeded as succeeded
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "NOTIFY_TTL",
+    "PAYLOAD_MARK",
     "SCHEDULE_TIMING_NAME",
     "UNIQUE_LOCK_PREFIX",
     "CatalogDocument",
@@ -224,20 +232,24 @@ __all__ = [
     "add_timing",
     "cancelled",
     "cancelled_head",
+    "check_size",
     "decode_catalog",
     "decode_delayed",
     "decode_message",
     "decode_result",
     "encode_catalog",
     "encode_delayed",
+    "encode_delayed_around",
     "encode_message",
     "encode_result",
     "encode_succeeded",
     "failed",
+    "frame_size",
     "message_unique_key",
     "new_delayed",
     "new_message",
     "notify_ttl",
+    "payload_bytes",
     "plain_encoder",
     "read_timing",
     "removal_of",
@@ -248,6 +260,7 @@ __all__ = [
     "schedule_timing",
     "schedule_timing_name",
     "served",
+    "served_keep_result",
     "succeeded",
     "task_fields",
     "task_names_in",

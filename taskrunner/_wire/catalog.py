@@ -120,6 +120,15 @@ def decode_catalog(raw: bytes) -> CatalogDocument:
     )
 
 
+def served_keep_result(documents: Iterable[CatalogDocument], name: str, now: float) -> float | None:
+    """How long the fleet keeps the results of task ``name`` (pure): the largest
+    ``keep_result`` of its live entries, ``None`` when none keeps them. What a cancel
+    records a removed task for when its message does not say (a producer that is not
+    strict does not know); ``lua/track.lua`` applies the same rule."""
+    keeps = [t.keep_result for t in served(documents, name, now) if t.keep_result is not None]
+    return max(keeps) if keeps else None
+
+
 def served(documents: Iterable[CatalogDocument], name: str, now: float) -> list[CatalogTask]:
     """Every live entry for task ``name`` (pure): one per instance serving it, by host.
 

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from taskrunner._wire.encoding import dumps, field, json_object
+from taskrunner._wire.frames import PAYLOAD_MARK
 from taskrunner._wire.message import TaskMessage, extras_of
 from taskrunner.errors import InvalidTaskPayload
 
@@ -154,6 +155,19 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
         raise InvalidTaskPayload(f"not JSON-serialisable: {exc}", task_name=delayed.task) from exc
+
+
+def encode_delayed_around(delayed: DelayedTask, body: bytes) -> bytes | None:
+    """The JSON of ``delayed``, whose payload is :data:`PAYLOAD_MARK`, with ``body``
+    (the payload's JSON, encoded once) in its place: the bytes :func:`encode_delayed`
+    writes for that payload. ``None`` when the mark is not found exactly once (a
+    trace holding it, say): then encode the member whole."""
+    mark = dumps(PAYLOAD_MARK).encode()
+    data = encode_delayed(delayed)
+    if data.count(mark) != 1:
+        return None
+    head, _, tail = data.partition(mark)
+    return head + body + tail
 
 
 def decode_delayed(raw: bytes) -> DelayedTask:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -255,44 +254,6 @@ def encode_message(message: TaskMessage) -> bytes:
             task_name=message.task_name,
         )
     return data
-
-
-_MARK = "\x00taskrunner:payload\x00"
-"""A payload no task name can hold (names have no control characters in practice; if one
-does, :func:`plain_encoder` falls back to :func:`encode_message`)."""
-
-
-def plain_encoder(task: TaskSettings) -> Callable[[Any], bytes]:
-    """``encode_message(new_message(task, payload))`` as a function of ``payload``, for a
-    task that is not unique, made once per task: the message's bytes around the payload
-    are encoded here, once, so each call encodes only the payload. The same bytes and
-    the same refusals as :func:`encode_message` (tests/test_wire.py holds them equal).
-
-    Raises (from the function it returns):
-        InvalidTaskPayload: the payload is not JSON-serialisable, or the message too large.
-    """
-    name = task.name
-    mark = dumps(_MARK).encode()
-    sample = encode_message(new_message(task, _MARK))
-    if task.unique or sample.count(mark) != 1:
-        return lambda payload: encode_message(new_message(task, payload))
-    head, _, tail = sample.partition(mark)
-    frame = len(head) + len(tail)
-
-    def encode(payload: Any) -> bytes:
-        try:
-            body = dumps(payload).encode()
-        except (TypeError, ValueError) as exc:
-            raise InvalidTaskPayload(f"not JSON-serialisable: {exc}", task_name=name) from exc
-        if frame + len(body) > MAX_MESSAGE_BYTES:
-            raise InvalidTaskPayload(
-                f"encoded message is {frame + len(body)} bytes, over the "
-                f"{MAX_MESSAGE_BYTES}-byte limit",
-                task_name=name,
-            )
-        return head + body + tail
-
-    return encode
 
 
 def decode_message(raw: bytes | None) -> TaskMessage:

@@ -3,9 +3,11 @@
 Theory of operation: :mod:`taskrunner.admin`'s dead-letter functions from the
 shell, with the Redis options of the other operator commands (see
 :mod:`taskrunner.cli.stats`). ``list`` pages through the oldest dead letters
-(``--count``, ``--after``); ``show`` prints one with its original entry;
-``replay ID...`` dispatches those again (a fresh attempt count, the same task
-id, removed from the dead-letter stream in one atomic step), and ``replay
+(``--count``, ``--after``); ``show`` prints one with its original entry.
+Every subcommand acts on every queue of the group unless ``--queue`` names one
+(each dead letter says its queue). ``replay ID...`` dispatches those again (a
+fresh attempt count, the same task id, removed from the dead-letter stream in
+one atomic step), and ``replay
 --all`` every one of them; ``purge ID...`` or ``purge --all`` deletes them.
 What cannot be undone asks for ``--yes``: ``replay --all`` and every
 ``purge``; without it they refuse with one line and exit code 2. ``--json``
@@ -47,6 +49,7 @@ def dead_document(dead: DeadLetterInfo) -> dict[str, Any]:
         "dead_at": dead.dead_at,
         "message_id": dead.message_id,
         "group": dead.group,
+        "queue": dead.queue,
         "raw": _text(dead.raw),
     }
 
@@ -67,7 +70,10 @@ def _when(seconds: float) -> str:
 
 
 def _line(dead: DeadLetterInfo) -> str:
-    return f"{dead.id}  {_when(dead.dead_at)}  {dead.task_name or '?'}  {dead.reason}"
+    return (
+        f"{dead.id}  {_when(dead.dead_at)}  {dead.queue or '?'}  {dead.task_name or '?'}  "
+        f"{dead.reason}"
+    )
 
 
 def _print_json(doc: Any) -> None:
@@ -86,7 +92,9 @@ def _list(args: argparse.Namespace) -> int:
     found, code = run_on_redis(
         f"{PROG} list",
         args,
-        lambda backend: admin.dead_letters(backend, args.group, count=args.count, after=args.after),
+        lambda backend: admin.dead_letters(
+            backend, args.group, count=args.count, after=args.after, queue=args.queue
+        ),
     )
     if found is None:
         return code
@@ -103,7 +111,9 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     prog = f"{PROG} show"
     found, code = run_on_redis(
-        prog, args, lambda backend: admin.dead_letter(backend, args.group, args.dead_id)
+        prog,
+        args,
+        lambda backend: admin.dead_letter(backend, args.group, args.dead_id, queue=args.queue),
     )
     if code:
         return code
@@ -139,11 +149,17 @@ def _replay(args: argparse.Namespace) -> int:
         results, code = run_on_redis(
             prog,
             args,
-            lambda backend: admin.replay_all_dead_letters(backend, args.group, confirm=True),
+            lambda backend: admin.replay_all_dead_letters(
+                backend, args.group, confirm=True, queue=args.queue
+            ),
         )
     else:
         results, code = run_on_redis(
-            prog, args, lambda backend: admin.replay_dead_letters(backend, args.group, args.ids)
+            prog,
+            args,
+            lambda backend: admin.replay_dead_letters(
+                backend, args.group, args.ids, queue=args.queue
+            ),
         )
     if results is None:
         return code
@@ -173,7 +189,9 @@ def _purge(args: argparse.Namespace) -> int:
     deleted, code = run_on_redis(
         prog,
         args,
-        lambda backend: admin.purge_dead_letters(backend, args.group, ids, confirm=True),
+        lambda backend: admin.purge_dead_letters(
+            backend, args.group, ids, confirm=True, queue=args.queue
+        ),
     )
     if deleted is None:
         return code
@@ -188,7 +206,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="dead_command", metavar="ACTION", required=True)
 
     listing = commands.add_parser("list", help="the oldest dead letters, one line each")
-    redis_arguments(listing)
+    redis_arguments(listing, every_queue=True)
     listing.add_argument(
         "--count", type=positive_int, default=100, help="at most this many (default: %(default)s)"
     )
@@ -199,7 +217,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
     show = commands.add_parser("show", help="one dead letter, with its original entry")
     show.add_argument("dead_id", metavar="ID", help="the dead-letter id (from 'dead list')")
-    redis_arguments(show)
+    redis_arguments(show, every_queue=True)
     show.set_defaults(dead_run=_show)
 
     replay = commands.add_parser(
@@ -208,14 +226,14 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     replay.add_argument("ids", metavar="ID", nargs="*", help="the dead-letter ids to replay")
     replay.add_argument("--all", action="store_true", help="replay every dead letter (needs --yes)")
     replay.add_argument("--yes", action="store_true", help="confirm --all")
-    redis_arguments(replay)
+    redis_arguments(replay, every_queue=True)
     replay.set_defaults(dead_run=_replay)
 
     purge = commands.add_parser("purge", help="delete dead letters (needs --yes)")
     purge.add_argument("ids", metavar="ID", nargs="*", help="the dead-letter ids to delete")
     purge.add_argument("--all", action="store_true", help="delete every dead letter")
     purge.add_argument("--yes", action="store_true", help="really delete (they are gone for good)")
-    redis_arguments(purge)
+    redis_arguments(purge, every_queue=True)
     purge.set_defaults(dead_run=_purge)
 
 

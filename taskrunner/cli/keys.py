@@ -4,7 +4,10 @@ Lists the keys the backend's
 :meth:`Inspection.list_keys <taskrunner.backends.Inspection.list_keys>` finds (the
 group's fixed keys, plus every heartbeat and unique-lock key), each with its type,
 size and TTL, and sets the counts of that listing beside what the key layout's "Key count"
-section predicts for one group (G = 1). Per-group keys are "at most one":
+section predicts for one group (G = 1) of Q queues (a stream, ring and dead-letter
+stream each; Q is the number of queues the listing shows). Every key the group owns
+is listed: every queue's keys, results, the paused set and the flow-control keys of
+its tasks (T: per task that uses them). Per-group keys are "at most one":
 Redis deletes an empty ZSET, the lease exists only while a leader lives, the
 tuning key only while tuning publishes, and the stream, ring and metrics hash
 appear with first use. Heartbeats (I) and unique locks (U) are not per group.
@@ -19,6 +22,7 @@ import json
 from typing import Any
 
 from taskrunner.backends import KeyCounts, KeyKind
+from taskrunner.backends._layout import queues_in
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import Command
 from taskrunner.cli.groups import require_group
@@ -49,7 +53,14 @@ LAYOUT = (
     (KeyKind.DEAD_LETTER, EXTRA, "<= G", "0-1"),
     (KeyKind.RESULT, "results", "R", "R"),
     (KeyKind.RESULT_NOTICE, "result notices", "<= R", "<= R"),
+    (KeyKind.PAUSED, "paused sets", "<= G", "0-1"),
+    (KeyKind.CONCURRENCY, "concurrency slots", "<= T", "<= T"),
+    (KeyKind.RATE, "rate-limit logs", "<= T", "<= T"),
+    (KeyKind.RATE_PACE, "rate-limit paces", "<= T", "<= T"),
+    (KeyKind.PARKED, "parked sets", "<= T", "<= T"),
 )
+PER_QUEUE = frozenset({KeyKind.STREAM, KeyKind.CLAIM_DELAY_RING, KeyKind.DEAD_LETTER})
+"""The kinds of key there is one of per queue of the group (Q queues: Q, or "<= Q")."""
 CATEGORIES = {kind: category for kind, category, _, _ in LAYOUT}
 """The "Key count" category of each kind of key."""
 NOTES = {
@@ -63,6 +74,11 @@ NOTES = {
     "desired instance counts": "ours: target_wait, for an autoscaler",
     "results": "ours: kept results of this group's tasks",
     "result notices": "ours: for result waiters, at most 60 s each",
+    "paused sets": "ours: paused queues and tasks",
+    "concurrency slots": "ours: per task with max_concurrency (T)",
+    "rate-limit logs": "ours: per task (and key) with a rate_limit",
+    "rate-limit paces": "ours: per task (and key) with a rate_limit",
+    "parked sets": "ours: per paused task with parked runs",
 }
 
 
@@ -82,16 +98,24 @@ async def collect(backend: RedisBackend, group: str) -> dict[str, Any]:
     ]
     # Counted from the listing itself, so the table always adds up to the keys shown.
     found_counts = KeyCounts.of(k.kind for k in found)
+    queues = len(queues_in((k.name for k in found), backend.stream_keys(group)))
     counts = [
         {
             "category": category,
             "layout": formula,
-            "expected": expected,
+            "expected": _per_queue(expected, queues) if kind in PER_QUEUE else expected,
             "found": found_counts[kind],
         }
         for kind, category, formula, expected in LAYOUT
     ]
     return {"group": group, "keys": keys, "counts": counts, "total": found_counts.total}
+
+
+def _per_queue(expected: str, queues: int) -> str:
+    """What a per-queue formula means for a group of ``queues`` queues (one: as is)."""
+    if queues <= 1:
+        return expected
+    return str(queues) if expected == "1" else f"0-{queues}"
 
 
 def _ttl(value: float | None) -> str:

@@ -35,9 +35,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from taskrunner import _wire
+from taskrunner import _wire, admin
 from taskrunner._fleet.stats import Stats, compute_stats
 from taskrunner._flow.limits import Paused
+from taskrunner.backends import QueueMetrics
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import DEFAULT_WORKERS, Command, fail, paused_text, positive_int
 from taskrunner.cli.groups import UnknownGroup, require_group
@@ -52,8 +53,12 @@ TIMEOUT = 30.0
 # Shared by stats, keys and flush ------------------------------------------------
 
 
-def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True) -> None:
-    """``--url``, ``--group``, ``--prefix``, ``--queue`` (and ``--json``)."""
+def redis_arguments(
+    parser: argparse.ArgumentParser, *, json_option: bool = True, every_queue: bool = False
+) -> None:
+    """``--url``, ``--group``, ``--prefix``, ``--queue`` (and ``--json``); with
+    ``every_queue``, ``--queue`` names one queue of the group and defaults to
+    ``None`` (every queue), the backend being made with its own queue (``tasks``)."""
     parser.add_argument(
         "--url", required=True, help="Redis URL, e.g. redis://localhost:6379/0 (required)"
     )
@@ -66,11 +71,19 @@ def redis_arguments(parser: argparse.ArgumentParser, *, json_option: bool = True
         help="stream prefix, as given to RedisBackend "
         "(default: taskrunner:<group>, the group's own stream)",
     )
-    parser.add_argument(
-        "--queue",
-        default="tasks",
-        help="stream name, as given to RedisBackend (default: %(default)s)",
-    )
+    if every_queue:
+        parser.add_argument(
+            "--queue",
+            default=None,
+            help="one queue of the group (default: every queue of the group: the "
+            "backend's own, the catalog's, the paused ones and those with keys)",
+        )
+    else:
+        parser.add_argument(
+            "--queue",
+            default="tasks",
+            help="stream name, as given to RedisBackend (default: %(default)s)",
+        )
     if json_option:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON document (stable keys)"
@@ -88,7 +101,7 @@ def run_on_redis(
         raised :class:`~taskrunner.cli.groups.UnknownGroup`.
     """
     try:
-        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue)
+        backend = RedisBackend.from_url(args.url, prefix=args.prefix, queue=args.queue or "tasks")
     except ValueError as exc:
         return None, fail(prog, f"invalid --url: {exc}")
 
@@ -140,6 +153,11 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     lease = await backend.read_lease(group)
     queue = await backend.get_metrics(group)
     paused = await backend.paused(group)
+    own = backend.stream_keys(group).queue
+    every = {own: queue}
+    for name in await admin.queues(backend, group):
+        if name != own:
+            every[name] = await backend.get_metrics(group, queue=name)
 
     if published is not None:
         workers, source = published, "published"
@@ -163,7 +181,6 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
         leader = {"instance_id": owner, "host": host, "ttl": lease.ttl}
     for instance in live:
         instance["leader"] = instance["instance_id"] == owner
-    ns_to_ms = 1e-6
     return {
         "group": group,
         "stream": backend.stream_keys(group).stream,
@@ -183,14 +200,13 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
             "predicted_wait_time_ms": stats.predicted_wait_time,
             "tps": stats.tps,
         },
+        "queues": {
+            name: {"size": m.queue_size, "claim_delay_ms": _delays_ms(m)}
+            for name, m in every.items()
+        },
         "queue": {
             "size": queue.queue_size,
-            "claim_delay_ms": {
-                "avg": queue.message_claim_delay_avg * ns_to_ms,
-                "std": queue.message_claim_delay_std * ns_to_ms,
-                "max": queue.message_claim_delay_max * ns_to_ms,
-                "last": queue.message_claim_delay_last * ns_to_ms,
-            },
+            "claim_delay_ms": _delays_ms(queue),
             "groups": [
                 {
                     "name": g.name,
@@ -203,6 +219,16 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
                 for g in queue.groups
             ],
         },
+    }
+
+
+def _delays_ms(metrics: QueueMetrics) -> dict[str, float]:
+    ns_to_ms = 1e-6
+    return {
+        "avg": metrics.message_claim_delay_avg * ns_to_ms,
+        "std": metrics.message_claim_delay_std * ns_to_ms,
+        "max": metrics.message_claim_delay_max * ns_to_ms,
+        "last": metrics.message_claim_delay_last * ns_to_ms,
     }
 
 
@@ -270,6 +296,14 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  group {g['name']}: pending {g['pending']}, lag {g['lag']}")
         for c in g["consumers"]:
             lines.append(f"    {c['name']:<40} pending {c['pending']:>6}  idle {c['idle']:.1f}s")
+    if len(doc["queues"]) > 1:
+        lines.append("every queue of the group:")
+        for name, each in doc["queues"].items():
+            d = each["claim_delay_ms"]
+            lines.append(
+                f"  {name:<24} {each['size']:>8} entries; claim delay avg {d['avg']:.1f} ms, "
+                f"max {d['max']:.1f}, last {d['last']:.1f}"
+            )
     return "\n".join(lines)
 
 

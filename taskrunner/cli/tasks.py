@@ -84,13 +84,13 @@ def _id_arguments(parser: argparse.ArgumentParser, *, json_option: bool) -> None
     parser.add_argument(
         "id", metavar="ID", help="the task id (what dispatch printed: a stream id or a uuid)"
     )
-    redis_arguments(parser, json_option=json_option)
+    redis_arguments(parser, json_option=json_option, every_queue=True)
 
 
 def _inspect(args: argparse.Namespace) -> int:
     prog = "taskrunner inspect"
     found, code = run_on_redis(
-        prog, args, lambda backend: admin.get_task(backend, args.group, args.id)
+        prog, args, lambda backend: admin.get_task(backend, args.group, args.id, queue=args.queue)
     )
     if code:
         return code
@@ -111,7 +111,7 @@ def _inspect(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     prog = "taskrunner cancel"
     done, code = run_on_redis(
-        prog, args, lambda backend: admin.cancel(backend, args.group, args.id)
+        prog, args, lambda backend: admin.cancel(backend, args.group, args.id, queue=args.queue)
     )
     if code:
         return code

@@ -228,6 +228,11 @@ class Timing:
     avg_ms: float
     predicted_wait_ms: float
     tps: float
+    """Capacity estimate: runs per second if every slot of every live instance were
+    busy (slots x 1000 / average run time), not what runs now."""
+    measured_tps: float | None
+    """Runs per second measured by the sampler, its newest point (the chart's last
+    value); ``None`` before two samples."""
     avg_schedule_ms: float
     tasks: tuple[TaskTiming, ...]
 
@@ -369,7 +374,8 @@ async def read_group(
     catalog = await backend.read_catalog(group)
     paused = await _features.paused(backend, group)
     # Not metrics.groups: on Redis those come from XINFO GROUPS alone, without consumers.
-    queues = await _queues.read_queues(backend, group, catalog, paused)
+    stored = await sampler.stored_queues(group)
+    queues = await _queues.read_queues(backend, group, catalog, paused, stored=stored)
     pool = published if published is not None else DEFAULT_WORKERS
     consumers = consumer_rows(queues, group)
     instances = instances_of(
@@ -398,6 +404,7 @@ async def read_group(
         for name in sorted(set(names) | set(queue_of) | paused.tasks)
     )
     samples = sampler.samples(group)
+    throughput = tuple(rates(samples))
     leader = None
     if lease is not None:
         host = next((b.host for b in beats if b.instance_id == lease.owner), None)
@@ -422,11 +429,12 @@ async def read_group(
             avg_ms=stats.avg_timing,
             predicted_wait_ms=stats.predicted_wait_time,
             tps=stats.tps,
+            measured_tps=throughput[-1][1] if throughput else None,
             avg_schedule_ms=stats.avg_schedule_timing,
             tasks=tasks,
         ),
         charts=Charts(
-            throughput=tuple(rates(samples)),
+            throughput=throughput,
             queue_length=tuple((s.at, float(s.queue_length)) for s in samples),
             capacity=tuple((s.at, float(s.capacity)) for s in samples if s.capacity is not None),
             interval=sampler.interval,
@@ -444,6 +452,10 @@ async def read_group(
 @attrs.frozen(kw_only=True)
 class DeadRow:
     id: str
+    queue: str | None
+    """The queue whose dead letter it is."""
+    ref: str
+    """What the page's replay and purge forms send for it: ``<queue>:<id>``."""
     task_id: str
     """The task's id (its page is ``/groups/{group}/tasks/{task_id}``)."""
     message_id: str
@@ -474,6 +486,8 @@ def dead_row(dead: DeadLetterInfo) -> DeadRow:
     cut = len(text) > PAYLOAD_SHOWN
     return DeadRow(
         id=dead.id,
+        queue=dead.queue,
+        ref=dead.id if dead.queue is None else f"{dead.queue}:{dead.id}",
         task_id=dead.task_id,
         message_id=dead.message_id,
         task_name=dead.task_name,
@@ -485,8 +499,7 @@ def dead_row(dead: DeadLetterInfo) -> DeadRow:
 
 
 async def read_dead(backend: Backend, group: str) -> DeadPage:
-    """The oldest :data:`DEAD_SHOWN` dead letters of ``group``'s stream (its backend's
-    own queue's).
+    """The oldest :data:`DEAD_SHOWN` dead letters of every queue of ``group``.
 
     Raises:
         BackendError: the store could not be read.

@@ -120,7 +120,7 @@ async def cancel_task(backend: Backend, group: str, task_id: str) -> bool:
 
 
 async def dead_letters(backend: Backend, group: str, count: int) -> list[DeadLetterInfo]:
-    """The oldest ``count`` dead letters of ``group``'s stream (``admin.dead_letters``).
+    """The oldest ``count`` dead letters of every queue of ``group`` (``admin.dead_letters``).
 
     Raises:
         BackendError: the store could not be read.
@@ -128,10 +128,20 @@ async def dead_letters(backend: Backend, group: str, count: int) -> list[DeadLet
     return await admin.dead_letters(backend, group, count=count)
 
 
+def by_queue(ids: Sequence[str]) -> dict[str | None, list[str]]:
+    """The page's ``<queue>:<id>`` values (an id alone: any queue) by queue (pure;
+    neither a queue name nor a stream id holds a ``:``)."""
+    out: dict[str | None, list[str]] = {}
+    for value in ids:
+        queue, found, dead_id = value.rpartition(":")
+        out.setdefault(queue if found and queue else None, []).append(dead_id)
+    return out
+
+
 async def replay_dead(backend: Backend, group: str, ids: Sequence[str] | None) -> int:
-    """Replay the dead letters ``ids``, or all (``None``); how many were dispatched
-    again (one that is gone, whose unique task is queued or running, or that has no
-    payload is not).
+    """Replay the dead letters ``ids`` (``<queue>:<id>``, or an id of any queue), or all
+    (``None``, every queue's); how many were dispatched again (one that is gone,
+    whose unique task is queued or running, or that has no payload is not).
 
     Raises:
         BackendError: the store could not be reached (some may have been replayed).
@@ -139,19 +149,25 @@ async def replay_dead(backend: Backend, group: str, ids: Sequence[str] | None) -
     if ids is None:
         results = await admin.replay_all_dead_letters(backend, group, confirm=True)
     else:
-        results = await admin.replay_dead_letters(backend, group, list(ids))
+        results = []
+        for queue, some in by_queue(ids).items():
+            results += await admin.replay_dead_letters(backend, group, some, queue=queue)
     return sum(1 for r in results if r.replayed)
 
 
 async def purge_dead(backend: Backend, group: str, ids: Sequence[str] | None) -> int:
-    """Delete the dead letters ``ids``, or all (``None``); how many were deleted.
+    """Delete the dead letters ``ids`` (as :func:`replay_dead` takes them), or all
+    (``None``, every queue's); how many were deleted.
 
     Raises:
         BackendError: the store could not be reached.
     """
-    return await admin.purge_dead_letters(
-        backend, group, None if ids is None else list(ids), confirm=True
-    )
+    if ids is None:
+        return await admin.purge_dead_letters(backend, group, None, confirm=True)
+    deleted = 0
+    for queue, some in by_queue(ids).items():
+        deleted += await admin.purge_dead_letters(backend, group, some, confirm=True, queue=queue)
+    return deleted
 
 
 # Schedules (issue 15) -----------------------------------------------------------

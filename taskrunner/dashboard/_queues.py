@@ -9,7 +9,10 @@ them. The dashboard finds them in what the store does say:
 - the streams in the group's task catalog: every serving Python runner publishes,
   for each task it serves, the stream of that task's queue;
 - the paused set (``taskrunner:<group>:paused``): a paused queue stays listed so it
-  can be resumed, even when no runner names it any longer.
+  can be resumed, even when no runner names it any longer;
+- the queues with keys on the store (``Inspection.list_queues``, read by the
+  sampler at most once a minute): a queue that has messages shows even when no
+  runner serves it yet, or one that only ``dispatch(..., queue=...)`` writes to.
 
 A catalog stream is mapped back to its queue name by the backend's own layout
 (:meth:`~taskrunner.backends.MessageQueue.stream_keys`): the name is what follows the
@@ -17,9 +20,7 @@ default stream's head, and it counts only if the backend maps that name back to 
 same stream (a stream of another layout is left out rather than guessed at). This
 is pure (:func:`queues_of`).
 
-A queue a runner reads but no task of any serving runner declares (one that only
-``dispatch(..., queue=...)`` writes to) is not in the catalog: it shows once paused,
-or never. Per queue, :func:`read_queues` reads summaries only: ``XLEN``, the
+Per queue, :func:`read_queues` reads summaries only: ``XLEN``, the
 claim-delay ring and ``XINFO GROUPS`` (``get_metrics``; ``length`` alone, without
 the ring, for the sampler), and ``XINFO GROUPS`` and ``XINFO CONSUMERS``
 (``group_info``), so the cost grows with the number of queues, never with their
@@ -73,10 +74,12 @@ def queues_of(
     streams: Iterable[str],
     paused: Iterable[str],
     stream_of: Callable[[str], str],
+    stored: Iterable[str] = (),
 ) -> list[str]:
     """The group's queues (pure, given ``stream_of``): the backend's own first, then
-    the others by name, from the catalog's ``streams`` and the ``paused`` queues."""
-    found = {default.queue}
+    the others by name, from the catalog's ``streams``, the ``paused`` queues and
+    those with keys on the store (``stored``: ``Inspection.list_queues``)."""
+    found = {default.queue, *stored}
     for stream in streams:
         name = queue_of_stream(stream, default, stream_of)
         if name is not None:
@@ -124,9 +127,11 @@ async def read_queues(
     paused: Paused,
     *,
     claim_delays: bool = True,
+    stored: Iterable[str] = (),
 ) -> list[QueueRead]:
-    """Every queue of ``group`` (see :func:`queues_of`) with its summaries; with
-    ``claim_delays``, its claim-delay ring's statistics too (``get_metrics``).
+    """Every queue of ``group`` (see :func:`queues_of`; ``stored``: the queues with keys
+    on the store) with its summaries; with ``claim_delays``, its claim-delay ring's
+    statistics too (``get_metrics``).
 
     Raises:
         BackendError: the store could not be read.
@@ -137,6 +142,7 @@ async def read_queues(
         (task.stream for doc in catalog for task in doc.tasks),
         paused.queues,
         stream_of(backend, group),
+        stored,
     )
     out = []
     for name in names:
@@ -160,7 +166,7 @@ async def read_queues(
 
 
 async def read_group_queues(
-    backend: Backend, group: str, *, claim_delays: bool = True
+    backend: Backend, group: str, *, claim_delays: bool = True, stored: Iterable[str] = ()
 ) -> list[QueueRead]:
     """:func:`read_queues` with the group's catalog and pauses read first (two round
     trips more).
@@ -170,4 +176,6 @@ async def read_group_queues(
     """
     catalog = await backend.read_catalog(group)
     paused = await _features.paused(backend, group)
-    return await read_queues(backend, group, catalog, paused, claim_delays=claim_delays)
+    return await read_queues(
+        backend, group, catalog, paused, claim_delays=claim_delays, stored=stored
+    )

@@ -4,8 +4,9 @@ Theory of operation. Nothing in the store keeps a history (the metrics hash hold
 running totals, the tuning key the newest capacity), so the dashboard samples
 while it runs. Every ``interval`` seconds :meth:`Sampler.run` reads, per group,
 summaries: the metrics hash (``HGETALL`` of a small hash: the run counts), the
-published tuning capacity (``GET``), the task catalog and the paused set (which
-name the group's queues, :mod:`._queues`), and per queue the stream's length and the
+published tuning capacity (``GET``), the task catalog, the paused set and, every
+minute, the queues with keys on the store (which name the group's queues,
+:mod:`._queues`), and per queue the stream's length and the
 group's pending and lag (``XLEN``, ``XINFO GROUPS`` and ``XINFO CONSUMERS``); a
 sample holds the queues' sums.
 Never a stream's entries: the cost does not grow with the queues' lengths. Each group's samples
@@ -135,7 +136,25 @@ class Sampler:
         self.history = history
         self._rings: dict[str, Ring] = {}
         self._failing: set[str] = set()
+        self._stored: dict[str, tuple[float, list[str]]] = {}  # group -> (read at, queues)
         self.running = False
+
+    async def stored_queues(self, group: str) -> list[str]:
+        """The queues of ``group`` with keys on the store (``Inspection.list_queues``,
+        two walks of the key space), read again at most every :data:`GROUPS_EVERY`
+        seconds; none without inspection. So a queue that has messages is listed
+        even when no runner serves it, within a minute of its first key.
+
+        Raises:
+            BackendError: the store could not be read.
+        """
+        if not isinstance(self.backend, Inspection):
+            return []
+        now = trio.current_time()
+        cached = self._stored.get(group)
+        if cached is None or now - cached[0] >= GROUPS_EVERY:
+            cached = self._stored[group] = now, await self.backend.list_queues(group)
+        return cached[1]
 
     def watch(self, group: str) -> None:
         """Sample ``group`` from the next tick on (a page asked for it)."""
@@ -161,7 +180,8 @@ class Sampler:
         """
         backend = self.backend
         metrics = await backend.read_metrics(group)
-        queues = await _queues.read_group_queues(backend, group, claim_delays=False)
+        stored = await self.stored_queues(group)
+        queues = await _queues.read_group_queues(backend, group, claim_delays=False, stored=stored)
         capacity = await backend.read_tuning(group)
         return Sample(
             at=backend.now(),

@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
 import attrs
 import redis.asyncio
+import redis.exceptions
 
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner.backends.redis._sentinel_config import is_sentinel_url
@@ -37,10 +38,13 @@ from taskrunner.producer._core import (
     SOCKET_TIMEOUT,
     TRACK_SOURCE,
     ProducerCore,
+    ask_is_cluster_async,
+    check_cluster_url,
     check_timeout,
     lock_px,
     log_kept_lock,
     raw_bytes,
+    socket_timeout_of,
     text,
     translated,
     wait_slice,
@@ -51,6 +55,9 @@ from taskrunner.producer._sentinel import async_master
 from taskrunner.producer._sync import RELEASE_SOURCE
 
 log = logging.getLogger("taskrunner.producer")
+
+AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
+"""The redis.asyncio clients an async producer works on."""
 
 
 @attrs.frozen
@@ -105,7 +112,7 @@ class AsyncProducer:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: AsyncClient,
         *,
         consumer_group: str,
         prefix: str | None = None,
@@ -119,16 +126,17 @@ class AsyncProducer:
     def _setup(
         self,
         client: Any,
-        connect: Callable[[], redis.asyncio.Redis] | None,
+        connect: Callable[[], AsyncClient] | None,
         *,
         consumer_group: str,
         prefix: str | None,
         queue: str,
         strict: bool,
     ) -> None:
-        if not isinstance(client, redis.asyncio.Redis):
+        if not isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             raise TypeError(
-                f"AsyncProducer needs a redis.asyncio client (redis.asyncio.Redis), got "
+                f"AsyncProducer needs a redis.asyncio client (redis.asyncio.Redis or "
+                f"redis.asyncio.RedisCluster), got "
                 f"{client!r}: from sync code use taskrunner.producer.Producer"
             )
         self._core = ProducerCore(
@@ -136,11 +144,12 @@ class AsyncProducer:
         )
         self._client = client
         self._connect = connect
+        self._choose: Callable[[], Awaitable[None]] | None = None  # while cluster=None is undecided
         self._pid = os.getpid()
         self._scripts(client)
         self._closed = False
 
-    def _scripts(self, client: redis.asyncio.Redis) -> None:
+    def _scripts(self, client: AsyncClient) -> None:
         self._release = client.register_script(RELEASE_SOURCE)
         self._track = client.register_script(TRACK_SOURCE)
         self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
@@ -154,12 +163,16 @@ class AsyncProducer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        cluster: bool | None = None,
         **redis_options: Any,
     ) -> AsyncProducer:
         """A producer on a client of its own,
         ``redis.asyncio.Redis.from_url(url, **redis_options)`` (``socket_connect_timeout=5``
-        and ``socket_timeout=30`` unless given). No connection is opened until the
-        first call, so it can be made at import time. :meth:`aclose` closes the client.
+        and ``socket_timeout=30`` unless given), or ``redis.asyncio.RedisCluster.from_url``
+        on a cluster: ``cluster=None`` (the default) asks the server once, at the
+        first call (``INFO cluster``), ``True`` or ``False`` decide without asking.
+        No connection is opened until the first call, so it can be made at import
+        time. :meth:`aclose` closes the client.
 
         A ``redis+sentinel://s1:26379,s2:26379/mymaster/0`` URL (the one the
         workers use) builds the client with redis-py's ``Sentinel(...).master_for``
@@ -167,13 +180,23 @@ class AsyncProducer:
 
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.
+            ClusterCommandError: a cluster and a URL naming a database other
+                than 0 (with ``cluster=None``, raised by the first call).
         """
         given = dict(redis_options)
         redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
         redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
         defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
+        if is_sentinel_url(url):
+            if cluster:
+                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
+            cluster = False
+        if cluster:
+            check_cluster_url(url)
 
-        def connect() -> redis.asyncio.Redis:
+        def connect() -> AsyncClient:
+            if cluster:
+                return redis.asyncio.RedisCluster.from_url(url, **redis_options)
             if is_sentinel_url(url):
                 return async_master(url, defaults, given)
             return redis.asyncio.Redis.from_url(url, **redis_options)
@@ -187,6 +210,22 @@ class AsyncProducer:
             queue=queue,
             strict=strict,
         )
+        if cluster is None:
+
+            async def choose() -> None:
+                nonlocal cluster
+                # Asked once, at the first call: from_url opens no connection.
+                with translated():
+                    on_cluster = await ask_is_cluster_async(url, redis_options)
+                producer._choose = None
+                if on_cluster:
+                    check_cluster_url(url)
+                    await producer._client.aclose()
+                    cluster = True  # connect() now makes cluster clients (after a fork too)
+                    producer._client = connect()
+                    producer._scripts(producer._client)
+
+            producer._choose = choose
         return producer
 
     def __repr__(self) -> str:
@@ -207,7 +246,7 @@ class AsyncProducer:
         return self._core.destination.stream
 
     # The client -------------------------------------------------------------
-    def _redis(self) -> redis.asyncio.Redis:
+    async def _redis(self) -> AsyncClient:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if os.getpid() != self._pid:
@@ -222,19 +261,21 @@ class AsyncProducer:
             self._client = self._connect()
             self._scripts(self._client)
             self._core.catalog = CatalogView()
+        if self._choose is not None:
+            await self._choose()
         return self._client
 
-    async def _read_catalog(self, client: redis.asyncio.Redis, name: str) -> None:
+    async def _read_catalog(self, client: AsyncClient, name: str | None) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = await client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    async def _add(self, client: redis.asyncio.Redis, data: bytes) -> str:
+    async def _add(self, client: AsyncClient, data: bytes, stream: str) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
-            reply = await client.execute_command(  # type: ignore[no-untyped-call]
-                "XADD", self.stream, "*", "payload", data
+            reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+                "XADD", stream, "*", "payload", data
             )
         return text(reply)
 
@@ -246,23 +287,27 @@ class AsyncProducer:
         *,
         unique_key: str | None = None,
         unique_for: float | None = None,
+        queue: str | None = None,
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` (see ``Producer.dispatch``)."""
-        client = self._redis()
+        client = await self._redis()
         await self._read_catalog(client, name)
-        entry = self._core.one(name, payload, unique_key, unique_for)
-        return AsyncProducerHandle(await self._send(client, name, entry), name, self)
+        destination = self._core.route(name, queue)
+        entry = self._core.one(name, payload, unique_key, unique_for, destination)
+        return AsyncProducerHandle(
+            await self._send(client, name, entry, destination.stream), name, self
+        )
 
-    async def _send(self, client: redis.asyncio.Redis, name: str, entry: Enqueue) -> str:
+    async def _send(self, client: AsyncClient, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
         if lock is None:
-            return await self._add(client, entry.data)
+            return await self._add(client, entry.data, stream)
         with translated():
             taken = await client.set(lock.key, lock.token, nx=True, px=lock_px(lock.ttl))
         if not taken:
             raise TaskAlreadyDispatched(name, lock.key)
         try:
-            return await self._add(client, entry.data)
+            return await self._add(client, entry.data, stream)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 await self._give_back(lock)
@@ -282,37 +327,49 @@ class AsyncProducer:
                 lock.ttl,
             )
 
-    async def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[AsyncProducerHandle]:
+    async def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[AsyncProducerHandle]:
         """Queue one run of task ``name`` per payload, pipelined (see
         ``Producer.dispatch_many``)."""
-        client = self._redis()
+        client = await self._redis()
         await self._read_catalog(client, name)
-        data = self._core.many(name, payloads)
+        destination = self._core.route(name, queue)
+        data = self._core.many(name, payloads, destination)
+        stream = destination.stream
         ids: list[str] = []
         for start in range(0, len(data), ADD_CHUNK):
             with translated():
                 pipe = client.pipeline(transaction=False)
                 for item in data[start : start + ADD_CHUNK]:
-                    pipe.execute_command("XADD", self.stream, "*", "payload", item)
+                    pipe.execute_command("XADD", stream, "*", "payload", item)
                 ids.extend(text(reply) for reply in await pipe.execute())
         return [AsyncProducerHandle(entry_id, name, self) for entry_id in ids]
 
     async def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` after ``delay`` (see ``Producer.dispatch_delayed``)."""
-        return await self._add_delayed(name, payload, self._core.run_at_after(delay))
+        return await self._add_delayed(name, payload, self._core.run_at_after(delay), queue)
 
     async def schedule_for(
-        self, name: str, payload: Any, when: datetime | float
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` at ``when`` (see ``Producer.schedule_for``)."""
-        return await self._add_delayed(name, payload, self._core.run_at(when))
+        return await self._add_delayed(name, payload, self._core.run_at(when), queue)
 
-    async def _add_delayed(self, name: str, payload: Any, run_at: float) -> AsyncProducerHandle:
-        client = self._redis()
+    async def _add_delayed(
+        self, name: str, payload: Any, run_at: float, queue: str | None
+    ) -> AsyncProducerHandle:
+        client = await self._redis()
         await self._read_catalog(client, name)
-        member_id, member = self._core.delayed(name, payload, run_at)
+        destination = self._core.route(name, queue)
+        member_id, member = self._core.delayed(name, payload, run_at, destination)
         keys, args = self._core.add_delayed_call(member_id, member, run_at)
         with translated():
             await self._add_delayed_script(keys=keys, args=args, client=client)
@@ -340,15 +397,15 @@ class AsyncProducer:
             ValueError: a bad ``timeout``.
         """
         limit = check_timeout(timeout)
-        client = self._redis()
+        client = await self._redis()
         key, notice = self._core.result_keys(task_id)
         deadline = time.monotonic() + limit
-        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = socket_timeout_of(client)
         with translated():
             raw = raw_bytes(await client.get(key))
             while raw is None and (left := deadline - time.monotonic()) > 0:
                 wait = min(left, wait_slice(socket_timeout))
-                reply = await client.execute_command(  # type: ignore[no-untyped-call]
+                reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
                     "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
                 )
                 raw = raw_bytes(reply)
@@ -367,7 +424,8 @@ class AsyncProducer:
         Raises:
             BackendError: Redis could not be reached.
         """
-        client = self._redis()
+        client = await self._redis()
+        await self._read_catalog(client, None)  # the queues its runners serve
         keys, args = self._core.cancel_call(task_id)
         with translated():
             reply = await self._track(keys=keys, args=args, client=client)

@@ -27,34 +27,34 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
 import attrs
+import redis
+import redis.asyncio
 import redis.exceptions
+from redis.connection import parse_url
 
 from taskrunner import _keys
-from taskrunner._dispatch.enqueue import (
-    Enqueue,
-    LockRequest,
-    delay_seconds,
-    delayed_member,
-    enqueue,
-    unix_seconds,
-)
+from taskrunner._config import queue_name_problem
+from taskrunner._dispatch.enqueue import Enqueue, LockRequest, Planner, delay_seconds, unix_seconds
 from taskrunner._dispatch.results import outcome_of
-from taskrunner._wire import CatalogDocument, CatalogTask, plain_encoder
+from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arguments, track_keys
 from taskrunner.backends.redis._catalog import live_documents
+from taskrunner.backends.redis._errors import ClusterCommandError
 from taskrunner.backends.redis._pyredis import translate_error
 from taskrunner.producer._plan import (
+    CATALOG_CACHE,
     DEFAULT_QUEUE,
     CatalogView,
     Destination,
     Settings,
     check_task_name,
+    queue_of_stream,
     served_task,
     task_settings,
     wire_payload,
@@ -125,6 +125,70 @@ def translated() -> Iterator[None]:
         raise translate_error(exc) from exc
 
 
+def is_cluster(info: Any) -> bool:
+    """Whether redis-py's ``info("cluster")`` reply says ``cluster_enabled:1``."""
+    return str(info.get("cluster_enabled", 0)) == "1" if isinstance(info, dict) else False
+
+
+def _probe_pool(pool_class: Any, url: str, options: dict[str, Any]) -> Any:
+    pool = pool_class.from_url(url, **options)
+    # Database 0: a cluster node refuses SELECT, and Valkey 9's clusters may
+    # have other databases we still refuse.
+    pool.connection_kwargs["db"] = 0
+    return pool
+
+
+def ask_is_cluster(url: str, options: dict[str, Any]) -> bool:
+    """Ask the server at ``url`` once, on a connection of its own to database 0, whether
+    it is a cluster node (``INFO cluster``); a user without ``INFO`` is taken as standalone.
+
+    Raises:
+        redis.exceptions.RedisError: It cannot be reached.
+    """
+    probe = redis.Redis(connection_pool=_probe_pool(redis.ConnectionPool, url, options))
+    try:
+        return is_cluster(probe.info("cluster"))
+    except redis.exceptions.NoPermissionError:
+        return False
+    finally:
+        probe.close()
+        probe.connection_pool.disconnect()
+
+
+async def ask_is_cluster_async(url: str, options: dict[str, Any]) -> bool:
+    """:func:`ask_is_cluster` with ``redis.asyncio``."""
+    pool = _probe_pool(redis.asyncio.ConnectionPool, url, options)
+    probe = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        return is_cluster(await probe.info("cluster"))
+    except redis.exceptions.NoPermissionError:
+        return False
+    finally:
+        await probe.aclose()
+        await pool.disconnect()
+
+
+def check_cluster_url(url: str) -> None:
+    """Refuse a URL naming a database other than 0 for a cluster.
+
+    Raises:
+        ClusterCommandError: It names another database.
+    """
+    db = int(parse_url(url).get("db", 0) or 0)  # type: ignore[no-untyped-call]
+    if db:
+        raise ClusterCommandError(
+            "SELECT", f"a cluster has only database 0, the URL names database {db}"
+        )
+
+
+def socket_timeout_of(client: Any) -> float | None:
+    """The ``socket_timeout`` a redis-py client (standalone or cluster) was made with."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = pool.connection_kwargs if pool is not None else client.nodes_manager.connection_kwargs
+    timeout: float | None = kwargs.get("socket_timeout")
+    return timeout
+
+
 def text(reply: bytes | str) -> str:
     """A reply as text, whether the client decodes responses or not."""
     return reply.decode() if isinstance(reply, bytes) else reply
@@ -161,11 +225,53 @@ class ProducerCore:
         self.strict = strict
         self.catalog = CatalogView()
         self._names: set[str] = set()
-        self._tasks: dict[str, CatalogTask] = {}  # by name, when not strict
-        self._encoders: dict[CatalogTask, Callable[[Any], bytes]] = {}
+        self._tasks: dict[tuple[str, str], CatalogTask] = {}  # by (name, queue), when not strict
+        self._planner = Planner()
+        self._destinations: dict[str, Destination] = {queue: self.destination}
+        """Every queue this producer sent to (or was made for): where ``cancel`` looks."""
 
-    def needs_catalog(self, name: str) -> bool:
-        """Whether a strict producer reads the catalog before dispatching ``name``."""
+    def destination_of(self, queue: str) -> Destination:
+        """The keys of ``queue`` of this producer's group and prefix.
+
+        Raises:
+            ValueError: ``queue`` cannot name a queue.
+        """
+        found = self._destinations.get(queue)
+        if found is None:
+            problem = queue_name_problem(queue)
+            if problem is not None:
+                raise ValueError(f"queue {problem}, got {queue!r}")
+            found = attrs.evolve(self.destination, queue=queue)
+            self._destinations[queue] = found
+        return found
+
+    def route(self, name: str, queue: str | None) -> Destination:
+        """Where a dispatch of ``name`` goes: ``queue`` when given; else, strict, the
+        queue a live runner serves the task on (the producer's own when it is one of
+        them); else the producer's queue.
+
+        Raises:
+            ValueError: ``queue`` cannot name a queue.
+        """
+        if queue is not None:
+            return self.destination_of(queue)
+        if not self.strict:
+            return self.destination
+        served = self._served(name) or []
+        if not served or any(t.stream == self.destination.stream for t in served):
+            return self.destination  # served here, or nowhere (refused by served_task)
+        for task in served:
+            found = queue_of_stream(self.destination, task.stream)
+            if found is not None:
+                return self.destination_of(found)
+        return self.destination  # served only on streams of another layout: refused
+
+    def needs_catalog(self, name: str | None) -> bool:
+        """Whether a strict producer reads the catalog before dispatching ``name``;
+        ``None``: whether any producer reads it before a ``cancel`` (for the queues
+        the group's runners serve), which it does once it is stale."""
+        if name is None:
+            return time.monotonic() - self.catalog.read_at >= CATALOG_CACHE
         return self.strict and self.catalog.needs_read(name, time.monotonic(), time.time())
 
     def catalog_read(self, fields: dict[Any, Any]) -> None:
@@ -178,29 +284,30 @@ class ProducerCore:
         return self.catalog.served(name, time.time()) if self.strict else None
 
     def settings(
-        self, name: str, unique_key: str | None = None, unique_for: float | None = None
+        self,
+        name: str,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        destination: Destination | None = None,
     ) -> Settings:
         return task_settings(
-            name, self.destination, self._served(name), unique_key=unique_key, unique_for=unique_for
+            name,
+            self.destination if destination is None else destination,
+            self._served(name),
+            unique_key=unique_key,
+            unique_for=unique_for,
         )
 
-    def _task(self, name: str) -> CatalogTask:
-        """What is known of task ``name`` (see :func:`served_task`); cached by name
-        when not strict."""
+    def _task(self, name: str, destination: Destination) -> CatalogTask:
+        """What is known of task ``name`` sent to ``destination`` (see
+        :func:`served_task`); cached by name and queue when not strict."""
         if self.strict:
-            return served_task(name, self.destination, self._served(name))
-        task = self._tasks.get(name)
+            return served_task(name, destination, self._served(name))
+        task = self._tasks.get((name, destination.queue))
         if task is None:
-            task = self._tasks[name] = served_task(name, self.destination, self._served(name))
+            task = served_task(name, destination, self._served(name))
+            self._tasks[name, destination.queue] = task
         return task
-
-    def _encode(self, task: CatalogTask, payload: Any) -> bytes:
-        """The message of ``task`` (not unique) for ``payload``: one encoder per task's
-        settings, so only the payload is encoded per call."""
-        encode = self._encoders.get(task)
-        if encode is None:
-            encode = self._encoders[task] = plain_encoder(task)
-        return encode(wire_payload(payload))
 
     def one(
         self,
@@ -208,55 +315,65 @@ class ProducerCore:
         payload: Any,
         unique_key: str | None = None,
         unique_for: float | None = None,
+        destination: Destination | None = None,
     ) -> Enqueue:
-        """The entry (and lock) of one dispatch.
+        """The entry (and lock) of one dispatch to ``destination`` (:meth:`route`;
+        ``None``: the producer's own queue).
 
         Raises:
             TaskNotFound, InvalidTaskPayload, ValueError: see ``Producer.dispatch``.
         """
+        destination = self.destination if destination is None else destination
         if unique_key is None and unique_for is None:
-            task = self._task(name)
+            task = self._task(name, destination)
             if not task.unique:  # the common case, without a lock
-                return Enqueue(data=self._encode(task, payload))
-        settings = self.settings(name, unique_key, unique_for)
+                return self._planner.entry(task, wire_payload(payload))
+        settings = self.settings(name, unique_key, unique_for, destination)
         if not settings.task.unique:
-            return enqueue(settings.task, wire_payload(payload))
-        return enqueue(
+            return self._planner.entry(settings.task, wire_payload(payload))
+        return self._planner.entry(
             settings.task,
             wire_payload(payload),
             unique_key=settings.unique_key,
             token=uuid.uuid4().hex,
         )
 
-    def many(self, name: str, payloads: Iterable[Any]) -> list[bytes]:
-        """The entries of ``dispatch_many``, every one encoded before any is sent.
+    def many(
+        self, name: str, payloads: Iterable[Any], destination: Destination | None = None
+    ) -> list[bytes]:
+        """The entries of ``dispatch_many`` to ``destination`` (``None``: the producer's
+        queue), every one encoded before any is sent.
 
         Raises:
             ValueError: the task is unique (per the catalog).
         """
-        task = self._task(name)
+        task = self._task(name, self.destination if destination is None else destination)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        return [self._encode(task, p) for p in payloads]
+        return self._planner.entries(task, [wire_payload(p) for p in payloads])
 
-    def delayed(self, name: str, payload: Any, run_at: float) -> tuple[str, bytes]:
-        """``(id, member)`` of a delayed dispatch at ``run_at`` (unix seconds).
+    def delayed(
+        self, name: str, payload: Any, run_at: float, destination: Destination | None = None
+    ) -> tuple[str, bytes]:
+        """``(id, member)`` of a delayed dispatch at ``run_at`` (unix seconds) to
+        ``destination`` (``None``: the producer's queue).
 
         The lock of a unique task is taken when the group's leader moves the
         member to the stream, with the settings it registered.
         """
-        task = served_task(name, self.destination, self._served(name))
+        destination = self.destination if destination is None else destination
+        task = served_task(name, destination, self._served(name))
         member_id = str(uuid.uuid4())
         # The leader computes a unique task's key from the payload when it moves it.
         plain = attrs.evolve(task, unique=False, unique_for=0.0)
-        member = delayed_member(
+        member = self._planner.member(
             plain,
             wire_payload(payload),
             run_at,
             id=member_id,
             dispatched_at=time.time(),
-            # The leader moves it to this producer's queue (no field: the default one).
-            queue=None if self.destination.queue == DEFAULT_QUEUE else self.destination.queue,
+            # The leader moves it to this queue (no field: the backend's default one).
+            queue=None if destination.queue == DEFAULT_QUEUE else destination.queue,
         )
         return member_id, member
 
@@ -266,10 +383,14 @@ class ProducerCore:
         return _keys.result(group, task_id), _keys.notify(group, task_id)
 
     def cancel_call(self, task_id: str) -> tuple[list[str], list[str | bytes]]:
-        """``(KEYS, ARGV)`` of ``lua/track.lua`` cancelling ``task_id`` (now, unix time)."""
+        """``(KEYS, ARGV)`` of ``lua/track.lua`` cancelling ``task_id`` (now, unix time)
+        on every queue this producer knows: its own first, then those it sent to and
+        those the catalog it read serves tasks on."""
         group = self.destination.consumer_group
+        streams = [d.stream for d in self._destinations.values()]
+        streams += [t.stream for doc in self.catalog.documents for t in doc.tasks]
         return (
-            track_keys(self.destination.stream, group, task_id),
+            track_keys(list(dict.fromkeys(streams)), group, task_id),
             cancel_arguments(group, task_id, time.time()),
         )
 

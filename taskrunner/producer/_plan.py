@@ -30,7 +30,8 @@ import attrs
 
 from taskrunner import _keys, _wire
 from taskrunner._codec import converter
-from taskrunner._config import _name, is_utf8_text
+from taskrunner._config import _name, is_utf8_text, queue_name_problem
+from taskrunner._options import DEFAULT_OPTIONS
 from taskrunner._wire import CatalogDocument, CatalogTask
 from taskrunner.errors import TaskNotFound
 
@@ -85,6 +86,20 @@ class Destination:
     @catalog.default
     def _catalog(self) -> str:
         return _keys.catalog(self.consumer_group)
+
+
+def queue_of_stream(destination: Destination, stream: str) -> str | None:
+    """The queue of ``destination``'s group and prefix whose stream is ``stream``, or
+    ``None`` when no valid queue name maps to it (pure)."""
+    head = destination.stream[: len(destination.stream) - len(destination.queue)]
+    name = stream[len(head) :]
+    if not stream.startswith(head) or queue_name_problem(name) is not None:
+        return None
+    try:
+        same = _keys.stream_keys(destination.prefix, destination.consumer_group, name).stream
+    except ValueError:
+        return None
+    return name if same == stream else None
 
 
 def check_task_name(name: object) -> str:
@@ -147,8 +162,8 @@ def served_task(
     Raises:
         TaskNotFound: strict, and no live runner serves ``name`` on the producer's stream.
     """
-    if served is None:
-        return CatalogTask(name=name, stream=destination.stream)
+    if served is None:  # known by name only: the default options' entry
+        return DEFAULT_OPTIONS.catalog_task(name, destination.stream)
     here = [entry for entry in served if entry.stream == destination.stream]
     if not here:
         raise not_served(name, destination, served)

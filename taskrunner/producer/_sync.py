@@ -38,10 +38,13 @@ from taskrunner.producer._core import (
     SOCKET_TIMEOUT,
     TRACK_SOURCE,
     ProducerCore,
+    ask_is_cluster,
+    check_cluster_url,
     check_timeout,
     lock_px,
     log_kept_lock,
     raw_bytes,
+    socket_timeout_of,
     text,
     translated,
     wait_slice,
@@ -51,6 +54,9 @@ from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sentinel import sync_master
 
 log = logging.getLogger("taskrunner.producer")
+
+Client = redis.Redis | redis.RedisCluster
+"""The redis-py clients a producer works on."""
 
 RELEASE_SOURCE = (resources.files("taskrunner.backends.redis") / "lua" / "release.lua").read_text()
 """The runner's compare-and-delete of a lock (``lua/release.lua``)."""
@@ -82,7 +88,8 @@ class Producer:
     """Sends tasks by name to a group's runners, from sync code (threads welcome).
 
     Args:
-        client: A redis-py client (``redis.Redis``, ``fakeredis.FakeRedis``), which
+        client: A redis-py client (``redis.Redis``, ``redis.RedisCluster``,
+            ``fakeredis.FakeRedis``), which
             stays yours: :meth:`close` never closes it.
         consumer_group: The runners' ``TaskRunnerConfig.consumer_group``.
         prefix: As ``RedisBackend``'s: ``None`` means the group's own stream,
@@ -103,7 +110,7 @@ class Producer:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         *,
         consumer_group: str,
         prefix: str | None = None,
@@ -117,16 +124,17 @@ class Producer:
     def _setup(
         self,
         client: Any,
-        connect: Callable[[], redis.Redis] | None,
+        connect: Callable[[], Client] | None,
         *,
         consumer_group: str,
         prefix: str | None,
         queue: str,
         strict: bool,
     ) -> None:
-        if not isinstance(client, redis.Redis):
+        if not isinstance(client, redis.Redis | redis.RedisCluster):
             raise TypeError(
-                f"Producer needs a sync redis-py client (redis.Redis), got {client!r}: "
+                f"Producer needs a sync redis-py client (redis.Redis or redis.RedisCluster), "
+                f"got {client!r}: "
                 "from asyncio code use taskrunner.producer.AsyncProducer"
             )
         self._core = ProducerCore(
@@ -134,11 +142,12 @@ class Producer:
         )
         self._client = client
         self._connect = connect  # set when the client is ours
+        self._choose: Callable[[], None] | None = None  # set while cluster=None is undecided
         self._pid = os.getpid()
         self._scripts(client)
         self._closed = False
 
-    def _scripts(self, client: redis.Redis) -> None:
+    def _scripts(self, client: Client) -> None:
         self._release = client.register_script(RELEASE_SOURCE)
         self._track = client.register_script(TRACK_SOURCE)
         self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
@@ -152,9 +161,13 @@ class Producer:
         prefix: str | None = None,
         queue: str = "tasks",
         strict: bool = False,
+        cluster: bool | None = None,
         **redis_options: Any,
     ) -> Producer:
-        """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``.
+        """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``,
+        or ``redis.RedisCluster.from_url`` on a cluster: ``cluster=None`` (the default)
+        asks the server once, at the first call (``INFO cluster``), ``True`` or
+        ``False`` decide without asking.
 
         Unless given, ``socket_connect_timeout=5`` and ``socket_timeout=30`` are
         set, so that no call waits forever on a dead server. :meth:`close`
@@ -166,13 +179,23 @@ class Producer:
 
         Raises:
             ValueError: the URL cannot be parsed, or a name is invalid.
+            ClusterCommandError: a cluster and a URL naming a database other
+                than 0 (with ``cluster=None``, raised by the first call).
         """
         given = dict(redis_options)
         redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
         redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
         defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
+        if is_sentinel_url(url):
+            if cluster:
+                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
+            cluster = False
+        if cluster:
+            check_cluster_url(url)
 
-        def connect() -> redis.Redis:
+        def connect() -> Client:
+            if cluster:
+                return redis.RedisCluster.from_url(url, **redis_options)
             if is_sentinel_url(url):
                 return sync_master(url, defaults, given)
             return redis.Redis.from_url(url, **redis_options)
@@ -186,6 +209,22 @@ class Producer:
             queue=queue,
             strict=strict,
         )
+        if cluster is None:
+
+            def choose() -> None:
+                nonlocal cluster
+                # Asked once, at the first call: from_url opens no connection.
+                with translated():
+                    on_cluster = ask_is_cluster(url, redis_options)
+                producer._choose = None
+                if on_cluster:
+                    check_cluster_url(url)
+                    producer._client.close()
+                    cluster = True  # connect() now makes cluster clients (after a fork too)
+                    producer._client = connect()
+                    producer._scripts(producer._client)
+
+            producer._choose = choose
         return producer
 
     def __repr__(self) -> str:
@@ -206,11 +245,13 @@ class Producer:
         return self._core.destination.stream
 
     # The client -------------------------------------------------------------
-    def _redis(self) -> redis.Redis:
+    def _redis(self) -> Client:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if os.getpid() != self._pid:
             self._after_fork()
+        if self._choose is not None:
+            self._choose()
         return self._client
 
     def _after_fork(self) -> None:
@@ -221,17 +262,17 @@ class Producer:
             self._scripts(self._client)
         self._core.catalog = CatalogView()
 
-    def _read_catalog(self, client: redis.Redis, name: str) -> None:
+    def _read_catalog(self, client: Client, name: str | None) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    def _add(self, client: redis.Redis, data: bytes) -> str:
+    def _add(self, client: Client, data: bytes, stream: str) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
             reply = client.execute_command(  # type: ignore[no-untyped-call]
-                "XADD", self.stream, "*", "payload", data
+                "XADD", stream, "*", "payload", data
             )
         return text(reply)
 
@@ -243,6 +284,7 @@ class Producer:
         *,
         unique_key: str | None = None,
         unique_for: float | None = None,
+        queue: str | None = None,
     ) -> ProducerHandle:
         """Queue one run of task ``name``: one ``XADD`` (a unique task takes its lock first).
 
@@ -256,35 +298,40 @@ class Producer:
                 name (``taskrunner:unique:<task>``). A strict producer takes both
                 from the catalog when not given (but for a key its runners compute
                 with a function: pass ``unique_key``).
+            queue: The queue of the group to add it to (its stream by the producer's
+                prefix). By default: strict, the queue a live runner serves the
+                task on (the catalog's), else the producer's ``queue``.
 
         Returns:
             The task's handle; its id is the stream id.
 
         Raises:
-            TaskNotFound: strict, and no live runner serves ``name`` here.
+            TaskNotFound: strict, and no live runner serves ``name`` (on ``queue``,
+                when given).
             InvalidTaskPayload: ``payload`` cannot be encoded, or is over the size
                 limit; nothing was queued.
             TaskAlreadyDispatched: the task is unique and its lock is held.
             BackendError: Redis could not be reached. A unique task's lock is given
                 back only when the add certainly did not happen; otherwise it is
                 kept (no duplicate gets in) and expires after ``unique_for``.
-            ValueError: a bad name, ``unique_key`` or ``unique_for``.
+            ValueError: a bad name, ``unique_key``, ``unique_for`` or ``queue``.
         """
         client = self._redis()
         self._read_catalog(client, name)
-        entry = self._core.one(name, payload, unique_key, unique_for)
-        return ProducerHandle(self._send(client, name, entry), name, self)
+        destination = self._core.route(name, queue)
+        entry = self._core.one(name, payload, unique_key, unique_for, destination)
+        return ProducerHandle(self._send(client, name, entry, destination.stream), name, self)
 
-    def _send(self, client: redis.Redis, name: str, entry: Enqueue) -> str:
+    def _send(self, client: Client, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
         if lock is None:
-            return self._add(client, entry.data)
+            return self._add(client, entry.data, stream)
         with translated():
             taken = client.set(lock.key, lock.token, nx=True, px=lock_px(lock.ttl))
         if not taken:
             raise TaskAlreadyDispatched(name, lock.key)
         try:
-            return self._add(client, entry.data)
+            return self._add(client, entry.data, stream)
         except BackendError as exc:
             if give_back_lock(exc.maybe_applied):
                 self._give_back(lock)
@@ -304,7 +351,9 @@ class Producer:
                 lock.ttl,
             )
 
-    def dispatch_many(self, name: str, payloads: Iterable[Any]) -> list[ProducerHandle]:
+    def dispatch_many(
+        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+    ) -> list[ProducerHandle]:
         """Queue one run of task ``name`` per payload, pipelined (one round trip per
         2,000). Every payload is encoded before anything is sent, so an invalid one
         queues none.
@@ -315,20 +364,27 @@ class Producer:
         """
         client = self._redis()
         self._read_catalog(client, name)
-        data = self._core.many(name, payloads)
+        destination = self._core.route(name, queue)
+        data = self._core.many(name, payloads, destination)
+        stream = destination.stream
         ids: list[str] = []
         for start in range(0, len(data), ADD_CHUNK):
             with translated():
                 pipe = client.pipeline(transaction=False)
                 for item in data[start : start + ADD_CHUNK]:
-                    pipe.execute_command(  # type: ignore[no-untyped-call]
-                        "XADD", self.stream, "*", "payload", item
+                    pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
+                        "XADD", stream, "*", "payload", item
                     )
                 ids.extend(text(reply) for reply in pipe.execute())
         return [ProducerHandle(entry_id, name, self) for entry_id in ids]
 
     def dispatch_delayed(
-        self, name: str, payload: Any = None, delay: float | timedelta = 0.0
+        self,
+        name: str,
+        payload: Any = None,
+        delay: float | timedelta = 0.0,
+        *,
+        queue: str | None = None,
     ) -> ProducerHandle:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta):
         one ``ZADD`` to the group's delayed set, which the group's leader moves to
@@ -342,9 +398,11 @@ class Producer:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``delay`` is negative or not finite.
         """
-        return self._add_delayed(name, payload, self._core.run_at_after(delay))
+        return self._add_delayed(name, payload, self._core.run_at_after(delay), queue)
 
-    def schedule_for(self, name: str, payload: Any, when: datetime | float) -> ProducerHandle:
+    def schedule_for(
+        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+    ) -> ProducerHandle:
         """Queue one run of task ``name`` at ``when`` (an aware datetime, or unix
         seconds; a time in the past runs at the leader's next pass).
 
@@ -352,12 +410,15 @@ class Producer:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``when`` is a naive datetime or not finite.
         """
-        return self._add_delayed(name, payload, self._core.run_at(when))
+        return self._add_delayed(name, payload, self._core.run_at(when), queue)
 
-    def _add_delayed(self, name: str, payload: Any, run_at: float) -> ProducerHandle:
+    def _add_delayed(
+        self, name: str, payload: Any, run_at: float, queue: str | None
+    ) -> ProducerHandle:
         client = self._redis()
         self._read_catalog(client, name)
-        member_id, member = self._core.delayed(name, payload, run_at)
+        destination = self._core.route(name, queue)
+        member_id, member = self._core.delayed(name, payload, run_at, destination)
         keys, args = self._core.add_delayed_call(member_id, member, run_at)
         with translated():
             self._add_delayed_script(keys=keys, args=args, client=client)
@@ -402,7 +463,7 @@ class Producer:
         client = self._redis()
         key, notice = self._core.result_keys(task_id)
         deadline = time.monotonic() + limit
-        socket_timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_timeout = socket_timeout_of(client)
         with translated():
             raw = raw_bytes(client.get(key))
             while raw is None and (left := deadline - time.monotonic()) > 0:
@@ -421,7 +482,9 @@ class Producer:
 
     def cancel(self, task_id: str) -> bool:
         """Cancel task ``task_id``, wherever it is, as ``TaskRunner.cancel`` does (one
-        call of the runner's ``lua/track.lua``): a queued task is deleted from the
+        call of the runner's ``lua/track.lua``, on the streams of the producer's own
+        queue, the queues it dispatched to and those the catalog names, in that
+        order, the catalog read when older than 5 s): a queued task is deleted from the
         stream before any worker reads it, a delayed one removed from the delayed
         set (each has its unique lock released and, when it keeps results, is
         recorded as cancelled); a running one is asked to stop, and the runner
@@ -434,6 +497,7 @@ class Producer:
             BackendError: Redis could not be reached.
         """
         client = self._redis()
+        self._read_catalog(client, None)  # the queues its runners serve
         keys, args = self._core.cancel_call(task_id)
         with translated():
             reply = self._track(keys=keys, args=args, client=client)

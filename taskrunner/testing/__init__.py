@@ -73,6 +73,7 @@ from taskrunner.testing._catalog_checks import (  # noqa: F401 - importing regis
     check_catalog,
     check_catalog_expiry,
 )
+from taskrunner.testing._cluster import ClusterNode, ClusterProcess, running_cluster
 from taskrunner.testing._defer_checks import (  # noqa: F401 - importing registers the checks
     check_defer,
     check_defer_on_a_queue,
@@ -101,7 +102,16 @@ from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing re
     check_ping,
     check_read_lease,
 )
+from taskrunner.testing._inspection_queue_checks import (  # noqa: F401 - importing registers the checks
+    check_every_queue_in_keys_and_flush,
+)
 from taskrunner.testing._partition import PartitionedBackend
+from taskrunner.testing._queue_tracking_checks import (  # noqa: F401 - importing registers the checks
+    check_claim_delays_of_every_queue,
+    check_dead_letters_of_every_queue,
+    check_lookup_and_cancel_on_every_queue,
+    check_lookup_follows_a_moved_task_to_its_queue,
+)
 from taskrunner.testing._queues_checks import (  # noqa: F401 - importing registers the checks
     check_queue_reclaim_and_moves_stay_apart,
     check_queues_are_separate_streams,
@@ -111,6 +121,7 @@ from taskrunner.testing._queues_checks import (  # noqa: F401 - importing regist
 from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing registers the checks
     check_claim_stale,
     check_claim_stale_drops_deleted_entries,
+    check_dead_letter_task_id,
     check_dead_letters,
     check_delete_consumer,
     check_delete_idle_consumer,
@@ -177,6 +188,8 @@ __all__ = [
     "CHECK_TIMEOUT",
     "CONTRACT_CHECKS",
     "INSPECTION_CHECKS",
+    "ClusterNode",
+    "ClusterProcess",
     "ContractCheck",
     "PartitionedBackend",
     "SentinelDeployment",
@@ -185,6 +198,7 @@ __all__ = [
     "contract_parametrize",
     "find_server_binary",
     "free_port",
+    "running_cluster",
     "running_sentinel_deployment",
     "running_server",
     "sync_command",
@@ -201,7 +215,9 @@ _MODULE_ORDER = (
     "_catalog_checks",
     "_schedule_checks",
     "_tracking_checks",
+    "_queue_tracking_checks",
     "_inspection_checks",
+    "_inspection_queue_checks",
 )
 CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     sorted(
@@ -213,7 +229,9 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
 """Every check, in a stable order (stream and queues first, then shared state,
 deferral and flow control, the catalog, schedules, tracking, then inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
-    check for check in CONTRACT_CHECKS if check.__module__.endswith("._inspection_checks")
+    check
+    for check in CONTRACT_CHECKS
+    if check.__module__.endswith(("._inspection_checks", "._inspection_queue_checks"))
 )
 """The checks of the :class:`~taskrunner.backends.Inspection` protocol (the operator
 reads), which a backend that serves tasks only may leave out."""

@@ -188,10 +188,19 @@ class PartitionedBackend(Backend, Inspection):
         error: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> str:
         return await self._through(
             "dead_letter",
-            partial(self.backend.dead_letter, group, message_id, payload, error, queue=queue),
+            partial(
+                self.backend.dead_letter,
+                group,
+                message_id,
+                payload,
+                error,
+                queue=queue,
+                task_id=task_id,
+            ),
         )
 
     async def dead_letters(
@@ -438,30 +447,45 @@ class PartitionedBackend(Backend, Inspection):
             "wait_result", partial(self.backend.wait_result, group, task_id, block)
         )
 
-    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
-        return await self._through("lookup", partial(self.backend.lookup, group, task_id))
+    async def lookup(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> TaskSnapshot | None:
+        return await self._through(
+            "lookup", partial(self.backend.lookup, group, task_id, queues=queues)
+        )
 
-    async def cancel(self, group: str, task_id: str) -> Cancellation:
-        return await self._through("cancel", partial(self.backend.cancel, group, task_id))
+    async def cancel(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> Cancellation:
+        return await self._through(
+            "cancel", partial(self.backend.cancel, group, task_id, queues=queues)
+        )
 
     async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:
         return await self._through(
             "cancel_requested", partial(self.backend.cancel_requested, group, entry_ids)
         )
 
-    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
+    async def find_dead_letters(
+        self, group: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[DeadLetter]:
         return await self._through(
-            "find_dead_letters", partial(self.backend.find_dead_letters, group, ids)
+            "find_dead_letters", partial(self.backend.find_dead_letters, group, ids, queue=queue)
         )
 
-    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
+    async def replay_dead_letters(
+        self, group: str, replays: Sequence[Replay], *, queue: str | None = None
+    ) -> list[Replayed]:
         return await self._through(
-            "replay_dead_letters", partial(self.backend.replay_dead_letters, group, replays)
+            "replay_dead_letters",
+            partial(self.backend.replay_dead_letters, group, replays, queue=queue),
         )
 
-    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
+    async def purge_dead_letters(
+        self, group: str, ids: Sequence[str] | None = None, *, queue: str | None = None
+    ) -> int:
         return await self._through(
-            "purge_dead_letters", partial(self.backend.purge_dead_letters, group, ids)
+            "purge_dead_letters", partial(self.backend.purge_dead_letters, group, ids, queue=queue)
         )
 
     # Inspection --------------------------------------------------------------------
@@ -479,6 +503,9 @@ class PartitionedBackend(Backend, Inspection):
 
     async def count_keys(self, group: str) -> KeyCounts:
         return await self._through("count_keys", partial(self._inspection().count_keys, group))
+
+    async def list_queues(self, group: str) -> list[str]:
+        return await self._through("list_queues", partial(self._inspection().list_queues, group))
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         return await self._through("list_heartbeats", self._inspection().list_heartbeats)

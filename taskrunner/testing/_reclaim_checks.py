@@ -336,3 +336,17 @@ async def check_dead_letters(backend: Backend) -> None:
     assert [d.id for d in limited] == [d.id for d in before] + [first], (
         "dead_letters(count) must return the oldest count entries"
     )
+
+
+@_contract_check
+async def check_dead_letter_task_id(backend: Backend) -> None:
+    """A dead letter keeps the task id it was given (``DeadLetter.task_id``), apart
+    from its ``message_id``; one written without a task id reads ``None``."""
+    group = _name("group")
+    with_id = await backend.dead_letter(
+        group, "1700000000002-0", b"x", "boom", task_id="1700000000000-0"
+    )
+    without = await backend.dead_letter(group, "1700000000003-0", b"y", "bang")
+    got = {d.id: (d.message_id, d.task_id) for d in await backend.dead_letters(group, 100)}
+    assert got[with_id] == ("1700000000002-0", "1700000000000-0"), f"{got[with_id]!r}"
+    assert got[without] == ("1700000000003-0", None), f"{got[without]!r}"

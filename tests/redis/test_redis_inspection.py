@@ -33,6 +33,9 @@ class CountingClient:
     def dedicated(self) -> Any:
         return self.client.dedicated()
 
+    async def masters(self) -> list[Any]:
+        return [self]  # one server: its SCAN calls are counted too
+
     async def aclose(self) -> None:
         await self.client.aclose()
 

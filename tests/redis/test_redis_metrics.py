@@ -162,3 +162,22 @@ async def test_every_timing_reaches_the_hash_across_shutdown(redis_url: str) -> 
     stats = runner.statistics()
     assert await hash_count(backend, group) == stats.completed + stats.failed
     await backend.aclose()
+
+
+async def test_an_ack_pushes_every_queues_claim_delays(redis_url: str) -> None:
+    """Issue 24: each queue's claim delays reach its own ring with the ack (the ring
+    was the default queue's only), so another process reads them."""
+    group = f"g{uuid.uuid4().hex[:6]}"
+    async with (
+        RedisBackend.from_url(redis_url) as worker,
+        RedisBackend.from_url(redis_url) as reader,
+    ):
+        for queue in ("orders", "emails"):
+            await worker.add(group, [b"{}"], queue=queue)
+        await trio.sleep(0.05)
+        for queue in ("orders", "emails"):
+            got = await worker.read(group, "c", 10, 0, queue=queue)
+            await worker.ack(group, [e.id for e in got], queue=queue)
+        for queue in ("orders", "emails"):
+            metrics = await reader.get_metrics(group, queue=queue)
+            assert metrics.message_claim_delay_max >= 0.04e9, (queue, metrics)

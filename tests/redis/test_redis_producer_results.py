@@ -52,8 +52,8 @@ async def backend(redis_url: str) -> AsyncIterator[RedisBackend]:
         yield b
 
 
-def shop(backend: RedisBackend, started: list[str]) -> TaskRunner:
-    runner = TaskRunner(TaskRunnerConfig(consumer_group="shop", **FAST), backend)
+def shop(backend: RedisBackend, started: list[str], **config: Any) -> TaskRunner:
+    runner = TaskRunner(TaskRunnerConfig(consumer_group="shop", **{**FAST, **config}), backend)
 
     @runner.task(name="double", keep_result=60)
     async def double(payload: dict[str, int]) -> Doubled:
@@ -207,3 +207,38 @@ async def test_a_result_is_waited_for_from_another_process(
     assert value == "100"
     assert info is not None
     assert (info.state, info.result, info.attempts) == (TaskState.SUCCEEDED, {"doubled": 100}, 1)
+
+
+async def test_a_plain_producers_task_cancelled_before_it_ran_is_recorded_cancelled(
+    backend: RedisBackend, redis_url: str
+) -> None:
+    """Issue 24: a producer that is not strict writes no ``keep_result``; its task
+    cancelled while queued or delayed is recorded ``CANCELLED`` from the catalog."""
+    started: list[str] = []
+    runner = shop(backend, started, num_workers=1)
+
+    def produce() -> list[object]:
+        seen: list[object] = []
+        with Producer.from_url(redis_url, consumer_group="shop") as producer:  # not strict
+            busy = producer.dispatch("crunch")
+            deadline = 200
+            while "crunch" not in started and deadline:  # the pool of one is taken
+                deadline -= 1
+                time.sleep(0.05)
+            queued = producer.dispatch("remind", {"user": 9})
+            later = producer.dispatch_delayed("remind", {"user": 10}, delay=3600)
+            seen += [queued.cancel(), later.cancel()]
+            for handle in (queued, later):
+                try:
+                    handle.result(timeout=5)
+                except TaskCancelled:
+                    seen.append("cancelled")
+            seen.append(busy.cancel())
+        return seen
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        seen = await trio.to_thread.run_sync(produce)
+        nursery.cancel_scope.cancel()
+    assert seen == [True, True, "cancelled", "cancelled", True]
+    assert started == ["crunch"]

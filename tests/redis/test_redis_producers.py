@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 import trio
 
 from taskrunner import TaskAlreadyDispatched, TaskNotFound, TaskRunner, TaskRunnerConfig
@@ -153,8 +154,13 @@ async def test_a_strict_producer_knows_what_live_runners_serve(redis_url: str) -
             with other, pytest.raises(TaskNotFound, match="group 'mail'"):
                 other.dispatch("resize", 1)
             queue = Producer.from_url(redis_url, consumer_group="shop", queue="low", strict=True)
-            with queue, pytest.raises(TaskNotFound, match=r"served on taskrunner:shop:tasks"):
-                queue.dispatch("resize", 1)
+            with queue:
+                # Strict, a dispatch without queue= goes where a live runner serves the
+                # task (issue 24); one to a queue nobody serves it on is refused.
+                sent = queue.dispatch("resize", 1)
+                assert client.xrange("taskrunner:shop:tasks", sent.id, sent.id)
+                with pytest.raises(TaskNotFound, match=r"served on taskrunner:shop:tasks"):
+                    queue.dispatch("resize", 1, queue="low")
 
     async with backend, trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
@@ -190,3 +196,47 @@ async def test_a_strict_asyncio_producer(backend: RedisBackend, redis_url: str) 
         await trio.to_thread.run_sync(asyncio.run, calls())
         await wait_until(lambda: ("nightly", "async") in ran)
         nursery.cancel_scope.cancel()
+
+
+def test_producers_take_a_queue_per_call(redis_url: str) -> None:
+    """Issue 24: ``queue=`` on dispatch, dispatch_many, dispatch_delayed and
+    schedule_for; cancel finds a task on any queue the producer sent to; and the
+    asyncio producer does the same."""
+    with (
+        redis.Redis.from_url(redis_url) as client,
+        Producer(client, consumer_group="shop") as producer,
+    ):
+        one = producer.dispatch("charge", 1, queue="orders")
+        many = producer.dispatch_many("mail", [1, 2], queue="emails")
+        later = producer.dispatch_delayed("mail", 3, 60, queue="emails")
+        at = producer.schedule_for("mail", 4, 2e9, queue="emails")
+        assert [e[0].decode() for e in client.xrange("taskrunner:shop:orders")] == [one.id]
+        assert [e[0].decode() for e in client.xrange("taskrunner:shop:emails")] == [
+            h.id for h in many
+        ]
+        assert client.xlen("taskrunner:shop:tasks") == 0
+        members = [json.loads(m) for m in client.zrange("taskrunner:shop:delayed_tasks", 0, -1)]
+        assert {m["id"]: m.get("queue") for m in members} == {later.id: "emails", at.id: "emails"}
+        assert producer.cancel(many[1].id) is True, "found on the queue it was sent to"
+        assert client.xlen("taskrunner:shop:emails") == 1
+        assert producer.cancel(one.id) is True
+        assert client.xlen("taskrunner:shop:orders") == 0
+        assert producer.cancel(later.id) is True
+        with pytest.raises(ValueError, match="queue must have no spaces"):
+            producer.dispatch("charge", 1, queue="no such")
+        fresh = Producer(client, consumer_group="shop")
+        assert fresh.cancel(many[0].id) is False, "a queue it never saw, with no catalog"
+
+    async def with_asyncio() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        async with AsyncProducer(client, consumer_group="shop") as producer:
+            handle = await producer.dispatch("charge", 5, queue="orders")
+            (other,) = await producer.dispatch_many("charge", [6], queue="orders")
+            await producer.dispatch_delayed("charge", 7, 60, queue="orders")
+            await producer.schedule_for("charge", 8, 2e9, queue="orders")
+            assert await client.xlen("taskrunner:shop:orders") == 2
+            assert await producer.cancel(handle.id) is True
+            assert await producer.cancel(other.id) is True
+        await client.aclose()
+
+    asyncio.run(with_asyncio())

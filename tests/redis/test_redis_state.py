@@ -72,6 +72,9 @@ class _Recorder:
     def dedicated(self) -> DedicatedRedisConnection:
         return self.inner.dedicated()
 
+    async def masters(self) -> list[RedisClient]:
+        return [self]  # one server: its SCAN calls are recorded too
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

@@ -61,6 +61,17 @@ class KeyKind(enum.StrEnum):
     """The periodic schedules' states (``taskrunner:<group>:schedules``)."""
     SCHEDULE_SPECS = "schedule_specs"
     """The periodic schedules' published specs (``taskrunner:<group>:schedule_specs``)."""
+    PAUSED = "paused"
+    """The group's paused queues and tasks (``taskrunner:<group>:paused``)."""
+    CONCURRENCY = "concurrency"
+    """A task's leased concurrency slots (``taskrunner:<group>:concurrency:<task>``)."""
+    RATE = "rate"
+    """A task's rate-limit log (``taskrunner:<group>:rate:<task>[:<key>]``)."""
+    RATE_PACE = "rate_pace"
+    """When a rate-limited task's next refused run comes back
+    (``taskrunner:<group>:rate_pace:<task>[:<key>]``)."""
+    PARKED = "parked"
+    """A paused task's parked delayed members (``taskrunner:<group>:parked:<task>``)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -84,6 +95,11 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.CATALOG: "task catalog (what serving runners serve)",
     KeyKind.SCHEDULES: "periodic schedules' states",
     KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
+    KeyKind.PAUSED: "paused queues and tasks",
+    KeyKind.CONCURRENCY: "a task's concurrency slots",
+    KeyKind.RATE: "a task's rate-limit log",
+    KeyKind.RATE_PACE: "a rate-limited task's next start",
+    KeyKind.PARKED: "a paused task's parked runs",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -106,6 +122,11 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.CATALOG: "hash",
     KeyKind.SCHEDULES: "hash",
     KeyKind.SCHEDULE_SPECS: "hash",
+    KeyKind.PAUSED: "set",
+    KeyKind.CONCURRENCY: "zset",
+    KeyKind.RATE: "zset",
+    KeyKind.RATE_PACE: "string",
+    KeyKind.PARKED: "set",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -143,8 +164,10 @@ class KeyCounts:
     """How many keys of each kind a group has on the store (see :class:`KeyKind`).
 
     ``heartbeat`` and ``unique_lock`` count every group's (those keys are not per
-    group); ``result`` and ``result_notice`` are one per task of the group; every
-    other count is 0 or 1.
+    group); ``result`` and ``result_notice`` are one per task of the group;
+    ``stream``, ``dead_letter`` and ``claim_delay_ring`` one per queue;
+    ``concurrency``, ``rate``, ``rate_pace`` and ``parked`` one per task (and rate
+    key) that uses them; every other count is 0 or 1.
     """
 
     stream: int = 0
@@ -163,6 +186,11 @@ class KeyCounts:
     catalog: int = 0
     schedules: int = 0
     schedule_specs: int = 0
+    paused: int = 0
+    concurrency: int = 0
+    rate: int = 0
+    rate_pace: int = 0
+    parked: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -271,6 +299,20 @@ class Inspection(Protocol):
 
         Cost: the same four walks, then one round trip for the fixed keys only:
         nothing is read per result, notice, heartbeat or unique lock.
+        """
+        ...
+
+    async def list_queues(self, group: str) -> list[str]:
+        """Every queue of ``group`` with a key on the store: a stream, a dead-letter
+        stream or a claim-delay ring (with an explicit prefix, shared by several
+        groups, a stream counts when ``group`` reads it); the backend's own queue
+        first (listed even without keys), then the others by name.
+
+        So a queue that has messages is found even when no runner serves it (the
+        task catalog names only the queues of tasks that serving runners declare).
+
+        Cost: two walks of the key space (the streams and the rings under the
+        group's heads), plus, with an explicit prefix, one round trip.
         """
         ...
 

@@ -71,10 +71,15 @@ class DeadLetter:
     id: str
     """Its id in the dead-letter stream."""
     message_id: str
-    """The id it had in the main stream."""
+    """The id it had in the main stream: the last entry's, after a retry through the
+    delayed set (each attempt re-queued is a new entry)."""
     group: str
     payload: bytes | None
     error: str
+    task_id: str | None = None
+    """The task's id, the same across its retries (what ``dispatch`` returned): the
+    optional ``task_id`` field; ``None`` for a letter written without one (before 0.3,
+    or an entry whose task id was not known)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -271,8 +276,10 @@ class MessageQueue(Protocol):
         error: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> str:
-        """Append a failed entry to the group's dead-letter stream.
+        """Append a failed entry to the group's dead-letter stream, with the task's
+        id (``task_id``) when it is known.
 
         Returns:
             Its id in the dead-letter stream.

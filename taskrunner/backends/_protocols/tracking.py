@@ -80,16 +80,20 @@ def is_stream_id(text: str) -> bool:
     return _STREAM_ID.fullmatch(text) is not None
 
 
-def track_keys(stream: str, group: str, task_id: str) -> list[str]:
-    """The ``KEYS`` of ``lua/track.lua`` for task ``task_id`` of ``group`` on ``stream``."""
+def track_keys(streams: str | Sequence[str], group: str, task_id: str) -> list[str]:
+    """The ``KEYS`` of ``lua/track.lua`` for task ``task_id`` of ``group`` on ``streams``
+    (one stream, or the streams of several queues, looked in in that order)."""
+    first, *more = [streams] if isinstance(streams, str) else streams
     return [
         _keys.result(group, task_id),
         _keys.delayed_tasks(group),
         _keys.delayed_index(group),
         _keys.entry_index(group),
-        stream,
+        first,
         _keys.cancelled(group),
         _keys.notify(group, task_id),
+        _keys.catalog(group),
+        *more,
     ]
 
 
@@ -249,8 +253,15 @@ class Tracking(Protocol):
         """
         ...
 
-    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
+    async def lookup(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> TaskSnapshot | None:
         """Where the task is now, read in one atomic step (see the module docstring).
+
+        Args:
+            queues: The queues whose streams may hold its entry, looked in in this
+                order, the first holding it queued or running winning (stream ids
+                are unique per stream only); ``None``: the backend's own queue.
 
         Returns:
             ``None`` for a task not found: never dispatched, done without a kept
@@ -259,8 +270,11 @@ class Tracking(Protocol):
         """
         ...
 
-    async def cancel(self, group: str, task_id: str) -> Cancellation:
-        """Cancel the task, in one atomic step, in whichever state it is:
+    async def cancel(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> Cancellation:
+        """Cancel the task, in one atomic step, in whichever state it is, its entry
+        looked for on the streams of ``queues`` as :meth:`lookup` does:
 
         - scheduled: remove its member from the delayed set (and the id index);
         - queued: delete its entry from the stream (no consumer of any group
@@ -286,14 +300,20 @@ class Tracking(Protocol):
         one round trip for all of them."""
         ...
 
-    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
-        """The dead letters with these ids, in the order given; ids not found are left out."""
+    async def find_dead_letters(
+        self, group: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[DeadLetter]:
+        """The dead letters with these ids in ``queue``'s dead-letter stream (``None``:
+        the backend's own queue), in the order given; ids not found are left out."""
         ...
 
-    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
-        """Dispatch dead letters again, each in one atomic step: if the dead letter is
-        still there (and its lock, if any, can be taken), add its message to the
-        group's stream, map its task id to the new entry, drop the task's kept
+    async def replay_dead_letters(
+        self, group: str, replays: Sequence[Replay], *, queue: str | None = None
+    ) -> list[Replayed]:
+        """Dispatch dead letters of ``queue`` (``None``: the backend's own) again, each
+        in one atomic step: if the dead letter is still there in that queue's
+        dead-letter stream (and its lock, if any, can be taken), add its message to
+        that queue's stream, map its task id to the new entry, drop the task's kept
         result (it runs again) and delete the dead letter. So a dead letter is
         replayed once, however many replay it at the same time.
 
@@ -305,8 +325,11 @@ class Tracking(Protocol):
         """
         ...
 
-    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
-        """Delete the dead letters with these ids, or all of them (``None``).
+    async def purge_dead_letters(
+        self, group: str, ids: Sequence[str] | None = None, *, queue: str | None = None
+    ) -> int:
+        """Delete the dead letters of ``queue`` (``None``: the backend's own queue) with
+        these ids, or all of them (``ids=None``).
 
         Returns:
             How many were deleted.

@@ -83,6 +83,20 @@ class MemoryCatalog:
                 found.append(document)
         return found
 
+    def catalog_keep_result(self, group: str, name: str) -> float | None:
+        """The ``keep_result`` the group's live catalog gives task ``name``
+        (:func:`~taskrunner._wire.served_keep_result`), ``None`` if none."""
+        catalog = self._catalog(group)
+        if catalog is None:
+            return None
+        documents = []
+        for raw in catalog.documents.values():
+            try:
+                documents.append(_wire.decode_catalog(raw))
+            except InvalidTaskPayload:
+                continue
+        return _wire.served_keep_result(documents, name, trio.current_time())
+
     def catalog_size(self, group: str) -> tuple[int, float] | None:
         """``(fields, seconds left)`` of the group's catalog key, if it exists (for inspection)."""
         catalog = self._catalog(group)

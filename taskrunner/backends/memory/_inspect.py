@@ -14,12 +14,22 @@ Nothing here waits: each call is one checkpoint, like one round trip.
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 
 from taskrunner import _keys
-from taskrunner.backends._layout import group_keys, group_named_by, keys_to_flush, kind_of
+from taskrunner.backends._layout import (
+    group_head,
+    group_key_kind,
+    group_named_by,
+    keys_to_flush,
+    kind_of,
+    queue_key,
+    queues_in,
+    stream_head,
+)
 from taskrunner.backends._protocols.inspection import (
-    REDIS_TYPES,
     Heartbeat,
     KeyCounts,
     KeyInfo,
@@ -28,6 +38,7 @@ from taskrunner.backends._protocols.inspection import (
 )
 from taskrunner.backends._protocols.schedules import STATE_FIELDS
 from taskrunner.backends.memory._catalog import MemoryCatalog
+from taskrunner.backends.memory._queue import _Stream
 from taskrunner.backends.memory._schedules import MemorySchedules
 from taskrunner.backends.memory._state import seconds_left
 from taskrunner.backends.memory._tracking import MemoryTracking
@@ -35,6 +46,12 @@ from taskrunner.backends.memory._tracking import MemoryTracking
 
 class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     """A :class:`~taskrunner.backends.Inspection` of the in-memory stream and state."""
+
+    # A cancel reads the catalog this class holds (MemoryTracking's own says nothing).
+    catalog_keep_result = MemoryCatalog.catalog_keep_result
+    # Kept by MemoryFlow (the backend is both): flow control's sorted sets and sets.
+    _zsets: dict[str, dict[str, float]]
+    _sets: dict[str, set[bytes]]
 
     async def ping(self) -> float:
         start = trio.current_time()
@@ -76,74 +93,69 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
                 found.add(group)
         return sorted(found)
 
-    def _sizes(self, group: str) -> dict[str, tuple[int, float | None]]:
-        """``{name: (size, ttl)}`` of ``group``'s fixed keys that exist."""
-        keys = self.stream_keys(group)
-        found: dict[str, tuple[int, float | None]] = {}
-        stream = self._streams.get(keys.stream)
-        if stream is not None:
+    def _all_keys(self) -> dict[str, tuple[str, int, float | None]]:
+        """``{name: (type, size, ttl)}`` of every key Redis would hold now."""
+        found: dict[str, tuple[str, int, float | None]] = {}
+        for key, stream in self._streams.items():
             if stream.entries or stream.groups:
-                found[keys.stream] = len(stream.entries), None
+                found[key] = "stream", len(stream.entries), None
+            head, _, queue = key.rpartition(":")  # <prefix>:<queue>; a queue has no ':'
             if stream.dead:
-                found[keys.dead_letter] = len(stream.dead), None
+                found[_keys.dead_letter(head, queue)] = "stream", len(stream.dead), None
             if stream.ring:
-                found[keys.claim_delay_ring] = len(stream.ring), None
-        if self._delayed.get(group):
-            found[_keys.delayed_tasks(group)] = len(self._delayed[group]), None
-        if self._delayed_index.get(group):
-            found[_keys.delayed_index(group)] = len(self._delayed_index[group]), None
-        if self._entry_index.get(group):
-            found[_keys.entry_index(group)] = len(self._entry_index[group]), None
-        if self._stop_requests.get(group):
-            found[_keys.cancelled(group)] = len(self._stop_requests[group]), None
-        if self._metrics.get(group):
-            found[_keys.metrics(group)] = len(self._metrics[group]), None
-        catalog = self.catalog_size(group)
-        if catalog is not None:
-            found[_keys.catalog(group)] = catalog
-        if self._state_fields(group):
-            found[_keys.schedules(group)] = self._state_fields(group), None
-        if self._schedule_specs.get(group):
-            found[_keys.schedule_specs(group)] = len(self._schedule_specs[group]), None
-        for name in (
-            _keys.leader(group),
-            _keys.worker_tuning_capacity(group),
-            _keys.desired_instances(group),
-        ):
-            value = self._get(name)
-            if value is not None:
-                found[name] = len(value.encode()), self.ttl(name)
+                found[_keys.claim_delay_ring(head, queue)] = "list", len(stream.ring), None
+        per_group = (
+            (_keys.delayed_tasks, "zset", self._delayed),
+            (_keys.delayed_index, "hash", self._delayed_index),
+            (_keys.entry_index, "hash", self._entry_index),
+            (_keys.cancelled, "zset", self._stop_requests),
+            (_keys.metrics, "hash", self._metrics),
+            (_keys.schedule_specs, "hash", self._schedule_specs),
+        )
+        for name_of, key_type, store in per_group:
+            for g, value in store.items():
+                if value:
+                    found[name_of(g)] = key_type, len(value), None
+        for g in list(self._catalogs):
+            catalog = self.catalog_size(g)
+            if catalog is not None:
+                found[_keys.catalog(g)] = "hash", *catalog
+        for g in self._schedule_states:
+            if self._state_fields(g):
+                found[_keys.schedules(g)] = "hash", self._state_fields(g), None
+        for name, members in getattr(self, "_zsets", {}).items():  # MemoryFlow's
+            if members:
+                found[name] = "zset", len(members), None
+        for name, items in getattr(self, "_sets", {}).items():
+            if items:
+                found[name] = "set", len(items), None
+        for name in self.keys():
+            found[name] = "string", len(self._strings[name][0].encode()), self.ttl(name)
+        for name in list(self._results):
+            document = self._live(self._results, name)
+            if document is not None:
+                found[name] = "string", len(document), seconds_left(self._results[name][1])
+        for name in list(self._notices):
+            if self._live(self._notices, name) is not None:
+                found[name] = "list", 1, seconds_left(self._notices[name][1])
         return found
 
     def _key_infos(self, group: str) -> list[KeyInfo]:
-        fixed = group_keys(self.stream_keys(group), group)
-        found = [
-            KeyInfo(name=name, kind=fixed[name], type=REDIS_TYPES[fixed[name]], size=size, ttl=ttl)
-            for name, (size, ttl) in self._sizes(group).items()
-        ]
-        for name in self.keys():
-            kind = kind_of(name, {})
-            if kind is not None and name not in fixed:
-                value = self._strings[name][0]
-                size = len(value.encode())
-                found.append(
-                    KeyInfo(name=name, kind=kind, type="string", size=size, ttl=self.ttl(name))
-                )
-        for name in self.result_keys(group):
-            document, expires = self._results[name]
-            found.append(
-                KeyInfo(
-                    name=name, kind=KeyKind.RESULT, type="string", size=len(document),
-                    ttl=seconds_left(expires),
-                )
-            )  # fmt: skip
-        for name in self.notify_keys(group):
-            found.append(
-                KeyInfo(
-                    name=name, kind=KeyKind.RESULT_NOTICE, type="list", size=1,
-                    ttl=seconds_left(self._notices[name][1]),
-                )
-            )  # fmt: skip
+        own = self.stream_keys(group)
+        # With an explicit prefix, the streams under it are every group's that uses
+        # it: a queue counts when the group reads its stream (as on Redis).
+        explicit = stream_head(own) != group_head(group)
+        found = []
+        for name, (key_type, size, ttl) in self._all_keys().items():
+            kind = group_key_kind(name, group, own)
+            if kind is None:
+                continue
+            hit = queue_key(name, own)
+            if explicit and hit is not None and hit[1] != own.queue:
+                stream = self._streams.get(self.stream_keys(group, hit[1]).stream)
+                if stream is None or group not in stream.groups:
+                    continue
+            found.append(KeyInfo(name=name, kind=kind, type=key_type, size=size, ttl=ttl))
         return sorted(found, key=lambda key: key.order)
 
     async def list_keys(self, group: str) -> list[KeyInfo]:
@@ -153,6 +165,10 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     async def count_keys(self, group: str) -> KeyCounts:
         await trio.lowlevel.checkpoint()
         return KeyCounts.of(key.kind for key in self._key_infos(group))
+
+    async def list_queues(self, group: str) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return queues_in([key.name for key in self._key_infos(group)], self.stream_keys(group))
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         await trio.lowlevel.checkpoint()
@@ -173,43 +189,52 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
 
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         await trio.lowlevel.checkpoint()
-        keys = self.stream_keys(group)
-        stream = self._streams.get(keys.stream)
-        others = [g for g in (stream.groups if stream else ()) if g != group]
-        doomed = keys_to_flush(
-            self._key_infos(group), stream_shared=bool(others), heartbeats=heartbeats
-        )
-        if stream is not None:
+        listed = self._key_infos(group)
+        queues = queues_in([key.name for key in listed], self.stream_keys(group))
+        shared: set[str] = set()
+        streams: dict[str, _Stream] = {}  # by each of its three names, of the queues found
+        for queue in queues:
+            keys = self.stream_keys(group, queue)
+            stream = self._streams.get(keys.stream)
+            if stream is None:
+                continue
+            names = (keys.stream, keys.dead_letter, keys.claim_delay_ring)
+            if any(g != group for g in stream.groups):
+                shared.update(names)
             stream.groups.pop(group, None)  # XGROUP DESTROY
+            streams.update(dict.fromkeys(names, stream))
+        doomed = keys_to_flush(listed, heartbeats=heartbeats, shared_names=shared)
+        stores = (
+            (_keys.delayed_tasks, self._delayed),
+            (_keys.delayed_index, self._delayed_index),
+            (_keys.entry_index, self._entry_index),
+            (_keys.cancelled, self._stop_requests),
+            (_keys.metrics, self._metrics),
+            (_keys.catalog, self._catalogs),
+            (_keys.schedules, self._schedule_states),
+            (_keys.schedule_specs, self._schedule_specs),
+        )
+        by_name: dict[str, dict[str, Any]] = {name_of(group): store for name_of, store in stores}
         for name in doomed:
-            if stream is not None and name == keys.stream:
+            stream = streams.get(name)
+            if stream is not None and name.endswith(":dead") and name not in self._streams:
+                stream.dead.clear()
+            elif stream is not None and name.startswith("ring:"):
+                stream.ring.clear()
+            elif stream is not None:
                 stream.entries.clear()
                 stream.seq_of.clear()
                 stream.groups.clear()
-            elif stream is not None and name == keys.dead_letter:
-                stream.dead.clear()
-            elif stream is not None and name == keys.claim_delay_ring:
-                stream.ring.clear()
-            elif name == _keys.delayed_tasks(group):
-                self._delayed.pop(group, None)
-            elif name == _keys.delayed_index(group):
-                self._delayed_index.pop(group, None)
-            elif name == _keys.entry_index(group):
-                self._entry_index.pop(group, None)
-            elif name == _keys.cancelled(group):
-                self._stop_requests.pop(group, None)
-            elif name == _keys.metrics(group):
-                self._metrics.pop(group, None)
+            elif name in by_name:
+                by_name[name].pop(group, None)
             elif name in self._results:
                 del self._results[name]
             elif name in self._notices:
                 del self._notices[name]
-            elif name == _keys.catalog(group):
-                self._catalogs.pop(group, None)
-            elif name == _keys.schedules(group):
-                self._schedule_states.pop(group, None)
-            elif name == _keys.schedule_specs(group):
-                self._schedule_specs.pop(group, None)
+            elif name in getattr(self, "_zsets", {}):
+                del self._zsets[name]
+            elif name in getattr(self, "_sets", {}):
+                del self._sets[name]
             else:
                 self._strings.pop(name, None)
         return doomed

@@ -366,15 +366,25 @@ class MemoryStream:
         error: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> str:
         await trio.lowlevel.checkpoint()
         check_text("dead_letter", "message_id", message_id)
         check_text("dead_letter", "error", error)
+        if task_id is not None:
+            check_text("dead_letter", "task_id", task_id)
         stream = self._stream(group, queue)
         stream.dead_seq += 1
         dead_id = f"{int(trio.current_time() * 1000)}-{stream.dead_seq}"
         stream.dead.append(
-            DeadLetter(id=dead_id, message_id=message_id, group=group, payload=payload, error=error)
+            DeadLetter(
+                id=dead_id,
+                message_id=message_id,
+                group=group,
+                payload=payload,
+                error=error,
+                task_id=task_id,
+            )
         )
         return dead_id
 

@@ -45,6 +45,9 @@ class MemoryTracking(MemoryStream, MemoryState):
         self._notices: dict[str, tuple[bytes, float]] = {}  # notify key -> (doc, expires)
         self._result_lots: dict[str, trio.lowlevel.ParkingLot] = {}
         self._stop_requests: dict[str, dict[str, float]] = {}  # group -> entry id -> time
+        # The queue of the queued entry _find found last: cancel reads it right after,
+        # with no checkpoint between, to delete the entry from that stream.
+        self._found_on: str | None = None
 
     # Expiring values ------------------------------------------------------
     @staticmethod
@@ -146,7 +149,9 @@ class MemoryTracking(MemoryStream, MemoryState):
             return entry_id
         return task_id if is_stream_id(task_id) else None
 
-    def _find(self, group: str, task_id: str) -> TaskSnapshot | None:
+    def _find(
+        self, group: str, task_id: str, queues: Sequence[str] | None = None
+    ) -> TaskSnapshot | None:
         result = self._live(self._results, _keys.result(group, task_id))
         if result is not None:
             return TaskSnapshot(task_id=task_id, result=result)
@@ -158,35 +163,45 @@ class MemoryTracking(MemoryStream, MemoryState):
         entry_id = self._entry_of(group, task_id)
         if entry_id is None:
             return None
-        s = self._stream(group)
-        seq = s.seq_of.get(entry_id)
-        g = s.groups.get(group)
-        pending = g.pending.get(entry_id) if g is not None else None
-        if pending is not None:
-            return TaskSnapshot(
-                task_id=task_id,
-                entry_id=entry_id,
-                payload=s.entries[seq][1] if seq is not None else None,
-                pending=True,
-                delivery_count=pending.count,
-                consumer=pending.consumer,
-                stopping=entry_id in self._stop_requests.get(group, {}),
-            )
-        if seq is None or (g is not None and seq <= g.cursor):
-            return None  # gone, or delivered and acknowledged: done, nothing kept
-        return TaskSnapshot(task_id=task_id, entry_id=entry_id, payload=s.entries[seq][1])
+        queue: str | None
+        for queue in queues or (None,):
+            s = self._streams.get(self.stream_keys(group, queue).stream)
+            if s is None:
+                continue
+            seq = s.seq_of.get(entry_id)
+            g = s.groups.get(group)
+            pending = g.pending.get(entry_id) if g is not None else None
+            if pending is not None:
+                return TaskSnapshot(
+                    task_id=task_id,
+                    entry_id=entry_id,
+                    payload=s.entries[seq][1] if seq is not None else None,
+                    pending=True,
+                    delivery_count=pending.count,
+                    consumer=pending.consumer,
+                    stopping=entry_id in self._stop_requests.get(group, {}),
+                )
+            if seq is not None and (g is None or seq > g.cursor):
+                self._found_on = queue
+                return TaskSnapshot(task_id=task_id, entry_id=entry_id, payload=s.entries[seq][1])
+            # Else gone, or delivered and acknowledged (done, nothing kept): the next queue.
+        return None
 
-    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
+    async def lookup(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> TaskSnapshot | None:
         await trio.lowlevel.checkpoint()
         check_text("lookup", "task_id", task_id)
-        return self._find(group, task_id)
+        return self._find(group, task_id, queues)
 
     # Cancelling -------------------------------------------------------------
-    async def cancel(self, group: str, task_id: str) -> Cancellation:
+    async def cancel(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> Cancellation:
         await trio.lowlevel.checkpoint()
         check_text("cancel", "task_id", task_id)
-        # No checkpoint from here on: the step is atomic, like lua/cancel.lua.
-        found = self._find(group, task_id)
+        # No checkpoint from here on: the step is atomic, like lua/track.lua.
+        found = self._find(group, task_id, queues)
         if found is None or found.result is not None:
             return Cancellation(state=None)
         if found.member is not None:
@@ -203,20 +218,29 @@ class MemoryTracking(MemoryStream, MemoryState):
                     del stops[entry_id]
             stops[found.entry_id] = now
             return Cancellation(state=TaskState.RUNNING, raw=found.payload)
-        self._delete_entry(self._stream(group), found.entry_id)
+        self._delete_entry(self._stream(group, self._found_on), found.entry_id)
         self._entry_index.get(group, {}).pop(task_id, None)
         self._undo(group, task_id, found.payload)
         return Cancellation(state=TaskState.QUEUED, raw=found.payload)
 
+    def catalog_keep_result(self, group: str, name: str) -> float | None:
+        """How long the group's task catalog says task ``name`` keeps results (the
+        backend that holds the catalog says: see :class:`MemoryInspection
+        <taskrunner.backends.memory._inspect.MemoryInspection>`)."""
+        return None
+
     def _undo(self, group: str, task_id: str, raw: bytes | None) -> None:
-        """Release the lock of a removed task and record it as cancelled if it keeps results."""
+        """Release the lock of a removed task and record it as cancelled if it keeps
+        results (its message says, else the catalog: as lua/track.lua does)."""
         removal = _wire.removal_of(raw)
         if removal.lock is not None:
             self._delete_if(*removal.lock)
-        if removal.keep_result is not None:
+        keep = removal.keep_result
+        if keep is None and removal.task:
+            keep = self.catalog_keep_result(group, removal.task)
+        if keep is not None:
             head = _wire.cancelled_head(trio.current_time())
             document = head + json.dumps(removal.task).encode() + b"}"
-            keep = removal.keep_result
             self._keep(group, task_id, document, keep, _wire.notify_ttl(keep))
 
     async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:
@@ -225,18 +249,22 @@ class MemoryTracking(MemoryStream, MemoryState):
         return [entry_id for entry_id in entry_ids if entry_id in stops]
 
     # Dead letters -----------------------------------------------------------
-    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
+    async def find_dead_letters(
+        self, group: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[DeadLetter]:
         await trio.lowlevel.checkpoint()
-        by_id = {d.id: d for d in self._stream(group).dead}
+        by_id = {d.id: d for d in self._stream(group, queue).dead}
         return [by_id[i] for i in ids if i in by_id]
 
-    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
+    async def replay_dead_letters(
+        self, group: str, replays: Sequence[Replay], *, queue: str | None = None
+    ) -> list[Replayed]:
         await trio.lowlevel.checkpoint()
         for replay in replays:  # all refused before any is replayed, as one script call
             check_text("replay_dead_letters", "task_id", replay.task_id)
             check_text("replay_dead_letters", "lock_key", replay.lock_key or "")
             check_text("replay_dead_letters", "lock_token", replay.lock_token)
-        s = self._stream(group)
+        s = self._stream(group, queue)
         done = []
         for replay in replays:  # no checkpoint inside: atomic, like the Lua script
             index = next((i for i, d in enumerate(s.dead) if d.id == replay.dead_id), None)
@@ -249,7 +277,7 @@ class MemoryTracking(MemoryStream, MemoryState):
                 done.append(Replayed(dead_id=replay.dead_id, entry_id=None, reason="locked"))
                 continue
             del s.dead[index]
-            entry_id = self.add_raw(group, {"payload": replay.message})
+            entry_id = self.add_raw(group, {"payload": replay.message}, queue=queue)
             if entry_id != replay.task_id:
                 self._entry_index.setdefault(group, {})[replay.task_id] = entry_id
             self._results.pop(_keys.result(group, replay.task_id), None)
@@ -257,9 +285,11 @@ class MemoryTracking(MemoryStream, MemoryState):
             done.append(Replayed(dead_id=replay.dead_id, entry_id=entry_id))
         return done
 
-    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
+    async def purge_dead_letters(
+        self, group: str, ids: Sequence[str] | None = None, *, queue: str | None = None
+    ) -> int:
         await trio.lowlevel.checkpoint()
-        s = self._stream(group)
+        s = self._stream(group, queue)
         before = len(s.dead)
         if ids is None:
             s.dead.clear()

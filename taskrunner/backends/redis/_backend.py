@@ -14,8 +14,10 @@ from typing import Any
 
 from taskrunner.backends.redis._catalog import RedisCatalog
 from taskrunner.backends.redis._client import NativeRedisClient
+from taskrunner.backends.redis._cluster_client import ClusterRedisClient
 from taskrunner.backends.redis._config import ConnectionConfig
 from taskrunner.backends.redis._defer import RedisDefer
+from taskrunner.backends.redis._detect import DetectingRedisClient
 from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
@@ -82,6 +84,7 @@ class RedisBackend(
         queue: str = "tasks",
         delete_on_ack: bool = True,
         pool_size: int = 1,
+        cluster: bool | None = None,
         **options: Any,
     ) -> RedisBackend:
         """A backend on the trio-native client.
@@ -92,20 +95,36 @@ class RedisBackend(
                 ``redis+sentinel://[user:password@]s1:26379,s2:26379/mymaster/0``
                 (``rediss+sentinel://`` for TLS to the master; the sentinels' own
                 password and TLS are the ``sentinel_*`` query options, see
-                ``docs/redis-sentinel.md``).
-            pool_size: Shared (auto-pipelined) connections; each fetcher also
-                gets a dedicated one for its blocking reads.
+                ``docs/redis-sentinel.md``). For a cluster, any node (database 0).
+            pool_size: Shared (auto-pipelined) connections, per node on a
+                cluster; each fetcher also gets a dedicated one for its
+                blocking reads.
+            cluster: ``None`` (the default) asks the server once, at the first
+                call (``INFO cluster``), and uses the cluster client if it is a
+                cluster node; ``True`` forces the cluster client, ``False`` the
+                standalone one. A Sentinel URL is never a cluster.
             options: Connection options (timeouts, ``ssl_*``), see
                 ``docs/redis-connection.md``.
 
         Raises:
-            ValueError: the URL cannot be parsed.
+            ValueError: the URL cannot be parsed, or ``cluster=True`` with a
+                unix socket.
+            ClusterCommandError: ``cluster=True`` and the URL names a database
+                other than 0 (with ``cluster=None``, raised by the first call).
         """
-        client: NativeRedisClient
+        client: RedisClient
         if is_sentinel_url(url):
+            if cluster:
+                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
             client = SentinelRedisClient.from_url(url, pool_size=pool_size, **options)
+            return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
+        config = ConnectionConfig.from_url(url, **options)
+        if cluster is None:
+            client = DetectingRedisClient(config, pool_size=pool_size)
+        elif cluster:
+            client = ClusterRedisClient(config, pool_size=pool_size)
         else:
-            client = NativeRedisClient.from_url(url, pool_size=pool_size, **options)
+            client = NativeRedisClient(config, pool_size=pool_size)
         return cls(client, prefix=prefix, queue=queue, delete_on_ack=delete_on_ack)
 
     @classmethod

@@ -79,7 +79,8 @@ class NativeRedisClient:
         config: Where and how to connect.
         pool_size: Number of shared connections (at least 1).
         opener: Opens each connection (default :func:`~._connection.open_connection`
-            on ``config``; the Sentinel client's finds the master first).
+            on ``config``; the Sentinel client's finds the master first; tests
+            pass in-memory fakes).
     """
 
     def __init__(
@@ -173,6 +174,11 @@ class NativeRedisClient:
         self._dedicated.add(connection)
         return connection
 
+    async def masters(self) -> list[NativeRedisClient]:
+        """``[self]``: one server holds the whole key space."""
+        await trio.lowlevel.checkpoint()
+        return [self]
+
     async def execute(self, *args: CommandArg) -> Reply:
         """Run one command on a shared connection and return its reply.
 
@@ -240,6 +246,21 @@ class NativeRedisClient:
                 if isinstance(reply, ResponseError):
                     raise reply
         return replies
+
+    async def shared(self) -> SharedConnection:
+        """A live shared connection to :meth:`~._multiplexed.SharedConnection.submit` to.
+
+        For the cluster client, which must know whether a command was sent: a
+        failure here means nothing was.
+
+        Raises:
+            RedisConnectionError: Connecting failed (nothing was sent).
+            trio.ClosedResourceError: The client was closed.
+        """
+        connection = self._pick()
+        if isinstance(connection, _Slot):
+            connection = await self._connect(connection)
+        return connection
 
     def _pick(self) -> SharedConnection | _Slot:
         """A usable connection to queue on now, or the slot whose connection to open first.

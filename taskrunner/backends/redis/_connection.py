@@ -202,7 +202,8 @@ async def open_connection(config: ConnectionConfig) -> tuple[trio.abc.Stream, hi
 
 Opener: TypeAlias = Callable[[ConnectionConfig], Awaitable[tuple[trio.abc.Stream, hiredis.Reader]]]
 """How a connection is opened: :func:`open_connection`, or one that first finds the
-server (the Sentinel client asks the sentinels where the master is); same errors."""
+server (the Sentinel client asks the sentinels where the master is), or an
+in-memory fake in tests; same errors."""
 
 
 @attrs.define

@@ -13,6 +13,7 @@ Two families, both under :class:`~taskrunner.errors.BackendError`:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from taskrunner.errors import BackendError
@@ -50,6 +51,9 @@ RETRYABLE_CODES = frozenset(
         "MISCONF",
         "TRYAGAIN",
         "CLUSTERDOWN",
+        "MOVED",
+        "ASK",
+        "UNBLOCKED",
         "MASTERDOWN",
         "NOREPLICAS",
         "NOAUTH",
@@ -153,6 +157,58 @@ class NoPermissionError(ResponseError):
     CODE = "NOPERM"
 
 
+class CrossSlotError(ResponseError):
+    """``CROSSSLOT``: the keys of one command hash to different cluster slots.
+
+    The cluster client raises it before sending anything (the message names the
+    command and the slots); a server's own ``CROSSSLOT`` reply maps here too.
+
+    Attributes:
+        command: The command's name, upper-case (empty for a server reply).
+        slots: The slots its keys hash to (empty for a server reply).
+    """
+
+    CODE = "CROSSSLOT"
+
+    def __init__(self, message: str, *, command: str = "", slots: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.command = command
+        self.slots = slots
+
+    @classmethod
+    def of(cls, command: str, slots: Sequence[int]) -> CrossSlotError:
+        """The refusal of ``command`` whose keys hash to ``slots``."""
+        shown = ", ".join(str(slot) for slot in slots)
+        return cls(
+            f"CROSSSLOT {command}: keys hash to slots {shown}; the keys of one command "
+            "must share a hash tag on a cluster (nothing was sent)",
+            command=command,
+            slots=tuple(slots),
+        )
+
+
+class ClusterCommandError(RedisError):
+    """A command that cannot run as asked on a Redis Cluster; nothing was sent.
+
+    ``SELECT`` or a database other than 0, a bare ``SCAN`` (a walk must visit
+    every master), ``MULTI``/``EXEC`` split over nodes, or malformed key
+    arguments (``EVAL`` with a wrong ``numkeys``).
+
+    Attributes:
+        command: The command's name, upper-case.
+        reason: Why it is refused.
+    """
+
+    def __init__(self, command: str, reason: str) -> None:
+        super().__init__(
+            f"{command} is refused on a Redis Cluster: {reason}",
+            maybe_applied=False,
+            retryable=False,
+        )
+        self.command = command
+        self.reason = reason
+
+
 _BY_CODE: dict[str, type[ResponseError]] = {
     cls.CODE: cls
     for cls in (
@@ -167,6 +223,7 @@ _BY_CODE: dict[str, type[ResponseError]] = {
         ExecAbortError,
         AuthenticationError,
         NoPermissionError,
+        CrossSlotError,
     )
     if cls.CODE is not None
 }

@@ -1,10 +1,12 @@
 """The :class:`~taskrunner.backends.Inspection` protocol on Redis.
 
 Theory of operation: an operator read finds names first and reads them after.
-Names come from the group's fixed keys
-(:func:`~taskrunner.backends._layout.group_keys`)
-and from ``SCAN MATCH`` walks for the keys that are not per group (heartbeats, unique
-locks), never ``KEYS``. Then every name found is read in one pipelined round trip,
+Names come from the group's fixed keys (:func:`~taskrunner.backends._layout.group_keys`)
+and from ``SCAN MATCH`` walks, never ``KEYS``: of the names under ``taskrunner:<group>:``
+(its tasks' results and notices, their flow-control keys), of the streams under the
+group's stream head (``TYPE stream``: every queue's stream and dead-letter stream), of
+its rings (``ring:<prefix>:metrics:*``), and of the keys that are not per group
+(heartbeats, unique locks). Then every name found is read in one pipelined round trip,
 whatever their number: ``TYPE``, the size command of the type the layout gives that kind
 of key, then ``PTTL``. ``PTTL`` comes last so that it decides: a key that expired or
 was deleted at any point of the read answers ``-2`` there and is left out, never
@@ -23,13 +25,20 @@ from collections.abc import Sequence
 import trio
 
 from taskrunner import _keys
+from taskrunner._keys import StreamKeys, glob_escape
 from taskrunner.backends._layout import (
+    _STREAM_KINDS,
     HEARTBEAT_PREFIX,
     UNIQUE_LOCK_PATTERN,
+    group_head,
+    group_key_kind,
     group_keys,
     group_named_by,
     keys_to_flush,
-    per_task_patterns,
+    queue_key,
+    queues_in,
+    ring_head,
+    stream_head,
 )
 from taskrunner.backends._protocols.inspection import (
     REDIS_TYPES,
@@ -61,7 +70,11 @@ _PATTERNS = (
     (KeyKind.UNIQUE_LOCK, UNIQUE_LOCK_PATTERN),
 )
 """The kinds of key that are not per group, found by pattern."""
-_SCANNED = frozenset([*(kind for kind, _ in _PATTERNS), KeyKind.RESULT, KeyKind.RESULT_NOTICE])
+
+
+_QUEUE_KINDS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER, KeyKind.CLAIM_DELAY_RING})
+_STREAMS = frozenset({KeyKind.STREAM, KeyKind.DEAD_LETTER})
+"""The kinds that are streams: found by the walk of streams (``TYPE stream``) only."""
 
 
 def _text(value: bytes | str) -> str:
@@ -108,28 +121,76 @@ class RedisInspection(RedisQueue, RedisState):
                 found.add(group)
         return sorted(found)
 
-    async def _layout_keys(self, group: str) -> list[tuple[CommandArg, str, KeyKind]]:
-        """``(name as sent, name as text, kind)`` of every key :meth:`list_keys` may
-        list: the fixed ones (present or not), then every heartbeat and lock found."""
-        fixed = group_keys(self.stream_keys(group), group)
-        found: list[tuple[CommandArg, str, KeyKind]] = [(n, n, k) for n, k in fixed.items()]
-        for kind, pattern in (*_PATTERNS, *per_task_patterns(group)):
-            for raw in sorted(await scan(self._client, pattern)):
+    async def _layout_keys(self, group: str) -> list[tuple[CommandArg, str, KeyKind, bool]]:
+        """``(name as sent, name as text, kind, found by a walk)`` of every key
+        :meth:`list_keys` may list: the fixed ones (present or not), then every key
+        a walk finds: the group's other keys (results, notices, flow control), every
+        queue's stream, dead-letter stream and ring, every heartbeat and lock."""
+        own = self.stream_keys(group)
+        fixed = group_keys(own, group)
+        found: list[tuple[CommandArg, str, KeyKind, bool]] = [
+            (n, n, k, False) for n, k in fixed.items()
+        ]
+        seen = set(fixed)
+        walks: list[tuple[str, str | None]] = [
+            (f"{glob_escape(group_head(group))}*", None),
+            (f"{glob_escape(stream_head(own))}*", "stream"),
+            (f"{glob_escape(ring_head(own))}*", None),
+            *((pattern, None) for _, pattern in _PATTERNS),
+        ]
+        for pattern, kind_filter in walks:
+            for raw in sorted(await scan(self._client, pattern, kind=kind_filter)):
                 name = _text(raw)
-                if name not in fixed:
-                    found.append((raw, name, kind))
+                kind = group_key_kind(name, group, own)
+                if kind is None or name in seen:
+                    continue
+                if kind in _STREAMS and kind_filter != "stream":
+                    continue  # a stream is taken from the walk of streams only
+                seen.add(name)
+                found.append((raw, name, kind, True))
+        if stream_head(own) != group_head(group):
+            found = await self._read_by(group, own, found)
         return found
+
+    async def _read_by(
+        self, group: str, own: StreamKeys, found: list[tuple[CommandArg, str, KeyKind, bool]]
+    ) -> list[tuple[CommandArg, str, KeyKind, bool]]:
+        """``found`` less the queue keys of streams ``group`` does not read: with an
+        explicit prefix, the streams under it are every group's that uses it."""
+        streams = [
+            (raw, hit[1])
+            for raw, name, kind, walked in found
+            if walked and kind is KeyKind.STREAM and (hit := queue_key(name, own)) is not None
+        ]
+        replies = await self._client.pipeline(
+            [("XINFO", "GROUPS", raw) for raw, _ in streams], raise_on_error=False
+        )
+        read = {own.queue}
+        for (_, queue), reply in zip(streams, replies, strict=True):
+            if not isinstance(reply, ResponseError) and any(
+                _text(dict(zip(row[::2], row[1::2], strict=True))[b"name"]) == group
+                for row in reply
+            ):
+                read.add(queue)
+        return [
+            item
+            for item in found
+            if not item[3]
+            or item[2] not in _QUEUE_KINDS
+            or (hit := queue_key(item[1], own)) is None
+            or hit[1] in read
+        ]
 
     async def _list(self, group: str) -> list[tuple[CommandArg, KeyInfo]]:
         """:meth:`list_keys`, each key with its name as sent (bytes, for a name
         found that is not UTF-8 and so is listed escaped)."""
         found = await self._layout_keys(group)
         commands: list[tuple[CommandArg, ...]] = []
-        for raw, _, kind in found:
+        for raw, _, kind, _ in found:
             commands += [("TYPE", raw), (SIZE_COMMANDS[REDIS_TYPES[kind]], raw), ("PTTL", raw)]
         replies = await self._client.pipeline(commands, raise_on_error=False)
         out = []
-        for (raw, name, kind), at in zip(found, range(0, len(replies), 3), strict=True):
+        for (raw, name, kind, _), at in zip(found, range(0, len(replies), 3), strict=True):
             key_type = _text(_checked(replies[at]))
             size, pttl = replies[at + 1], int(_checked(replies[at + 2]))
             if key_type == "none" or pttl == -2:
@@ -141,6 +202,7 @@ class RedisInspection(RedisQueue, RedisState):
             out.append(
                 (raw, KeyInfo(name=name, kind=kind, type=key_type, size=size, ttl=_ttl(pttl)))
             )
+        out.sort(key=lambda item: item[1].order)
         return out
 
     async def list_keys(self, group: str) -> list[KeyInfo]:
@@ -148,12 +210,28 @@ class RedisInspection(RedisQueue, RedisState):
 
     async def count_keys(self, group: str) -> KeyCounts:
         found = await self._layout_keys(group)
-        fixed = [(raw, kind) for raw, _, kind in found if kind not in _SCANNED]
+        fixed = [(raw, kind) for raw, _, kind, walked in found if not walked]
         exists = await self._client.pipeline([("EXISTS", raw) for raw, _ in fixed])
-        scanned = [kind for _, _, kind in found if kind in _SCANNED]
+        walked = [kind for _, _, kind, by_walk in found if by_walk]
         return KeyCounts.of(
-            [*(kind for (_, kind), n in zip(fixed, exists, strict=True) if n), *scanned]
+            [*(kind for (_, kind), n in zip(fixed, exists, strict=True) if n), *walked]
         )
+
+    async def list_queues(self, group: str) -> list[str]:
+        own = self.stream_keys(group)
+        found: list[tuple[CommandArg, str, KeyKind, bool]] = []
+        for pattern, kind_filter in (
+            (f"{glob_escape(stream_head(own))}*", "stream"),
+            (f"{glob_escape(ring_head(own))}*", None),
+        ):
+            for raw in sorted(await scan(self._client, pattern, kind=kind_filter)):
+                name = _text(raw)
+                hit = queue_key(name, own)
+                if hit is not None and (hit[0] in _STREAM_KINDS) == (kind_filter == "stream"):
+                    found.append((raw, name, hit[0], True))
+        if stream_head(own) != group_head(group):
+            found = await self._read_by(group, own, found)
+        return queues_in((name for _, name, _, _ in found), own)
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         names = sorted(await scan(self._client, _keys.REPLICATION_PATTERN))
@@ -182,19 +260,27 @@ class RedisInspection(RedisQueue, RedisState):
         return Lease(owner=bytes(value).decode(errors="backslashreplace"), ttl=_ttl(int(pttl)))
 
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
-        stream = self.stream_keys(group).stream
-        others = [g for g in await self.stream_groups(group) if g != group]
+        own = self.stream_keys(group)
         listed = await self._list(group)
+        queues = queues_in([key.name for _, key in listed], own)
+        shared: set[str] = set()
+        for queue in queues:
+            keys = self.stream_keys(group, queue)
+            if any(g != group for g in await self.stream_groups(group, queue=queue)):
+                shared.update((keys.stream, keys.dead_letter, keys.claim_delay_ring))
         doomed = keys_to_flush(
-            [key for _, key in listed], stream_shared=bool(others), heartbeats=heartbeats
+            [key for _, key in listed], heartbeats=heartbeats, shared_names=shared
         )
         sent_as = {key.name: raw for raw, key in listed}
-        commands: list[Sequence[CommandArg]] = [("XGROUP", "DESTROY", stream, group)]
-        if doomed:
-            commands.append(("DEL", *(sent_as[name] for name in doomed)))
+        commands: list[Sequence[CommandArg]] = [
+            ("XGROUP", "DESTROY", self.stream_keys(group, queue).stream, group) for queue in queues
+        ]
+        # One DEL per key, in the same round trip: on a cluster the heartbeats
+        # and locks live in other slots than the group's keys.
+        commands += [("DEL", sent_as[name]) for name in doomed]
         # XGROUP DESTROY answers an error when there is no stream or no such group:
         # nothing to destroy. DEL's errors are real.
         replies = await self._client.pipeline(commands, raise_on_error=False)
-        for reply in replies[1:]:
+        for reply in replies[len(queues) :]:
             _checked(reply)
         return doomed

@@ -86,6 +86,16 @@ class RedisClient(Protocol):
         """A new connection for one task's blocking commands, closed with the client."""
         ...
 
+    async def masters(self) -> Sequence[RedisClient]:
+        """The clients a walk of the whole key space (``SCAN``) must visit, one per
+        master: the client itself on a standalone server, each master's own
+        client on a cluster (whose ``execute`` accepts ``SCAN``).
+
+        Raises:
+            RedisConnectionError: A cluster's topology could not be read.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Close every connection; idempotent."""
         ...

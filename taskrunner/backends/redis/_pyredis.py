@@ -300,6 +300,20 @@ class PyRedisClient:
         result: list[Any] = pipe.execute(raise_on_error=False)
         return result
 
+    async def masters(self) -> list[PyRedisClient]:
+        """``[self]``, or for a ``redis.RedisCluster`` a client per primary (for ``SCAN``)."""
+        if self._closed:
+            raise trio.ClosedResourceError("the client was closed")
+        await trio.lowlevel.checkpoint()
+        if not isinstance(self._client, redis.RedisCluster):
+            return [self]
+        primaries = self._client.get_primaries()  # type: ignore[no-untyped-call]
+        return [
+            PyRedisClient(node.redis_connection, close_client=False)
+            for node in primaries
+            if node.redis_connection is not None
+        ]
+
     def dedicated(self) -> PyRedisDedicatedConnection:
         """A connection of its own for blocking commands (see the class)."""
         if self._closed:

@@ -110,6 +110,7 @@ def dead_letter_of(raw_id: bytes, flat: Sequence[Any]) -> DeadLetter:
         group=_text(fields.get(b"group", b"")),
         payload=fields.get(_PAYLOAD),
         error=_text(fields.get(b"error", b"")),
+        task_id=_text(task_id) if (task_id := fields.get(b"task_id")) is not None else None,
     )
 
 
@@ -321,8 +322,12 @@ class RedisQueue:
         return acked
 
     async def _with_ring(self, group: str, commands: list[tuple[CommandArg, ...]]) -> list[Any]:
-        """Send ``commands`` with the buffered claim delays of ``group``'s ring, in
-        one pipeline: the acks' round trip.
+        """Send ``commands`` with every buffered claim delay, each queue's to its own
+        ring, in one pipeline: the acks' round trip.
+
+        Every ring with delays goes, not only the acked queue's: a queue's delays
+        are measured when its entries are read, and an ack of another queue may come
+        first (each ring is two commands; a ring without delays sends none).
 
         Returns:
             The replies of ``commands``.
@@ -331,16 +336,19 @@ class RedisQueue:
             ResponseError: the first error reply of ``commands`` (the ring push is
                 best effort: its errors are logged, see :meth:`_ring_failed`).
         """
-        ring_key = self.stream_keys(group).claim_delay_ring
-        ring = self._ring_commands(ring_key)
+        rings = [(key, self._ring_commands(key)) for key, delays in self._delays.items() if delays]
+        pushes = [command for _, ring in rings for command in ring]
         try:
-            replies = await self._client.pipeline(commands + ring, raise_on_error=False)
+            replies = await self._client.pipeline(commands + pushes, raise_on_error=False)
         except BaseException:
-            if ring:  # not known to have landed; keep the newest for next time
+            for ring_key, ring in rings:  # not known to have landed; keep them for next time
                 pending = self._delays.setdefault(ring_key, [])
                 pending[:0] = list(ring[0][2:])  # type: ignore[arg-type]
             raise
-        self._ring_failed(ring_key, replies[len(commands) :])
+        at = len(commands)
+        for ring_key, ring in rings:
+            self._ring_failed(ring_key, replies[at : at + len(ring)])
+            at += len(ring)
         for reply in replies[: len(commands)]:
             if isinstance(reply, ResponseError):
                 raise reply
@@ -552,8 +560,11 @@ class RedisQueue:
         error: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> str:
         fields: list[CommandArg] = ["message_id", message_id, "group", group, "error", error]
+        if task_id is not None:  # optional: only our tools read this stream
+            fields += ["task_id", task_id]
         if payload is not None:
             fields += [_PAYLOAD, payload]
         reply = await self._client.execute(

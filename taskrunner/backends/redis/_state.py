@@ -79,21 +79,24 @@ SCAN_COUNT = 1000
 
 async def scan(client: RedisClient, pattern: str, *, kind: str | None = None) -> set[bytes]:
     """Every key name matching ``pattern`` (and of type ``kind``, if given): a
-    ``SCAN MATCH`` loop, never ``KEYS``, so the server is never blocked.
+    ``SCAN MATCH`` loop, never ``KEYS``, so the server is never blocked. On a
+    cluster the walk visits every master.
 
     ``SCAN`` may return a name twice; each is in the set once. A key added or
     removed during the loop may or may not be in it.
     """
     extra: tuple[CommandArg, ...] = ("TYPE", kind) if kind is not None else ()
     found: set[bytes] = set()
-    cursor: CommandArg = 0
-    while True:
-        cursor, batch = await client.execute(
-            "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT, *extra
-        )
-        found.update(batch)
-        if int(cursor) == 0:
-            return found
+    for node in await client.masters():  # every master of a cluster; else the one server
+        cursor: CommandArg = 0
+        while True:
+            cursor, batch = await node.execute(
+                "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT, *extra
+            )
+            found.update(batch)
+            if int(cursor) == 0:
+                break
+    return found
 
 
 def _ms(seconds: float) -> int:

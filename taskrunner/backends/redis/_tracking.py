@@ -102,8 +102,11 @@ class RedisTracking(RedisQueue, RedisState):
         for connection in idle:
             await connection.aclose()
 
-    def _track_keys(self, group: str, task_id: str) -> list[CommandArg]:
-        return list(track_keys(self.stream_keys(group).stream, group, task_id))
+    def _track_keys(
+        self, group: str, task_id: str, queues: Sequence[str] | None
+    ) -> list[CommandArg]:
+        streams = [self.stream_keys(group, queue).stream for queue in queues or (None,)]
+        return list(track_keys(streams, group, task_id))
 
     # Finishing ------------------------------------------------------------
     async def finish(
@@ -167,10 +170,12 @@ class RedisTracking(RedisQueue, RedisState):
         return _raw(await self._client.execute("GET", key))
 
     # Lookup and cancel ------------------------------------------------------
-    async def lookup(self, group: str, task_id: str) -> TaskSnapshot | None:
-        """One ``lua/track.lua`` call in ``lookup`` mode."""
+    async def lookup(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> TaskSnapshot | None:
+        """One ``lua/track.lua`` call in ``lookup`` mode, over every stream of ``queues``."""
         args = [task_id, group, "1" if is_stream_id(task_id) else "0", "lookup"]
-        reply = await TRACK(self._client, self._track_keys(group, task_id), args)
+        reply = await TRACK(self._client, self._track_keys(group, task_id, queues), args)
         if not reply:
             return None
         kind = bytes(reply[0])
@@ -189,10 +194,12 @@ class RedisTracking(RedisQueue, RedisState):
             stopping=int(stopping) == 1,
         )
 
-    async def cancel(self, group: str, task_id: str) -> Cancellation:
-        """One ``lua/track.lua`` call in ``cancel`` mode."""
+    async def cancel(
+        self, group: str, task_id: str, *, queues: Sequence[str] | None = None
+    ) -> Cancellation:
+        """One ``lua/track.lua`` call in ``cancel`` mode, over every stream of ``queues``."""
         args: list[CommandArg] = list(cancel_arguments(group, task_id, self.now()))
-        reply = await TRACK(self._client, self._track_keys(group, task_id), args)
+        reply = await TRACK(self._client, self._track_keys(group, task_id, queues), args)
         state = CANCELLED_STATES.get(bytes(reply[0]))
         if state is None:
             return Cancellation(state=None)
@@ -206,12 +213,14 @@ class RedisTracking(RedisQueue, RedisState):
         return [entry_id for entry_id, score in zip(entry_ids, scores, strict=True) if score]
 
     # Dead letters -----------------------------------------------------------
-    async def find_dead_letters(self, group: str, ids: Sequence[str]) -> list[DeadLetter]:
+    async def find_dead_letters(
+        self, group: str, ids: Sequence[str], *, queue: str | None = None
+    ) -> list[DeadLetter]:
         """One ``XRANGE id id`` per id, pipelined; an id that is not one is not found."""
         wanted = [i for i in ids if is_stream_id(i)]
         if not wanted:
             return []
-        dead = self.stream_keys(group).dead_letter
+        dead = self.stream_keys(group, queue).dead_letter
         replies = await self._client.pipeline(
             [("XRANGE", dead, i, i) for i in wanted], raise_on_error=False
         )
@@ -222,13 +231,15 @@ class RedisTracking(RedisQueue, RedisState):
             found += [dead_letter_of(raw_id, flat) for raw_id, flat in reply]
         return found
 
-    async def replay_dead_letters(self, group: str, replays: Sequence[Replay]) -> list[Replayed]:
+    async def replay_dead_letters(
+        self, group: str, replays: Sequence[Replay], *, queue: str | None = None
+    ) -> list[Replayed]:
         """One ``lua/replay_dead.lua`` call for the batch."""
         if not replays:
             return []
         keys: list[CommandArg] = [
-            self.stream_keys(group).dead_letter,
-            self.stream_keys(group).stream,
+            self.stream_keys(group, queue).dead_letter,
+            self.stream_keys(group, queue).stream,
             _keys.entry_index(group),
             *(_keys.result(group, r.task_id) for r in replays),
             *(_keys.notify(group, r.task_id) for r in replays),
@@ -258,11 +269,14 @@ class RedisTracking(RedisQueue, RedisState):
                 done.append(Replayed(dead_id=replay.dead_id, entry_id=text))
         return done
 
-    async def purge_dead_letters(self, group: str, ids: Sequence[str] | None = None) -> int:
+    async def purge_dead_letters(
+        self, group: str, ids: Sequence[str] | None = None, *, queue: str | None = None
+    ) -> int:
         """One ``lua/purge_dead.lua`` call."""
         if ids is not None:
             ids = [i for i in ids if is_stream_id(i)]
             if not ids:
                 return 0
-        reply = await PURGE_DEAD(self._client, [self.stream_keys(group).dead_letter], ids or [])
+        dead = self.stream_keys(group, queue).dead_letter
+        reply = await PURGE_DEAD(self._client, [dead], ids or [])
         return int(reply)

@@ -4,9 +4,13 @@
 -- KEYS[2] the delayed-task ZSET (taskrunner:<group>:delayed_tasks)
 -- KEYS[3] the delayed id index (taskrunner:<group>:delayed_ids, task id -> member)
 -- KEYS[4] the entry index (taskrunner:<group>:entry_ids, task id -> stream id)
--- KEYS[5] the stream
+-- KEYS[5] the stream (of the group's first queue)
 -- KEYS[6] the stop requests (taskrunner:<group>:cancelled, stream id -> time)
 -- KEYS[7] its result notice (taskrunner:<group>:notify:<task id>)
+-- KEYS[8] the task catalog (taskrunner:<group>:catalog, host -> document)
+-- KEYS[9..] optional: the streams of the group's other queues, looked in after
+--          KEYS[5], in order (a group reading several queues; the first stream
+--          holding the entry wins)
 -- ARGV[1] the task id
 -- ARGV[2] the consumer group
 -- ARGV[3] '1' when the task id has the shape of a stream id (<ms>-<seq>), else '0'
@@ -41,7 +45,9 @@
 -- with its token: a non-empty unique_lock_value, and unique not false; the key is
 -- the prefix and its unique_key, or its task's name when that is empty) and, if
 -- it has a keep_result > 0, is recorded as cancelled for that long (result
--- document and notice), as taskrunner._wire.removal_of reads it.
+-- document and notice), as taskrunner._wire.removal_of reads it. Without one (a
+-- producer that is not strict does not know it), the longest keep_result the
+-- catalog's live documents give its task (taskrunner._wire.served_keep_result).
 local task_id, group = ARGV[1], ARGV[2]
 
 local function id_parts(id)
@@ -65,8 +71,14 @@ local function id_less_or_equal(a, b)
     return number_less_or_equal(aseq, bseq)
 end
 
+local streams = {KEYS[5]}
+for i = 9, #KEYS do
+    streams[#streams + 1] = KEYS[i]
+end
+local stream = KEYS[5] -- the stream the entry was found on
+
 local function delivered(entry)
-    local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[5])
+    local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream)
     if not ok then
         return false
     end
@@ -101,33 +113,56 @@ local function find()
     if not entry then
         return false
     end
-    local payload = false
-    local ok, rows = pcall(redis.call, 'XRANGE', KEYS[5], entry, entry)
-    if not ok then
-        return false -- not a valid stream id (or not a stream): no such entry
-    end
-    if #rows > 0 then
-        local fields = rows[1][2]
-        for i = 1, #fields, 2 do
-            if fields[i] == 'payload' then
-                payload = fields[i + 1]
+    for _, key in ipairs(streams) do
+        stream = key
+        local payload = false
+        local ok, rows = pcall(redis.call, 'XRANGE', stream, entry, entry)
+        if not ok then
+            rows = {} -- not a valid stream id, or not a stream: no such entry here
+        end
+        if #rows > 0 then
+            local fields = rows[1][2]
+            for i = 1, #fields, 2 do
+                if fields[i] == 'payload' then
+                    payload = fields[i + 1]
+                end
             end
         end
+        local got, pending = pcall(redis.call, 'XPENDING', stream, group, entry, entry, 1)
+        if got and #pending > 0 then
+            local stopping = redis.call('ZSCORE', KEYS[6], entry) and 1 or 0
+            return {'entry', entry, payload, 1, pending[1][4], pending[1][2], stopping}
+        end
+        if #rows > 0 and not delivered(entry) then
+            return {'entry', entry, payload, 0, 0, false, 0}
+        end
     end
-    local got, pending = pcall(redis.call, 'XPENDING', KEYS[5], group, entry, entry, 1)
-    if got and #pending > 0 then
-        local stopping = redis.call('ZSCORE', KEYS[6], entry) and 1 or 0
-        return {'entry', entry, payload, 1, pending[1][4], pending[1][2], stopping}
-    end
-    if #rows == 0 or delivered(entry) then
-        return false
-    end
-    return {'entry', entry, payload, 0, 0, false, 0}
+    return false
 end
 
 local found = find()
 if ARGV[4] ~= 'cancel' then
     return found
+end
+
+local function served_keep(name)
+    local now = tonumber(ARGV[5])
+    local entries = redis.call('HGETALL', KEYS[8])
+    local keep = nil
+    for i = 2, #entries, 2 do
+        local ok, doc = pcall(cjson.decode, entries[i])
+        if ok and type(doc) == 'table' and type(doc.expires) == 'number'
+                and doc.expires > now and type(doc.tasks) == 'table' then
+            for _, task in ipairs(doc.tasks) do
+                if type(task) == 'table' and task.name == name
+                        and type(task.keep_result) == 'number' and task.keep_result > 0
+                        and (keep == nil or task.keep_result > keep) then
+                    keep = task.keep_result
+                end
+            end
+        end
+    end
+    return keep
 end
 
 local function undo(raw)
@@ -157,6 +192,9 @@ local function undo(raw)
         end
     end
     local keep = doc['keep_result']
+    if type(keep) ~= 'number' or keep <= 0 then
+        keep = served_keep(name)
+    end
     if type(keep) == 'number' and keep > 0 then
         local document = ARGV[7] .. cjson.encode(name) .. '}'
         redis.call('SET', KEYS[1], document, 'PX', math.ceil(keep * 1000))
@@ -182,7 +220,7 @@ if found[4] == 1 then
     redis.call('ZADD', KEYS[6], ARGV[5], entry)
     return {'running', payload}
 end
-redis.call('XDEL', KEYS[5], entry)
+redis.call('XDEL', stream, entry)
 redis.call('HDEL', KEYS[4], task_id)
 undo(payload)
 return {'queued', payload}
