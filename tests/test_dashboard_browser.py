@@ -174,7 +174,7 @@ def test_payloads_and_errors_render_as_text_and_no_script_runs(fleet: LiveFleet,
     page.goto(f"{fleet.base}/groups/{GROUP}/dead")
     page.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 2")
     wait_for_updates(page)  # the rows as live.js rebuilt them too
-    errors = cell_texts(page, "#dead tbody tr td:nth-child(4)")
+    errors = cell_texts(page, "#dead tbody tr td[data-bind='error']")  # the Error column
     assert len(errors) == len(XSS)
     for bad in XSS:  # the error, as text, exactly as the task raised it
         assert [e for e in errors if e.endswith(f"ValueError: {bad}")], (bad, errors)

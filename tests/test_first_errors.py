@@ -77,6 +77,7 @@ WRONG_TYPES: dict[str, tuple[Any, str]] = {
     "max_instances": (3.0, "max_instances must be an integer, got 3.0"),
     "scale_down_hold": (None, "scale_down_hold must be a number of seconds, got None"),
     "min_replicas": (1.5, "min_replicas must be an integer, got 1.5"),
+    "key_layout": (3, "key_layout must be 'go', 'cluster' or None, got 3"),
     "replica_timeout": ("1", "replica_timeout must be a number of seconds, got '1'"),
 }
 
