@@ -225,6 +225,13 @@ def lost_after(cluster: ClusterProcess, queue: str, done: Dispatched) -> dict[st
     except AssertionError:
         pass
     lost = missing()
+    if any(lost.values()):
+        client = checker(cluster)
+        try:
+            dead = _keys.dead_letter(_keys.group_root(GROUP, "cluster"), queue)
+            print(f"dead letters: {client.xrange(dead)}")
+        finally:
+            client.close()
     print(f"acknowledged: { {k: len(v) for k, v in done.acknowledged.items()} }")
     print(f"lost: { {k: len(v) for k, v in lost.items()} }")
     return lost
