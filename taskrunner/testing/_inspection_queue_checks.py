@@ -39,8 +39,8 @@ async def check_every_queue_in_keys_and_flush(backend: Backend) -> None:
         backend.stream_keys(group, qa).stream: KeyKind.STREAM,
         backend.stream_keys(group, qb).dead_letter: KeyKind.DEAD_LETTER,
         backend.stream_keys(group, qa).claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
-        _keys.paused(group): KeyKind.PAUSED,
-        _keys.concurrency(group, "t"): KeyKind.CONCURRENCY,
+        _keys.paused(group, backend.key_layout): KeyKind.PAUSED,
+        _keys.concurrency(group, "t", backend.key_layout): KeyKind.CONCURRENCY,
     }
     missing = {n: k for n, k in wanted.items() if names.get(n) is not k}
     assert not missing, f"list_keys must list every queue's and flow key: missing {missing!r}"

@@ -20,6 +20,7 @@ import trio
 
 from taskrunner import _keys
 from taskrunner.backends._layout import (
+    _STREAM_KINDS,
     group_head,
     group_key_kind,
     group_named_by,
@@ -191,7 +192,9 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
 
     async def list_queues(self, group: str) -> list[str]:
         await trio.lowlevel.checkpoint()
-        return queues_in([key.name for key in self._key_infos(group)], self.stream_keys(group))
+        infos = self._key_infos(group)
+        names = [key.name for key in infos if key.kind in _STREAM_KINDS]
+        return queues_in(names, self.stream_keys(group))
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         await trio.lowlevel.checkpoint()

@@ -261,7 +261,9 @@ class RedisInspection(RedisQueue, RedisState):
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         own = self.stream_keys(group)
         listed = await self._list(group)
-        queues = queues_in([key.name for _, key in listed], own)
+        # Only the listing's streams and rings name queues: in the cluster layout
+        # the group's fixed keys (``taskrunner:{g}:leader``) share the streams' head.
+        queues = queues_in([key.name for _, key in listed if key.kind in _STREAM_KINDS], own)
         shared: set[str] = set()
         for queue in queues:
             keys = self.stream_keys(group, queue)
