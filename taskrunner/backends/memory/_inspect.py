@@ -216,7 +216,8 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         await trio.lowlevel.checkpoint()
         listed = self._key_infos(group)
-        queues = queues_in([key.name for key in listed], self.stream_keys(group))
+        streams_listed = [key.name for key in listed if key.kind in _STREAM_KINDS]
+        queues = queues_in(streams_listed, self.stream_keys(group))
         shared: set[str] = set()
         streams: dict[str, _Stream] = {}  # by each of its three names, of the queues found
         for queue in queues:
