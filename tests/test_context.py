@@ -26,7 +26,8 @@ from taskrunner.backends.memory import MemoryBackend
 
 
 async def test_the_context_of_a_plain_dispatch(autojump_clock: trio.testing.MockClock) -> None:
-    runner = make_runner(MemoryBackend())
+    backend = MemoryBackend()
+    runner = make_runner(backend)
     seen: list[TaskContext] = []
 
     @runner.task(max_retry=3)
@@ -40,7 +41,7 @@ async def test_the_context_of_a_plain_dispatch(autojump_clock: trio.testing.Mock
     (ctx,) = seen
     assert (ctx.message_id, ctx.task_id, ctx.task_name) == (message_id, message_id, "look")
     assert (ctx.attempt, ctx.max_attempts, ctx.deadline) == (1, 3, None)
-    assert ctx.dispatched_at == 12.5, "the stream id's time (the backend's clock)"
+    assert ctx.dispatched_at == backend.wall_origin + 12.5, "the stream id's time, in unix seconds"
     assert dict(ctx.state) == {}
     assert dict(ctx.trace) == {}
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
@@ -50,7 +51,8 @@ async def test_the_context_of_a_plain_dispatch(autojump_clock: trio.testing.Mock
 async def test_a_delayed_task_keeps_its_id_and_dispatch_time_across_retries(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    runner = make_runner(MemoryBackend())
+    backend = MemoryBackend()
+    runner = make_runner(backend)
     seen: list[TaskContext] = []
 
     @runner.task(max_retry=2, retry=Backoff(initial=5.0, jitter=0))
@@ -66,7 +68,9 @@ async def test_a_delayed_task_keeps_its_id_and_dispatch_time_across_retries(
     first, second = seen
     assert first.task_id == second.task_id == task_id, "the delayed task's id"
     assert first.message_id != second.message_id
-    assert first.dispatched_at == second.dispatched_at == 3.0, "when dispatch_delayed was called"
+    assert first.dispatched_at == second.dispatched_at == backend.wall_origin + 3.0, (
+        "when dispatch_delayed was called, in unix seconds"
+    )
     assert [c.attempt for c in seen] == [1, 2]
 
 

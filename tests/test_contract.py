@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -387,6 +388,15 @@ def _dead_letter_drops_task_id(b: MemoryBackend) -> None:
 
 def _frozen_now(b: MemoryBackend) -> None:
     b.now = lambda: 0.0  # type: ignore[method-assign]
+
+
+def _unix_time_is_trio_clock(b: MemoryBackend) -> None:
+    b.unix_time = lambda t: t  # type: ignore[method-assign]
+
+
+def _unix_time_origin_follows_the_clock(b: MemoryBackend) -> None:
+    # Recomputing the origin at each call: under MockClock it shifts as trio's clock jumps.
+    b.unix_time = lambda t: t + time.time() - trio.current_time()  # type: ignore[method-assign]
 
 
 def _renew_without_owner_check(b: MemoryBackend) -> None:
@@ -1363,6 +1373,8 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "dead_letters_newest": ("check_dead_letters", _dead_letters_newest),
     "dead_letter_drops_task_id": ("check_dead_letter_task_id", _dead_letter_drops_task_id),
     "frozen_now": ("check_now_advances", _frozen_now),
+    "unix_time_is_trio_clock": ("check_unix_time", _unix_time_is_trio_clock),
+    "unix_time_origin_moves": ("check_unix_time", _unix_time_origin_follows_the_clock),
     "renew_without_owner": ("check_lease_ownership", _renew_without_owner_check),
     "renew_does_not_extend": ("check_lease_expiry", _renew_does_not_extend),
     "due_ignores_limit": ("check_delayed_set", _due_ignores_limit),

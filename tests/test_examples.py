@@ -61,6 +61,10 @@ SCRIPTS = sorted(
 TEST_MODULES = sorted(p.name for p in EXAMPLES.glob("test_*.py"))
 DOCS_DIR = EXAMPLES.parent / "docs"
 RUN_TIMEOUT = 30
+MODULE_TIMEOUT = 120
+"""A hang guard for an example's whole test module in a pytest of its own: the contract
+suite on a real server took 30 s there on the 2-core machine running this suite in
+parallel beside other work (a few seconds when idle)."""
 
 EXPECTED: dict[str, list[str]] = {
     "dashboard_mount.py": [
@@ -331,11 +335,14 @@ def test_cancelling_serve_acks_the_task_that_finished() -> None:
 
 @pytest.mark.parametrize("name", TEST_MODULES)
 def test_example_test_module_passes(name: str) -> None:
+    # -n 0: the example's tests in this process, without xdist workers of their own
+    # (pyproject's addopts run the suite in parallel, and they apply here too).
+    pytest_command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLES / name)],
+        [*pytest_command, str(EXAMPLES / name)],
         capture_output=True,
         text=True,
-        timeout=RUN_TIMEOUT,
+        timeout=MODULE_TIMEOUT,
         check=False,
         cwd=EXAMPLES.parent,
     )

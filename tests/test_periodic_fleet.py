@@ -5,10 +5,24 @@ after a fire whose reply it never got, at random instants and exactly at tick bo
 
 Every tick must be fired exactly once (counted where the store adds the entry), never
 before it is due, and no later than a handover allows. Each simulation logs its
-numbers (simulated days, fires, duplicates, latest fire, refused stale fires)."""
+numbers (simulated days, fires, duplicates, latest fire, refused stale fires).
+
+Cost. Simulated time is free, but each wake-up of a runner's loops costs real time,
+and much of the wall time went to three once-a-second loops in each runner that play
+no part in this scenario: the gate's read of the paused set (nothing is ever paused
+here), the canceller's look at stop requests (nothing is ever cancelled) and the
+timing flush (no test reads the metrics). They run every 30 s instead
+(``idle_services_poll_slowly``), which takes 40 % or more off the run. Everything the
+assertions are about keeps its production timing: the lease, the follower's knocks,
+the periodic service, fetching, reclaiming and the in-flight records. (A crashed
+runner with timing samples still unwritten spends up to the final flush's 5 s
+retrying on its cut link before its ``serve`` returns, which is more likely with a
+30 s flush; the next chaos event, and so its replacement, comes 20 s or more later
+either way, and the runner is out of ``healthy()`` from the crash on.)"""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -25,6 +39,7 @@ import trio
 import trio.testing
 
 from taskrunner import TaskContext, TaskRunner, TaskRunnerConfig
+from taskrunner._serve import bulk_writer, canceller, gate
 from taskrunner._wire import decode_message
 from taskrunner.backends import FireStatus
 from taskrunner.backends.memory import MemoryBackend
@@ -66,6 +81,19 @@ STARTS = {
     "spring": datetime(2025, 3, 29, 0, 0, tzinfo=BERLIN).timestamp(),
     "fall": datetime(2025, 10, 25, 0, 0, tzinfo=BERLIN).timestamp(),
 }
+
+
+IDLE_POLL = 30.0
+"""The interval here of the loops idle in this scenario (1 s in production): see Cost."""
+
+
+@pytest.fixture
+def idle_services_poll_slowly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pause poll, the stop-request poll and the timing flush every :data:`IDLE_POLL`."""
+    monkeypatch.setattr(gate, "PAUSE_POLL", IDLE_POLL)
+    monkeypatch.setattr(canceller, "POLL_INTERVAL", IDLE_POLL)
+    # The runner starts bulk_writer.run without an interval (the 1 s default).
+    monkeypatch.setattr(bulk_writer, "run", functools.partial(bulk_writer.run, interval=IDLE_POLL))
 
 
 def local(tick: float) -> str:
@@ -316,6 +344,7 @@ def check(seen: Observed, start: float, end: float, season: str) -> None:
     )
 
 
+@pytest.mark.usefixtures("idle_services_poll_slowly")
 @pytest.mark.parametrize(("season", "seed", "days"), [("spring", 1, 3.0), ("fall", 2, 2.0)])
 async def test_every_tick_fires_once_through_crashes_handovers_and_partitions(
     autojump_clock: trio.testing.MockClock, season: str, seed: int, days: float

@@ -156,6 +156,13 @@ def test_entries_that_kill_workers_stop_after_a_bounded_number_of_deliveries(
             assert re.search(line, logs), logs
         assert "Traceback" not in logs  # killed outright, or handled: never crashed
 
+        # A worker started again above may still be importing (a loaded machine, a
+        # parallel suite): SIGTERM before its signal receiver is open would kill it
+        # outright. "serving group" is logged after the receiver opened.
+        deadline = time.monotonic() + 20
+        while not all("serving group" in w.log() for w in fleet):
+            assert time.monotonic() < deadline, [w.log() for w in fleet]
+            time.sleep(0.05)
         for worker in fleet:
             worker.process.send_signal(signal.SIGTERM)
             assert worker.process.wait(timeout=20) == 0, worker.log()

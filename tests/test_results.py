@@ -272,7 +272,7 @@ async def test_get_task_follows_a_task_through_its_states(
         state=TaskState.SCHEDULED,
         task_name="job",
         attempts=0,
-        run_at=pytest.approx(trio.current_time() + 30),
+        run_at=pytest.approx(backend.wall_origin + trio.current_time() + 30),
         payload={"n": 1},
     )
     queued = await runner.dispatch("job", {"n": 2})

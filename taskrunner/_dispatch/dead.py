@@ -18,6 +18,7 @@ Pure but for the fresh token: no I/O, table-tested in tests/test_dead_letters.py
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -50,7 +51,8 @@ class DeadLetterInfo:
     raw: bytes | None
     """The entry's ``payload`` field exactly as it was read (``None``: it had none)."""
     dead_at: float
-    """When it was dead-lettered (the backend's seconds, from its id)."""
+    """When it was dead-lettered, in unix seconds (from its id's time, through the
+    backend's :meth:`~taskrunner.backends.SharedState.unix_time`)."""
     message_id: str
     """The stream id it had."""
     group: str
@@ -67,9 +69,16 @@ def _decoded(raw: bytes | None) -> _wire.TaskMessage | None:
         return None
 
 
-def dead_letter_info(dead: DeadLetter, *, queue: str | None = None) -> DeadLetterInfo:
+def _same(t: float) -> float:
+    return t
+
+
+def dead_letter_info(
+    dead: DeadLetter, *, queue: str | None = None, unix_time: Callable[[float], float] = _same
+) -> DeadLetterInfo:
     """What a listing shows of ``dead``, read from ``queue``'s dead letters (pure,
-    never raises)."""
+    never raises); ``unix_time`` turns its id's time (the backend's clock) into
+    unix seconds (:meth:`~taskrunner.backends.SharedState.unix_time`)."""
     message = _decoded(dead.payload)
     return DeadLetterInfo(
         id=dead.id,
@@ -78,7 +87,7 @@ def dead_letter_info(dead: DeadLetter, *, queue: str | None = None) -> DeadLette
         reason=dead.error,
         payload=message.payload if message is not None else None,
         raw=dead.payload,
-        dead_at=int(dead.id.partition("-")[0]) / 1000,
+        dead_at=unix_time(int(dead.id.partition("-")[0]) / 1000),
         message_id=dead.message_id,
         group=dead.group,
         queue=queue,

@@ -12,6 +12,7 @@ could be read, never raised: a lookup is an operator's tool.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -57,7 +58,8 @@ class TaskInfo:
     """Where a task is and what it did (see :meth:`TaskRunner.get_task
     <taskrunner.TaskRunner.get_task>`).
 
-    Times are the backend's seconds: unix time on Redis, trio's clock in memory.
+    Times are unix seconds on every backend (on ``MemoryBackend``, trio's clock plus
+    its ``wall_origin``).
     """
 
     id: str
@@ -95,8 +97,36 @@ def _entry_time(entry_id: str) -> float:
     return int(entry_id.partition("-")[0]) / 1000
 
 
-def task_info(snapshot: TaskSnapshot) -> TaskInfo:
-    """What ``snapshot`` says of its task (pure)."""
+def _same(t: float) -> float:
+    return t
+
+
+def _unix(unix_time: Callable[[float], float], t: float | None) -> float | None:
+    return None if t is None else unix_time(t)
+
+
+def task_info(snapshot: TaskSnapshot, unix_time: Callable[[float], float] = _same) -> TaskInfo:
+    """What ``snapshot`` says of its task (pure).
+
+    Args:
+        snapshot: What the backend holds of the task.
+        unix_time: The backend's clock to unix seconds
+            (:meth:`SharedState.unix_time <taskrunner.backends.SharedState.unix_time>`),
+            applied to every time reported.
+    """
+    info = _task_info(snapshot)
+    if unix_time is _same:
+        return info
+    return attrs.evolve(
+        info,
+        enqueued_at=_unix(unix_time, info.enqueued_at),
+        started_at=_unix(unix_time, info.started_at),
+        finished_at=_unix(unix_time, info.finished_at),
+        run_at=_unix(unix_time, info.run_at),
+    )
+
+
+def _task_info(snapshot: TaskSnapshot) -> TaskInfo:
     if snapshot.result is not None:
         return _finished(snapshot.task_id, snapshot.result)
     if snapshot.member is not None:

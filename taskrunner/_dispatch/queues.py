@@ -15,7 +15,7 @@ group name only finds them in:
   serves it yet.
 
 A stream is mapped back to its queue by the layout
-(:func:`taskrunner.backends._inspection.queue_key`): a name that maps to no valid
+(:func:`taskrunner.backends._layout.queue_key`): a name that maps to no valid
 queue is left out rather than guessed at. :func:`queues_of` is the pure part.
 """
 

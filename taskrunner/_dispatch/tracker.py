@@ -68,7 +68,7 @@ class Tracker:
         """See :meth:`TaskRunner.get_task <taskrunner.TaskRunner.get_task>`."""
         await learn_key_layout(self._backend)  # its keys in the layout the server takes
         snapshot = await self._backend.lookup(self._group, task_id, queues=self.queues(queue))
-        return None if snapshot is None else task_info(snapshot)
+        return None if snapshot is None else task_info(snapshot, self._backend.unix_time)
 
     async def cancel(self, task_id: str, queue: str | None = None) -> bool:
         """See :meth:`TaskRunner.cancel <taskrunner.TaskRunner.cancel>`."""

@@ -43,8 +43,10 @@ class TaskContext:
     """When the run is cancelled for its timeout, on trio's clock
     (``trio.current_time()``); ``None`` without a timeout."""
     dispatched_at: float
-    """When the task was first dispatched, in the backend's clock (unix seconds
-    on Redis, trio's clock in memory): kept across delays and retries."""
+    """When the task was first dispatched, in unix seconds on every backend
+    (``time.time() - ctx.dispatched_at`` is how long ago): kept across delays and
+    retries. On ``MemoryBackend`` it is trio's clock at dispatch plus the backend's
+    ``wall_origin``, so it is deterministic under ``MockClock``."""
     state: Mapping[str, Any] = EMPTY_STATE
     """What the runner's lifespan yielded (read-only); empty without one."""
     trace: Mapping[str, str] = EMPTY_STATE

@@ -14,6 +14,7 @@ code, or a spec that does not parse) is shown without a task or a next fire.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -26,8 +27,11 @@ __all__ = ["ScheduleRow", "schedule_rows"]
 
 @attrs.frozen(kw_only=True)
 class ScheduleRow:
-    """One schedule of a group, as the store describes it. Times are the backend's
-    clock (unix seconds on Redis)."""
+    """One schedule of a group, as the store describes it. Ticks (``next_fire``,
+    ``last_fired``, ``last_outcome_tick``) are the timetable's instants on the
+    backend's clock (unix seconds on Redis; on ``MemoryBackend``, trio's clock, the
+    one its schedules are computed on); ``last_fired_at`` is unix seconds on every
+    backend."""
 
     name: str
     task: str | None
@@ -42,7 +46,8 @@ class ScheduleRow:
     last_fired: float | None
     """The newest tick fired."""
     last_fired_at: float | None
-    """When it was fired."""
+    """When it was fired, in unix seconds (the backend's
+    :meth:`~taskrunner.backends.SharedState.unix_time`)."""
     last_outcome: str | None
     """``"succeeded"`` or ``"failed"``: the newest finished run's outcome."""
     last_outcome_tick: float | None
@@ -69,8 +74,21 @@ def _timetable_of(name: str, doc: dict[str, Any]) -> Schedule | None:
         return None
 
 
-def schedule_rows(records: ScheduleRecords, now: float) -> list[ScheduleRow]:
-    """One row per schedule that has a published spec or a state, sorted by name (pure)."""
+def _same(t: float) -> float:
+    return t
+
+
+def schedule_rows(
+    records: ScheduleRecords, now: float, *, unix_time: Callable[[float], float] = _same
+) -> list[ScheduleRow]:
+    """One row per schedule that has a published spec or a state, sorted by name (pure).
+
+    Args:
+        records: What the store holds of the group's schedules.
+        now: The backend's clock now (a next fire without a watermark, an
+            in-flight mark's expiry).
+        unix_time: The backend's clock to unix seconds, for ``last_fired_at``.
+    """
     rows = []
     for name in sorted(set(records.specs) | set(records.states)):
         raw = records.specs.get(name)
@@ -94,7 +112,11 @@ def schedule_rows(records: ScheduleRecords, now: float) -> list[ScheduleRow]:
                 overlap=doc.get("overlap") if doc is not None else None,
                 next_fire=next_fire,
                 last_fired=state.fired if state is not None else None,
-                last_fired_at=state.fired_at if state is not None else None,
+                last_fired_at=(
+                    unix_time(state.fired_at)
+                    if state is not None and state.fired_at is not None
+                    else None
+                ),
                 last_outcome=state.outcome if state is not None else None,
                 last_outcome_tick=state.outcome_tick if state is not None else None,
                 in_flight=state.in_flight(now) if state is not None else None,

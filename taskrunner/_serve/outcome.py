@@ -136,6 +136,8 @@ class Outcomes:
         self._acker = acker
         self._nudge = nudge
         self.counters = WorkerCounters()
+        self.unix_time = backend.unix_time
+        """The backend's clock to unix seconds (``ctx.dispatched_at``), bound once."""
         self.finishing = Finishing(config, backend, acker, tasks)
         self.rng = random.Random()
         """Where retry jitter is drawn from (seed it in a test)."""

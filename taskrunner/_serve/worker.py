@@ -502,7 +502,7 @@ class Worker:
                 attempt=message.attempts + entry.delivery_count,
                 max_attempts=task.attempts,
                 deadline=None if deadline == math.inf else deadline,
-                dispatched_at=dispatched_at(entry.id, message),
+                dispatched_at=self.outcomes.unix_time(dispatched_at(entry.id, message)),
                 state=self.state,
                 trace=message.trace or EMPTY_STATE,
                 schedule=message.schedule,

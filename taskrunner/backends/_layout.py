@@ -195,7 +195,7 @@ def ring_head(keys: StreamKeys) -> str:
     return keys.claim_delay_ring[: len(keys.claim_delay_ring) - len(keys.queue)]
 
 
-def _queue_named(text: str) -> str | None:
+def _queue_named(text: str, layout: KeyLayout = "go") -> str | None:
     """``text`` if it can be the queue of a key of the layout, else ``None``: a
     non-empty name without spaces or ``:`` (``TaskRunnerConfig``'s rule, which sits in
     a layer above the backends), not one of the group's own key names."""
@@ -203,24 +203,26 @@ def _queue_named(text: str) -> str | None:
         return None
     if text in _keys._GROUP_KEY_NAMES or text.startswith(_keys._GROUP_KEY_HEADS):
         return None
+    if layout == "cluster" and text == "leader":  # the group's own lease there
+        return None
     return text
 
 
-def queue_key(name: str, keys: StreamKeys) -> tuple[KeyKind, str] | None:
+def queue_key(name: str, keys: StreamKeys, layout: KeyLayout = "go") -> tuple[KeyKind, str] | None:
     """``(kind, queue)`` when ``name`` is the stream, dead-letter stream or claim-delay
     ring of one of the group's queues (given its own queue's ``keys``), else ``None``
     (pure). A name of a stream kind counts only if it holds a stream (the caller
     checks the type: ``<prefix>:<word>`` may be another key)."""
     ring = ring_head(keys)
     if name.startswith(ring):
-        queue = _queue_named(name[len(ring) :])
+        queue = _queue_named(name[len(ring) :], layout)
         return None if queue is None else (KeyKind.CLAIM_DELAY_RING, queue)
     head = stream_head(keys)
     if not name.startswith(head):
         return None
     rest = name[len(head) :]
     dead = rest.endswith(":dead")
-    queue = _queue_named(rest[: -len(":dead")] if dead else rest)
+    queue = _queue_named(rest[: -len(":dead")] if dead else rest, layout)
     if queue is None:
         return None
     return (KeyKind.DEAD_LETTER if dead else KeyKind.STREAM), queue
@@ -243,17 +245,17 @@ def group_key_kind(
         for flow_head, flow_kind in FLOW_KINDS:
             if rest.startswith(flow_head) and len(rest) > len(flow_head):
                 return flow_kind
-    found = queue_key(name, keys)
+    found = queue_key(name, keys, layout)
     return None if found is None else found[0]
 
 
-def queues_in(names: Iterable[str], own: StreamKeys) -> list[str]:
+def queues_in(names: Iterable[str], own: StreamKeys, layout: KeyLayout = "go") -> list[str]:
     """The queues whose stream, dead-letter stream or ring is among ``names`` (keys of
     the group whose own queue's keys are ``own``), the group's own first, then by
     name (pure)."""
     found = {own.queue}
     for name in names:
-        hit = queue_key(name, own)
+        hit = queue_key(name, own, layout)
         if hit is not None:
             found.add(hit[1])
     return [own.queue, *sorted(found - {own.queue})]

@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 from taskrunner.backends import KeyCounts, KeyKind
-from taskrunner.backends._layout import _STREAM_KINDS, queues_in
+from taskrunner.backends._layout import queues_in
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import Command
 from taskrunner.cli.groups import require_group
@@ -98,8 +98,7 @@ async def collect(backend: RedisBackend, group: str) -> dict[str, Any]:
     ]
     # Counted from the listing itself, so the table always adds up to the keys shown.
     found_counts = KeyCounts.of(k.kind for k in found)
-    streams = (k.name for k in found if k.kind in _STREAM_KINDS)  # not {g}:leader
-    queues = len(queues_in(streams, backend.stream_keys(group)))
+    queues = len(queues_in((k.name for k in found), backend.stream_keys(group), backend.key_layout))
     counts = [
         {
             "category": category,

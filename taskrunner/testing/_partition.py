@@ -101,6 +101,9 @@ class PartitionedBackend(Backend, Inspection):
     def now(self) -> float:
         return self.backend.now()
 
+    def unix_time(self, t: float) -> float:
+        return self.backend.unix_time(t)
+
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
         return self.backend.stream_keys(group, queue)
 

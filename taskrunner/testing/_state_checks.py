@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -34,6 +35,30 @@ async def check_now_advances(backend: Backend) -> None:
     await trio.sleep(0.2)
     elapsed = backend.now() - start
     assert 0.2 - _SLACK <= elapsed < 0.2 + _LATE, f"now() advanced {elapsed} s over trio.sleep(0.2)"
+
+
+_UNIX_2020 = 1_577_836_800.0
+"""2020-01-01 UTC: any unix time a backend reports now is later."""
+
+
+@_contract_check
+async def check_unix_time(backend: Backend) -> None:
+    """``unix_time`` turns the backend's clock into unix seconds: a fixed shift
+    (the same time always converts alike, differences are kept), and ``now()``
+    converts to a plausible unix time (after 2020, not a day ahead of ``time.time()``)."""
+    start = backend.now()
+    first = backend.unix_time(start)
+    assert isinstance(first, float), f"unix_time() must be a float, got {first!r}"
+    assert _UNIX_2020 < first < time.time() + 86_400, (
+        f"unix_time(now()) is not unix seconds: {first!r} (now() is {start!r})"
+    )
+    later = backend.unix_time(start + 10.0)
+    assert math.isclose(later - first, 10.0, abs_tol=1e-5), (
+        f"unix_time(t + 10) - unix_time(t) is {later - first!r}, not 10"
+    )
+    await trio.sleep(0.2)
+    again = backend.unix_time(start)
+    assert again == first, f"unix_time({start!r}) moved from {first!r} to {again!r}"
 
 
 @_contract_check

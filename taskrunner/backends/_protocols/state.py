@@ -22,6 +22,19 @@ class SharedState(Protocol):
         """The backend's clock in seconds: unix time on Redis, trio's clock in memory."""
         ...
 
+    def unix_time(self, t: float) -> float:
+        """``t``, a time on the backend's clock (:meth:`now`, a stream id's time, a
+        delayed score), in unix seconds: what is reported to a user
+        (``TaskContext.dispatched_at``, ``TaskInfo``'s times, a dead letter's
+        ``dead_at``, a schedule's ``last_fired_at``).
+
+        The identity on Redis (its clock is unix time); in memory, ``t`` plus the
+        backend's wall-clock origin (unix seconds at its creation minus trio's
+        clock then), so ``unix_time(now())`` is close to ``time.time()`` and, under
+        ``MockClock``, exactly as deterministic as trio's clock. Never blocks, no I/O.
+        """
+        ...
+
     # Leader lease -------------------------------------------------------
     async def acquire_lease(self, group: str, owner: str, ttl: float) -> bool:
         """Take the group's lease for ``owner`` if nobody holds it (``SET NX PX``)."""

@@ -38,6 +38,10 @@ class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
             runner's ``TaskRunnerConfig.key_layout`` asks for another.
 
     Must be used inside ``trio.run``: every time comes from ``trio.current_time()``.
+    The times it reports to a user (``ctx.dispatched_at``, ``TaskInfo``'s times, dead
+    letters', schedules' ``last_fired_at``) are unix seconds nonetheless: that clock
+    plus :attr:`wall_origin` (:meth:`unix_time`), fixed when it is created (or first
+    used, when created outside ``trio.run``).
     """
 
     def __init__(

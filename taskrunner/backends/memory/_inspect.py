@@ -20,7 +20,6 @@ import trio
 
 from taskrunner import _keys
 from taskrunner.backends._layout import (
-    _STREAM_KINDS,
     group_head,
     group_key_kind,
     group_named_by,
@@ -174,7 +173,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
             kind = group_key_kind(name, group, own, layout)
             if kind is None:
                 continue
-            hit = queue_key(name, own)
+            hit = queue_key(name, own, self.key_layout)
             if explicit and hit is not None and hit[1] != own.queue:
                 stream = self._streams.get(self.stream_keys(group, hit[1]).stream)
                 if stream is None or group not in stream.groups:
@@ -192,9 +191,9 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
 
     async def list_queues(self, group: str) -> list[str]:
         await trio.lowlevel.checkpoint()
-        infos = self._key_infos(group)
-        names = [key.name for key in infos if key.kind in _STREAM_KINDS]
-        return queues_in(names, self.stream_keys(group))
+        return queues_in(
+            [key.name for key in self._key_infos(group)], self.stream_keys(group), self.key_layout
+        )
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         await trio.lowlevel.checkpoint()
@@ -216,8 +215,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         await trio.lowlevel.checkpoint()
         listed = self._key_infos(group)
-        streams_listed = [key.name for key in listed if key.kind in _STREAM_KINDS]
-        queues = queues_in(streams_listed, self.stream_keys(group))
+        queues = queues_in([key.name for key in listed], self.stream_keys(group), self.key_layout)
         shared: set[str] = set()
         streams: dict[str, _Stream] = {}  # by each of its three names, of the queues found
         for queue in queues:

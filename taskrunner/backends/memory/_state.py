@@ -17,6 +17,7 @@ backend meets the error it would meet on Redis.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 
 import trio
@@ -37,6 +38,11 @@ def seconds_left(expires_at: float) -> float:
     ``PTTL`` never does.
     """
     return math.floor((expires_at - trio.current_time()) * 1e6) / 1e6
+
+
+def _wall_origin() -> float:
+    """Unix seconds minus trio's clock, now (inside ``trio.run`` only)."""
+    return time.time() - trio.current_time()
 
 
 def check_text(method: str, argument: str, *values: str) -> None:
@@ -65,9 +71,26 @@ class MemoryState(KeyLayoutHolder):
         self._delayed_index: dict[str, dict[str, bytes]] = {}
         self._entry_index: dict[str, dict[str, str]] = {}
         self._metrics: dict[str, dict[str, float]] = {}
+        try:
+            self._origin: float | None = _wall_origin()
+        except RuntimeError:  # created outside trio.run: fixed at first use
+            self._origin = None
 
     def now(self) -> float:
         return trio.current_time()
+
+    @property
+    def wall_origin(self) -> float:
+        """Unix seconds at trio's time 0: ``time.time() - trio.current_time()`` when
+        the backend was created (or first used, when created outside ``trio.run``).
+        Fixed from then on, so times it converts stay deterministic under ``MockClock``."""
+        if self._origin is None:
+            self._origin = _wall_origin()
+        return self._origin
+
+    def unix_time(self, t: float) -> float:
+        """``t`` (trio's clock) in unix seconds: ``t + wall_origin``."""
+        return t + self.wall_origin
 
     # Strings with expiry ------------------------------------------------
     def _get(self, key: str) -> str | None:

@@ -158,7 +158,9 @@ class RedisInspection(RedisQueue, RedisState):
         streams = [
             (raw, hit[1])
             for raw, name, kind, walked in found
-            if walked and kind is KeyKind.STREAM and (hit := queue_key(name, own)) is not None
+            if walked
+            and kind is KeyKind.STREAM
+            and (hit := queue_key(name, own, self.key_layout)) is not None
         ]
         replies = await self._client.pipeline(
             [("XINFO", "GROUPS", raw) for raw, _ in streams], raise_on_error=False
@@ -175,7 +177,7 @@ class RedisInspection(RedisQueue, RedisState):
             for item in found
             if not item[3]
             or item[2] not in _QUEUE_KINDS
-            or (hit := queue_key(item[1], own)) is None
+            or (hit := queue_key(item[1], own, self.key_layout)) is None
             or hit[1] in read
         ]
 
@@ -224,12 +226,12 @@ class RedisInspection(RedisQueue, RedisState):
         ):
             for raw in sorted(await scan(self._client, pattern, kind=kind_filter)):
                 name = _text(raw)
-                hit = queue_key(name, own)
+                hit = queue_key(name, own, self.key_layout)
                 if hit is not None and (hit[0] in _STREAM_KINDS) == (kind_filter == "stream"):
                     found.append((raw, name, hit[0], True))
         if stream_head(own) != group_head(group, self.key_layout):
             found = await self._read_by(group, own, found)
-        return queues_in((name for _, name, _, _ in found), own)
+        return queues_in((name for _, name, _, _ in found), own, self.key_layout)
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         layout = self.key_layout
@@ -261,9 +263,7 @@ class RedisInspection(RedisQueue, RedisState):
     async def flush_group(self, group: str, *, heartbeats: bool) -> list[str]:
         own = self.stream_keys(group)
         listed = await self._list(group)
-        # Only the listing's streams and rings name queues: in the cluster layout
-        # the group's fixed keys (``taskrunner:{g}:leader``) share the streams' head.
-        queues = queues_in([key.name for _, key in listed if key.kind in _STREAM_KINDS], own)
+        queues = queues_in([key.name for _, key in listed], own, self.key_layout)
         shared: set[str] = set()
         for queue in queues:
             keys = self.stream_keys(group, queue)
