@@ -69,6 +69,8 @@ class Dispatched:
     results: dict[int, Any] = attrs.field(factory=dict)
     failed: int = 0
     ack_times: list[float] = attrs.field(factory=list)
+    ended: float = math.nan
+    """Wall time at which the dispatching stopped."""
 
 
 def group_slot() -> int:
@@ -165,6 +167,7 @@ async def dispatch_through(
                 nursery.start_soon(disrupt_later)
                 for kind in LOOPS:
                     nursery.start_soon(loop, kind)
+        done.ended = time.time()
         with trio.fail_after(60):
             for i, handle in handles.items():
                 try:
@@ -268,10 +271,11 @@ def check_fleet_after(
     print(f"lease terms: {len(every)}; beat ticks: {len(ticks)}")
 
 
-def resumed_after(times: list[float], since: float) -> float:
-    """The longest pause among ``times`` from ``since`` on (the disruption's cost)."""
-    after = [since, *(t for t in times if t >= since)]
-    return max(b - a for a, b in itertools.pairwise(after)) if len(after) > 1 else math.inf
+def resumed_after(times: list[float], since: float, until: float) -> float:
+    """The longest pause among ``times`` from ``since`` to ``until`` (the disruption's
+    cost; a stop before ``until`` counts as a pause up to it)."""
+    after = [since, *(t for t in times if since <= t <= until), until]
+    return max(b - a for a, b in itertools.pairwise(after))
 
 
 @contextmanager
@@ -310,8 +314,8 @@ def test_manual_failover_under_a_fleet(tmp_path: Path) -> None:
         )
         assert cluster.master_of_slot(group_slot()).port == replica.port
         lost = lost_after(cluster, queue, done)
-        dispatch_pause = resumed_after(done.ack_times, started)
-        run_pause = resumed_after(stamp_starts(cluster, queue), started)
+        dispatch_pause = resumed_after(done.ack_times, started, done.ended)
+        run_pause = resumed_after(stamp_starts(cluster, queue), started, done.ended)
         print(
             f"\nCLUSTER FAILOVER under a fleet: {sum(map(len, done.acknowledged.values()))} "
             f"dispatches acknowledged, {done.failed} refused; longest pause after the "
@@ -342,8 +346,8 @@ def sigkill_the_group_master(
         )
         lost = lost_after(cluster, queue, done)
         bound = cluster.node_timeout_ms / 1000 + RESUME_BOUND
-        dispatch_pause = resumed_after(done.ack_times, killed_at)
-        run_pause = resumed_after(stamp_starts(cluster, queue), killed_at)
+        dispatch_pause = resumed_after(done.ack_times, killed_at, done.ended)
+        run_pause = resumed_after(stamp_starts(cluster, queue), killed_at, done.ended)
         print(
             f"\nSIGKILL of the group's master ({replicas} replicas each, min_replicas="
             f"{min_replicas}): {sum(map(len, done.acknowledged.values()))} dispatches "
@@ -416,7 +420,7 @@ def test_live_resharding_of_the_group_slot_under_a_fleet(tmp_path: Path) -> None
         assert moved, "the resharding did not finish within the run"
         assert cluster.master_of_slot(group_slot()).port == target.port
         lost = lost_after(cluster, queue, done)
-        dispatch_pause = resumed_after(done.ack_times, started)
+        dispatch_pause = resumed_after(done.ack_times, started, done.ended)
         print(
             f"\nLive resharding of the group's slot under a fleet: {moved[0]} keys moved "
             f"one by one; {sum(map(len, done.acknowledged.values()))} dispatches acknowledged, "
