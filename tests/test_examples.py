@@ -102,6 +102,11 @@ EXPECTED: dict[str, list[str]] = {
         "nightly-report: cron 30 2 * * * (Europe/Berlin), last fired 03-30 01:00 UTC "
         "(succeeded at 03-30 01:00 UTC), next 03-31 00:30 UTC",
     ],
+    "redis_cluster.py": [
+        "on a cluster: True; key layout cluster",
+        "dispatched 60, shipped 60",
+        "the group's master moved to its replica: True",
+    ],
     "redis_sentinel.py": [
         "dispatched 60, shipped 60",
         "the master moved: True; the runner talks to a master",

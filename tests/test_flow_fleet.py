@@ -442,3 +442,38 @@ async def test_a_retry_goes_back_to_its_own_queue(autojump_clock: trio.testing.M
         await wait_until(lambda: runner.statistics().completed == 1, limit=600)
     assert attempts == [1, 2, 3]
     assert await backend.length("g") == 0, "nothing went to the default queue"
+
+
+async def test_a_run_the_backend_could_not_admit_waits_and_runs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An ``admit`` that fails (a cluster's ``TRYAGAIN`` while the group's slot
+    migrates) sends the run back through the delayed set: left pending, its
+    reclaim would count as a second delivery and dead-letter a run of a
+    ``max_retry=0`` task that never started."""
+    from taskrunner.errors import BackendError
+
+    failures = [3]
+
+    class Refusing(MemoryBackend):
+        async def admit(self, *args: Any, **kwargs: Any) -> Any:
+            if failures[0]:
+                failures[0] -= 1
+                raise BackendError("TRYAGAIN Multiple keys request during rehashing of slot")
+            return await super().admit(*args, **kwargs)
+
+    backend = Refusing()
+    runner = make_runner(backend, reclaim_delay=1.0)
+    done: list[int] = []
+
+    @runner.task(rate_limit=RateLimit(10, per=1.0))
+    async def limited(payload: int) -> None:
+        done.append(payload)
+
+    await runner.dispatch("limited", 1)
+    async with serving(runner):
+        await wait_until(lambda: done == [1])
+        await trio.sleep(5.0)
+    assert failures == [0]
+    assert done == [1]
+    assert await admin.dead_letters(backend, "g") == []

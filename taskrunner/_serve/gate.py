@@ -206,12 +206,18 @@ class Gate:
                 rate_key=rate_key,
             )
         except BackendError as exc:
+            # Back through the delayed set, not left pending: a reclaim would count
+            # a second delivery, and the poison check would dead-letter a run that
+            # never started (a cluster answers TRYAGAIN while the slot migrates).
+            wait = slot_wait(self._jitter())
             log.warning(
-                "could not admit message %s of task %s (%s); leaving it pending",
+                "could not admit message %s of task %s (%s); trying again in %.3fs",
                 entry.id,
                 task.name,
                 exc,
+                wait,
             )
+            await self._defer(entry, attempt, message, task, wait)
             return None
         if admission.admitted:
             if task.max_concurrency is None:

@@ -2,7 +2,8 @@
 
 Configured from the environment, as a deployment would be:
 ``TASKRUNNER_TEST_URL`` (required), ``TASKRUNNER_TEST_QUEUE`` and
-``TASKRUNNER_TEST_GROUP``. Timings are short so the tests run in seconds.
+``TASKRUNNER_TEST_GROUP`` (and ``TASKRUNNER_TEST_RECLAIM_DELAY``, 2 s by default).
+Timings are short so the tests run in seconds.
 Every task leaves a side effect in Redis the tests can check: ``record``
 pushes its payload to ``<queue>:done``; ``stamp`` (the fleet test's delayed
 task) sleeps ``work`` seconds, then pushes ``"<index> <due> <started_at> <pid>"`` to
@@ -35,7 +36,7 @@ runner = TaskRunner(
     TaskRunnerConfig(
         consumer_group=GROUP,
         num_workers=4,
-        reclaim_delay=2.0,
+        reclaim_delay=float(os.environ.get("TASKRUNNER_TEST_RECLAIM_DELAY", "2.0")),
         block_duration=0.1,
         leader_lease_ttl=1.0,
         delayed_poll_interval=0.5,

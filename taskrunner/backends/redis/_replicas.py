@@ -63,7 +63,8 @@ class RedisReplicas(RedisQueue):
         wait_timeout: float,
     ) -> None:
         # EVAL, not EVALSHA: a NOSCRIPT cannot be retried inside the pipeline.
-        keys = [_keys.delayed_tasks(group), _keys.delayed_index(group)]
+        layout = self.key_layout
+        keys = [_keys.delayed_tasks(group, layout), _keys.delayed_index(group, layout)]
         add = ADD_DELAYED.eval_command(keys, [_float_arg(run_at), member, task_id])
         _added, confirmed = await self._client.pipeline([add, _wait(replicas, wait_timeout)])
         _check(confirmed, replicas, wait_timeout)

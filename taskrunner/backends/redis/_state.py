@@ -394,11 +394,13 @@ class RedisState(KeyLayoutHolder):
 
     async def publish_desired_instances(self, group: str, count: int, ttl: float) -> None:
         """Publish the instance count asked of the autoscaler for ``ttl`` seconds."""
-        await self._client.execute("SET", _keys.desired_instances(group), count, "PX", _ms(ttl))
+        await self._client.execute(
+            "SET", _keys.desired_instances(group, self.key_layout), count, "PX", _ms(ttl)
+        )
 
     async def read_desired_instances(self, group: str) -> int | None:
         """The published instance count, if one is live (a non-integer value counts as none)."""
-        reply = await self._client.execute("GET", _keys.desired_instances(group))
+        reply = await self._client.execute("GET", _keys.desired_instances(group, self.key_layout))
         if reply is None:
             return None
         try:
