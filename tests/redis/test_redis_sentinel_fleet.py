@@ -183,7 +183,7 @@ def check_fleet_after(
         return all(done.acknowledged[kind] <= seen[kind] for kind in LOOPS)
 
     try:
-        wait_for(all_ran, "every acknowledged dispatch to run", limit=30)
+        wait_for(all_ran, "every acknowledged dispatch to run", limit=60)  # a loaded machine
     finally:
         seen = ran()
         lost = {kind: sorted(done.acknowledged[kind] - seen[kind]) for kind in LOOPS}
