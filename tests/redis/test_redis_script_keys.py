@@ -170,7 +170,17 @@ class KeysCheckingClient:
 
 
 @pytest.fixture
-async def checking(redis_url: str) -> AsyncIterator[Any]:
+def acl_checks_scripts(redis_server: Any) -> None:
+    """Skip on a server that does not check a script's keys against the user's ACL."""
+    if "valkey" in str(redis_server.binary):
+        # Seen in .ci/run's valkey pass: a script run by a user allowed only its KEYS
+        # wrote a key named in ARGV (valkey 9 did not refuse it), so the check would
+        # pass whatever the scripts do. The redis-server run holds it.
+        pytest.skip("valkey-server does not apply ACL key permissions inside scripts")
+
+
+@pytest.fixture
+async def checking(redis_url: str, acl_checks_scripts: None) -> AsyncIterator[Any]:
     clients: list[KeysCheckingClient] = []
 
     def make(one_slot: bool) -> KeysCheckingClient:
