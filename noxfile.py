@@ -56,7 +56,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def peers(session: nox.Session) -> None:
-    """The comparison with arq, saq, streaq and taskiq (benchmarks/peers/run.py; its
-    options after `--`, e.g. `nox -s peers -- --only saq,taskrunner --repeat 1`)."""
+    """The comparison with arq, saq, streaq, taskiq, Celery and Dramatiq
+    (benchmarks/peers/run.py; its options after `--`, e.g.
+    `nox -s peers -- --only saq,taskrunner --repeat 1`)."""
     session.install("-e", ".")
     session.run("python", "benchmarks/peers/run.py", *session.posargs)

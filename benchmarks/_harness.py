@@ -28,6 +28,7 @@ async def run_noop_tasks(
     chunk: int = 10_000,
     features: bool = False,
     keep_result: bool = False,
+    on_ready: Callable[[], object] | None = None,
 ) -> Rates:
     """Register a ``noop`` task on ``runner``, dispatch ``n`` of them, serve until
     every one is acked, and return the rates.
@@ -36,6 +37,7 @@ async def run_noop_tasks(
     no-op middleware wraps every run (the cost of the run's features in use).
     With ``keep_result`` the task keeps each result for 60 s (a result document and
     its notice per run, written with its ack); with both, all of them at once.
+    ``on_ready`` is called when ``serve`` is ready, where the processing's timing starts.
     """
     done = trio.Event()
     count = 0
@@ -79,6 +81,8 @@ async def run_noop_tasks(
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
         ready = time.perf_counter()
+        if on_ready is not None:
+            on_ready()
         await done.wait()
         while runner.statistics().acked < n:  # noqa: ASYNC110 - the acker has no event to wait on
             await trio.sleep(0.001)

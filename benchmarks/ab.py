@@ -1,6 +1,6 @@
 """Before and after in one run: the end-to-end Redis benchmark from two checkouts.
 
-A change to the per-task path must cost at most 5% of processing throughput,
+A change to the per-task path must cost at most 3% of processing throughput,
 measured before and after in one run. On a shared, noisy machine two separate
 runs are not comparable, so this script starts one server and alternates the
 two checkouts round by round (A B, B A, A B, ...), each round in a fresh

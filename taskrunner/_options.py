@@ -30,6 +30,9 @@ from taskrunner._wire import CatalogTask
 
 UniqueKey = Callable[[Any], "str | None"]
 RateLimitKey = Callable[[Any], "str | None"]
+ShardKey = Callable[[Any], Any]
+"""``shard_key(payload) -> key``: a string or other JSON value naming what must stay in
+one shard (e.g. ``lambda p: p["customer_id"]``); ``None`` or ``""``: no key."""
 
 # The validators name the field as ``Task.<field>``: the options are a task's, and
 # a user meets them as Task's fields (or the keyword arguments of ``task()``).
@@ -180,6 +183,13 @@ class TaskOptions:
     """``rate_limit_key(payload) -> str | None``: a limit per key (``""`` or
     ``None``: the task's own limit), e.g. ``lambda p: p["domain"]``."""
 
+    shard_key: ShardKey | None = None
+    """``shard_key(payload) -> key`` (a string or other JSON value; ``None`` or ``""``:
+    no key): in a sharded group (``TaskRunnerConfig.shards > 1``), dispatches with one
+    key go to one shard, so they keep their order of dispatch and their uniqueness
+    (docs/sharding.md). Without it a unique task is routed by its unique key, any other
+    round-robin. No effect with ``shards=1``."""
+
     def __attrs_post_init__(self) -> None:
         if self.unique and not _finite_positive(self.unique_for):
             raise ValueError(
@@ -192,6 +202,8 @@ class TaskOptions:
             raise ValueError(
                 f"Task.rate_limit_key must be callable or None, got {self.rate_limit_key!r}"
             )
+        if self.shard_key is not None and not callable(self.shard_key):
+            raise ValueError(f"Task.shard_key must be callable or None, got {self.shard_key!r}")
         if self.rate_limit_key is not None and self.rate_limit is None:
             raise ValueError(f"Task.rate_limit_key needs a rate_limit, got None{self._of()}")
 

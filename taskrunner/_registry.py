@@ -27,7 +27,7 @@ from taskrunner._codec import ExtraKeys
 from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._execution.retry import DEFAULT_BACKOFF, Backoff
 from taskrunner._flow.limits import RateLimit
-from taskrunner._options import DEFAULT_OPTIONS, RateLimitKey, TaskOptions, UniqueKey
+from taskrunner._options import DEFAULT_OPTIONS, RateLimitKey, ShardKey, TaskOptions, UniqueKey
 from taskrunner._task import Action, Task
 
 A = TypeVar("A", bound=Action)
@@ -171,6 +171,7 @@ class Registering:
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
         keep_result: float | None = None,
+        shard_key: ShardKey | None = None,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -191,6 +192,7 @@ class Registering:
         retry: Backoff | None = DEFAULT_BACKOFF,
         permanent: type[BaseException] | tuple[type[BaseException], ...] = (),
         keep_result: float | None = None,
+        shard_key: ShardKey | None = None,
     ) -> A | Callable[[A], A]:
         """Decorator form of :meth:`register`; the name defaults to the function's.
 
@@ -236,5 +238,6 @@ class Registering:
             retry=retry,
             permanent=permanent,
             keep_result=keep_result,
+            shard_key=shard_key,
         )
         return self._registry.decorator(name, options)

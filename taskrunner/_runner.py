@@ -35,7 +35,9 @@ from taskrunner._config import ConfigHolder, TaskRunnerConfig
 from taskrunner._dispatch.api import Dispatching
 from taskrunner._dispatch.dispatcher import Dispatcher
 from taskrunner._dispatch.guards import check_runner_arguments, require_trio
+from taskrunner._dispatch.shard_count import check_shard_count
 from taskrunner._dispatch.tracker import Tracker
+from taskrunner._dispatch.workflows import Workflows, WorkflowTracker
 from taskrunner._execution.lifespan import Lifespan, check_lifespan, open_lifespan
 from taskrunner._execution.middleware import Middleware, check_middleware
 from taskrunner._fleet.stats import Stats
@@ -90,7 +92,7 @@ class RunnerStatistics:
     """Runs of a paused task parked until it is resumed."""
 
 
-class TaskRunner(Registering, Scheduling, Dispatching):
+class TaskRunner(Registering, Scheduling, Dispatching, Workflows):
     """Registers tasks, dispatches them, and serves them from a backend.
 
     Args:
@@ -109,7 +111,7 @@ class TaskRunner(Registering, Scheduling, Dispatching):
 
     def __init__(self, config: TaskRunnerConfig, backend: Backend) -> None:
         check_runner_arguments(config, backend)
-        backend.use_key_layout(config.key_layout)  # refuses a layout the backend cannot use
+        backend.use_key_layout(config.requested_layout)  # refuses a layout the backend cannot use
         self.backend = backend
         self.instance_id = uuid.uuid4().hex
         self._config = ConfigHolder(config)
@@ -122,6 +124,7 @@ class TaskRunner(Registering, Scheduling, Dispatching):
         self._middlewares: list[Middleware] = []
         self._tracker = Tracker(self._config, backend, tasks)
         self._dispatcher = Dispatcher(self._config, backend, tasks, parts.scheduler, self._tracker)
+        self._workflows = WorkflowTracker(self._config, backend, tasks)
         self._serving = False
         self._stop = trio.Event()
 
@@ -253,11 +256,14 @@ class TaskRunner(Registering, Scheduling, Dispatching):
                 :class:`TaskRunnerConfig`), or a registered task's explicit
                 ``reservation_timeout`` is not below the new ``reclaim_delay``.
                 Nothing changes then.
+            KeyLayoutError: ``shards > 1`` on a backend given ``key_layout="go"``.
             AlreadyServing: the runner is serving.
         """
         if self._serving:
             raise AlreadyServing(f"{self!r} is serving; configure it before serve()")
         config = attrs.evolve(self.config, **changes)
+        if config.shards != self.config.shards:  # a sharded group's keys: cluster layout
+            self.backend.use_key_layout(config.requested_layout)
         # Registered tasks follow a new reclaim_delay: defaulted reservation
         # timeouts are recomputed, explicit ones must stay below it.
         self._registry.follow(config)
@@ -323,6 +329,8 @@ class TaskRunner(Registering, Scheduling, Dispatching):
             AlreadyServing: ``serve`` is already running on this runner.
             LifespanError: the lifespan failed to start (nothing was started).
             WrongAsyncLibrary: awaited outside trio (under asyncio, say).
+            ShardCountError: the group is laid out in another shard count and is
+                not empty (nothing was started; docs/sharding.md).
             SharedStreamError: the stream is also read by other consumer groups
                 and the backend deletes entries on ack (nothing was started).
             DuplicateHost: another live instance serves with this ``host``: at
@@ -367,7 +375,10 @@ class TaskRunner(Registering, Scheduling, Dispatching):
             async with open_lifespan(self._lifespan, self, cfg.shutdown_grace) as state:
                 # The layout again: a cluster is found at connect, "go" there is refused.
                 await learn_key_layout(self.backend)
-                self.backend.use_key_layout(cfg.key_layout)
+                self.backend.use_key_layout(cfg.requested_layout)
+                await check_shard_count(
+                    self.backend, cfg.consumer_group, cfg.shards, self._tracker.queues()
+                )
                 await heartbeat.claim(
                     self.backend, cfg.host, self.instance_id, group=cfg.consumer_group
                 )

@@ -15,8 +15,10 @@ import attrs
 from taskrunner import _wire
 from taskrunner._codec import encode_payload, payload_type_of, result_type_of
 from taskrunner._config import is_utf8_text
+from taskrunner._dispatch.routing import key_text
 from taskrunner._execution.action import ActionShape, action_shape
 from taskrunner._options import RateLimitKey as RateLimitKey
+from taskrunner._options import ShardKey as ShardKey
 from taskrunner._options import TaskOptions, option_values
 from taskrunner._options import UniqueKey as UniqueKey
 from taskrunner._wire import TaskMessage
@@ -208,6 +210,27 @@ class Task(TaskOptions):
             )
         return key or ""
 
+    def shard_key_for(self, payload: Any) -> str | None:
+        """The text ``payload``'s shard is the hash of
+        (:func:`taskrunner._dispatch.routing.key_text` of what ``shard_key`` returns),
+        or ``None`` without a key (no function, or it returned ``None`` or ``""``).
+
+        Raises:
+            InvalidTaskPayload: ``shard_key`` raised, or returned no JSON value.
+        """
+        if self.shard_key is None:
+            return None
+        try:
+            key = self.shard_key(payload)
+        except Exception as exc:
+            raise InvalidTaskPayload(
+                f"shard_key raised {type(exc).__name__}: {exc}", task_name=self.name
+            ) from exc
+        try:
+            return key_text(key)
+        except TypeError as exc:
+            raise InvalidTaskPayload(str(exc), task_name=self.name) from None
+
 
 @attrs.frozen(kw_only=True)
 class Delivery:
@@ -230,6 +253,9 @@ class Delivery:
     """The decoded message, or ``None`` if it could not be, or was not, decoded."""
     queue: str | None = None
     """The queue it was read from."""
+    group: str | None = None
+    """In a sharded group, the tag of the shard it was read in (its keys' group,
+    docs/sharding.md); ``None``: the runner's group."""
 
     @property
     def task_name(self) -> str | None:

@@ -22,7 +22,8 @@ and the dead letter deleted together, so a dead letter is replayed once) and
 in-flight messages, forces a re-election and may let a duplicate unique job
 in, so it refuses to run without ``confirm=True``. :func:`list_keys` shows
 every documented key of a group that exists, with its type, size and TTL.
-:func:`schedules` shows a group's periodic schedules: task, spec, next fire,
+:func:`list_groups` lists the groups on the store (a sharded group once, with its
+shard count). :func:`schedules` shows a group's periodic schedules: task, spec, next fire,
 last fired tick and last outcome. :func:`desired_instances` reads the instance count
 the group's leader publishes for an autoscaler (``TaskRunnerConfig(target_wait=...)``).
 
@@ -37,6 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from taskrunner import _keys
 from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.dead import (
@@ -46,26 +49,37 @@ from taskrunner._dispatch.dead import (
     replay_of,
     replay_result,
 )
+from taskrunner._dispatch.events import EventReader
 from taskrunner._dispatch.guards import require_inspection
 from taskrunner._dispatch.handle import TaskInfo, task_info
 from taskrunner._dispatch.queues import group_queues
+from taskrunner._dispatch.routing import ShardRouter
+from taskrunner._dispatch.tracker import with_progress
+from taskrunner._dispatch.workflows import WorkflowStatus, status_of
+from taskrunner._fleet import shard_groups
+from taskrunner._fleet.shard_groups import GroupListing
 from taskrunner._schedules.view import ScheduleRow, schedule_rows
-from taskrunner.backends import Backend, KeyInfo, Paused, Replay
+from taskrunner.backends import Backend, EventLog, KeyInfo, Paused, Replay, WorkflowStore
 from taskrunner.backends._layout import group_keys
 from taskrunner.backends._protocols.inspection import PURPOSES
 
 __all__ = [
     "DeadLetterInfo",
+    "GroupListing",
     "KeyInfo",
     "ReplayResult",
     "ScheduleRow",
     "cancel",
+    "cancel_workflow",
     "dead_letter",
     "dead_letters",
     "desired_instances",
     "documented_keys",
+    "events",
     "flush",
     "get_task",
+    "get_workflow",
+    "list_groups",
     "list_keys",
     "pause",
     "paused",
@@ -91,13 +105,21 @@ async def pause(
     not counted as attempts). Runners notice within about a second; a message
     read just before may still run.
 
+    A task of a sharded group (:func:`shards_of`) is paused in every shard first,
+    then in the group: a run parks in its shard, checking the shard's own paused set
+    in the same step (docs/sharding.md), and runners see the pause in the group's.
+
     Returns:
-        Whether it was not paused already.
+        Whether it was not paused already (in the group).
 
     Raises:
         ValueError: neither or both of ``queue`` and ``task`` given.
-        BackendError: the backend could not be reached.
+        BackendError: the backend could not be reached (a pause cut short by it is
+            made whole by calling again).
     """
+    if task is not None and queue is None:
+        for shard in await _task_shards(backend, group):
+            await backend.pause(shard, task=task)
     return await backend.pause(group, queue=queue, task=task)
 
 
@@ -110,14 +132,30 @@ async def resume(
     queues within about a second (the next scheduler pass any runner makes
     once it noticed the resume).
 
+    A task of a sharded group is resumed in the group first (runners stop parking
+    its runs), then in every shard, each making its shard's parked runs due in the
+    step that ends its pause there.
+
     Returns:
-        Whether it was paused.
+        Whether it was paused (in the group).
 
     Raises:
         ValueError: neither or both of ``queue`` and ``task`` given.
-        BackendError: the backend could not be reached.
+        BackendError: the backend could not be reached (a resume cut short by it is
+            made whole by calling again).
     """
-    return await backend.resume(group, queue=queue, task=task)
+    was = await backend.resume(group, queue=queue, task=task)
+    if task is not None and queue is None:
+        for shard in await _task_shards(backend, group):
+            await backend.resume(shard, task=task)
+    return was
+
+
+async def _task_shards(backend: Backend, group: str) -> list[str]:
+    """The shards a task's pause is also written to: every shard of a sharded group,
+    none of another."""
+    router = await shards_of(backend, group)
+    return router.groups if router.count > 1 else []
 
 
 async def paused(backend: Backend, group: str) -> Paused:
@@ -174,12 +212,46 @@ def documented_keys(backend: Backend, group: str) -> dict[str, str]:
 
 async def list_keys(backend: Backend, group: str) -> list[KeyInfo]:
     """Every documented key of ``group`` that exists now (plus all heartbeat and
-    unique-lock keys, which are not per group): ``backend.list_keys(group)``.
+    unique-lock keys, which are not per group): ``backend.list_keys(group)``, then, for
+    a sharded group (its recorded shard count, :func:`shards_of`), each shard's.
 
     Raises:
         TypeError: ``backend`` does not implement :class:`~taskrunner.backends.Inspection`.
     """
-    return await require_inspection(backend, "taskrunner.admin.list_keys").list_keys(group)
+    inspection = require_inspection(backend, "taskrunner.admin.list_keys")
+    found = await inspection.list_keys(group)
+    router = await shards_of(backend, group)
+    for shard in router.groups if router.count > 1 else ():
+        found += await inspection.list_keys(shard)
+    return found
+
+
+async def list_groups(backend: Backend) -> list[GroupListing]:
+    """Every group on the store, by name, with its shard count: a sharded group once
+    (``GroupListing(name="shop", shards=16)``), never its shards' tags, which the
+    backend's own :meth:`~taskrunner.backends.Inspection.list_groups` names as groups
+    of their own (docs/sharding.md). Reads the recorded count of each group a
+    shard-like name points to, one read each.
+
+    Raises:
+        TypeError: ``backend`` does not implement :class:`~taskrunner.backends.Inspection`.
+        BackendError: the store could not be read.
+    """
+    inspection = require_inspection(backend, "taskrunner.admin.list_groups")
+    return await shard_groups.list_groups(inspection)
+
+
+async def shards_of(backend: Backend, group: str) -> ShardRouter:
+    """The shards ``group`` is laid out in, as recorded (docs/sharding.md): one shard
+    (the group itself) when none is recorded or in the go layout.
+
+    Raises:
+        BackendError: the store could not be read.
+    """
+    read = getattr(backend, "read_shard_count", None)  # an Inspection alone has none
+    if read is None or getattr(backend, "key_layout", "go") != "cluster":
+        return ShardRouter(group, 1, start=0)
+    return ShardRouter(group, await read(group) or 1, start=0)
 
 
 async def flush(
@@ -194,7 +266,8 @@ async def flush(
     stream, the dead-letter stream and the claim-delay ring are kept for them.
     Other groups' leases, delayed sets, metrics and tuning values are never
     touched. Unique locks and (with ``replication``) heartbeats are not per
-    group: they are deleted either way.
+    group: they are deleted either way. A sharded group (:func:`shards_of`) has every
+    shard flushed too, and its recorded shard count deleted.
 
     Args:
         confirm: Must be ``True``: this drops in-flight messages.
@@ -214,7 +287,13 @@ async def flush(
             "call it with confirm=True (dev and staging only)"
         )
     inspection = require_inspection(backend, "taskrunner.admin.flush")
-    return await inspection.flush_group(group, heartbeats=replication)
+    router = await shards_of(backend, group)
+    deleted = await inspection.flush_group(group, heartbeats=replication)
+    if router.count > 1:  # every shard's keys, then the record: the group is empty now
+        for shard in router.groups:
+            deleted += await inspection.flush_group(shard, heartbeats=replication)
+        await backend.record_shard_count(group, 1)
+    return deleted
 
 
 # Tasks by id ------------------------------------------------------------------------
@@ -257,8 +336,27 @@ async def get_task(
         BackendError: the store could not be read.
     """
     names = await _queues(backend, group, queue)
-    snapshot = await backend.lookup(group, task_id, queues=names)
-    return None if snapshot is None else task_info(snapshot, backend.unix_time)
+    where = (await shards_of(backend, group)).locate(task_id)
+    if where is None:
+        return None
+    snapshot = await backend.lookup(where[0], where[1], queues=names)
+    if snapshot is None:
+        return None
+    info = await with_progress(backend, where[0], task_info(snapshot, backend.unix_time))
+    return info if where[1] == task_id else attrs.evolve(info, id=task_id)
+
+
+def events(backend: Backend, group: str, *, after: str | None = None) -> EventReader:
+    """The events of ``group`` (see :meth:`TaskRunner.events
+    <taskrunner.TaskRunner.events>`): ``async for event in admin.events(backend, "app")``.
+
+    Raises:
+        ValueError: ``after`` is not ``None``, ``"0"`` or an event id, or the backend
+            has no event log.
+    """
+    if not isinstance(backend, EventLog):
+        raise ValueError(f"{type(backend).__name__} has no event log to read")
+    return EventReader(backend, group, after)
 
 
 async def cancel(backend: Backend, group: str, task_id: str, *, queue: str | None = None) -> bool:
@@ -271,10 +369,46 @@ async def cancel(backend: Backend, group: str, task_id: str, *, queue: str | Non
         BackendError: the store could not be reached.
     """
     names = await _queues(backend, group, queue)
-    return (await backend.cancel(group, task_id, queues=names)).state is not None
+    where = (await shards_of(backend, group)).locate(task_id)
+    if where is None:
+        return False
+    return (await backend.cancel(where[0], where[1], queues=names)).state is not None
 
 
 # Dead letters -----------------------------------------------------------------------
+
+
+def _workflows(backend: Backend) -> WorkflowStore:
+    if not isinstance(backend, WorkflowStore):
+        raise TypeError(f"{type(backend).__name__} keeps no workflows")
+    return backend
+
+
+async def get_workflow(backend: Backend, group: str, workflow_id: str) -> WorkflowStatus | None:
+    """Workflow ``workflow_id`` of ``group`` as ``wf.status()`` shows it (its state,
+    counts per state, each step's state, parents and policy), in one round trip;
+    ``None`` when there is none (never dispatched, or expired).
+
+    Raises:
+        TypeError: the backend keeps no workflows.
+        BackendError: the store could not be read.
+    """
+    record = await _workflows(backend).read_workflow(group, workflow_id)
+    return None if record is None else status_of(record)
+
+
+async def cancel_workflow(backend: Backend, group: str, workflow_id: str) -> bool:
+    """Cancel workflow ``workflow_id`` of ``group`` as ``wf.cancel()`` does (its queued,
+    delayed and running steps fleet-wide).
+
+    Returns:
+        Whether it was running (``False``: over already, or unknown).
+
+    Raises:
+        TypeError: the backend keeps no workflows.
+        BackendError: the store could not be reached.
+    """
+    return await _workflows(backend).cancel_workflow(group, workflow_id)
 
 
 async def dead_letters(

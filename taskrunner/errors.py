@@ -107,10 +107,14 @@ class TaskMaxRetryExceeded(TaskRunnerError):
     """A message used up its attempts.
 
     Passed to ``failed_task_handler`` (or recorded in the dead-letter entry)
-    when a task's last allowed attempt failed, or when a message is delivered
-    again after its last attempt (its worker died mid-run; the message is then
-    not decoded, in case it is what killed the worker). ``last_error`` is the
-    final attempt's exception when there was one.
+    when a task's last allowed attempt failed ("failed after N attempt(s)"), or
+    when a message is delivered again after its last attempt ("delivered N
+    times without an outcome"; the message is then not run again). A delivery
+    without an outcome is all the worker sees of a run whose process died
+    mid-run, or of a run that finished but whose ack was lost (with a crashed
+    master, say): it cannot tell which, so the reason says neither.
+    ``last_error`` is the final attempt's exception when there was one;
+    ``deliveries`` the delivery count of a message given up without an outcome.
     """
 
     def __init__(
@@ -119,15 +123,24 @@ class TaskMaxRetryExceeded(TaskRunnerError):
         message_id: str,
         attempts: int,
         last_error: BaseException | None = None,
+        *,
+        deliveries: int | None = None,
     ) -> None:
-        tail = f": {type(last_error).__name__}: {last_error}" if last_error else ""
-        super().__init__(
-            f"task {task_name!r} (message {message_id}) failed after {attempts} attempt(s){tail}"
-        )
+        head = f"task {task_name!r} (message {message_id})"
+        if deliveries is None:
+            tail = f": {type(last_error).__name__}: {last_error}" if last_error else ""
+            reason = f"{head} failed after {attempts} attempt(s){tail}"
+        else:
+            reason = (
+                f"{head} delivered {deliveries} times without an outcome, past its "
+                f"{attempts} attempt(s): not run again"
+            )
+        super().__init__(reason)
         self.task_name = task_name
         self.message_id = message_id
         self.attempts = attempts
         self.last_error = last_error
+        self.deliveries = deliveries
 
 
 class InvalidTaskResult(TaskRunnerError):

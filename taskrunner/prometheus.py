@@ -30,7 +30,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 
 import attrs
@@ -40,8 +40,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from taskrunner._fleet.stats import Stats
+from taskrunner._prometheus_workflows import workflow_families
 from taskrunner._runner import TaskRunner
-from taskrunner.backends import QueueMetrics
+from taskrunner.backends import QueueMetrics, WorkflowEnds
 from taskrunner.errors import BackendError
 
 __all__ = [
@@ -81,6 +82,8 @@ class Snapshot:
     desired_instances: int | None = None
     """The instance count the group's leader publishes (``target_wait``), if any; read
     only when this runner has ``target_wait`` set."""
+    workflow_ends: Mapping[str, int] | None = None
+    """The group's workflows ended, by outcome (``None``: the backend counts none)."""
 
 
 class _DurationHistogram:
@@ -172,12 +175,19 @@ class RunnerCollector(Collector):
             if config.target_wait is None
             else await self.runner.backend.read_desired_instances(config.consumer_group)
         )
+        backend = self.runner.backend
+        ends = (
+            await backend.workflow_ends(config.consumer_group)
+            if isinstance(backend, WorkflowEnds)
+            else None
+        )
         snapshot = Snapshot(
             taken_at=time.monotonic(),
             stats=stats,
             queue=queue,
             replication=replication,
             desired_instances=desired,
+            workflow_ends=ends,
         )
         self._snapshot = snapshot
         return snapshot
@@ -369,6 +379,7 @@ def _snapshot_families(group: str, snapshot: Snapshot | None) -> Iterator[promet
             c_pending.add_metric([info.name, consumer.name], consumer.pending)
             c_idle.add_metric([info.name, consumer.name], consumer.idle)
     yield from (pending, lag, c_pending, c_idle)
+    yield from workflow_families(group, snapshot.workflow_ends if snapshot else None)
 
 
 # The HTTP shell -------------------------------------------------------------

@@ -66,3 +66,46 @@ async def test_an_ack_refused_for_good_drops_only_the_refused_message(
         False,
         True,
     ]
+
+
+async def test_a_batch_without_locks_is_retried_and_split_the_same_way(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The plain batch (one queue, no lock, nothing recorded beside it) takes a path of
+    its own: it fails, is retried and is split exactly as the general one."""
+    backend = RefusingBackend(set(), transient=2)
+    ids = await backend.add("g", [b"a", b"b", b"c"])
+    assert len(await backend.read("g", "c1", 3, 0)) == 3
+    backend.refused = {ids[1]}
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
+    for entry_id in ids:
+        acker.ack(entry_id)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acker.run)
+        await wait_until(lambda: acker.backlog == 0, limit=60)
+        await trio.sleep(30)
+        nursery.cancel_scope.cancel()
+
+    assert backend.calls == [ids, ids, ids, [ids[0]], [ids[1]], [ids[2]]]
+    assert (acker.acked, acker.dropped) == (2, 1)
+    assert (await backend.group_info("g")).pending == 1
+
+
+async def test_acks_queued_during_a_flush_go_together_in_the_next_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = RefusingBackend(set())
+    ids = await backend.add("g", [b"a", b"b", b"c", b"d"])
+    assert len(await backend.read("g", "c1", 4, 0)) == 4
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acker.run)
+        acker.ack(ids[0])
+        await wait_until(lambda: len(backend.calls) == 1)  # in flight, or done
+        for entry_id in ids[1:]:
+            acker.ack(entry_id)
+        await wait_until(lambda: acker.acked == 4)
+        nursery.cancel_scope.cancel()
+    assert backend.calls == [[ids[0]], ids[1:]]
+    assert (await backend.group_info("g")).pending == 0

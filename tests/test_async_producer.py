@@ -123,7 +123,9 @@ def test_the_lock_after_a_failed_add() -> None:
 
 def test_shared_by_32_asyncio_tasks(redis_url: str) -> None:
     async def main() -> None:
-        async with AsyncProducer.from_url(redis_url, consumer_group="shop") as producer:
+        async with AsyncProducer.from_url(
+            redis_url, consumer_group="shop", client_name="shared"
+        ) as producer:
 
             async def request(n: int) -> list[str]:
                 ids = []
@@ -135,8 +137,8 @@ def test_shared_by_32_asyncio_tasks(redis_url: str) -> None:
             results = await asyncio.gather(*(request(n) for n in range(32)))
             ids = [i for ids in results for i in ids]
             assert len(ids) == len(set(ids)) == 32 * 41
-            assert _clients(redis_url) <= 32
-        assert _clients(redis_url) == 0, "aclose() closed the client from_url made"
+            assert _clients(redis_url, "shared") <= 32
+        assert _clients(redis_url, "shared") == 0, "aclose() closed the client from_url made"
         with pytest.raises(RuntimeError, match="is closed"):
             await producer.dispatch("resize", 1)
         await producer.aclose()  # idempotent

@@ -273,7 +273,9 @@ async def test_a_thread_cancelled_is_recorded_cancelled_and_keeps_its_slot_until
     returned = threading.Event()
     ran: list[str] = []
 
-    @runner.task(name="blocking", keep_result=60)  # no timeout
+    # No timeout. The result is kept for longer than the MockClock can jump while the
+    # threads run in real time (``behind.result`` below waits up to 600 of its seconds).
+    @runner.task(name="blocking", keep_result=3600)
     def blocking(payload: str) -> str:
         ran.append(payload)
         if payload == "first":

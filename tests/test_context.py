@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -149,6 +150,54 @@ async def test_an_asynccontextmanager_lifespan(autojump_clock: trio.testing.Mock
     async with serving(runner):
         await wait_until(lambda: bool(states))
     assert states == [{}]
+
+
+async def test_a_lifespan_may_run_a_nursery_of_its_own(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its nursery is opened while entering and closed while exiting: the shielded exit
+    # must not open a cancel scope between the two (trio: "cancel scope stack corrupted").
+    runner = make_runner(MemoryBackend())
+    ticks: list[float] = []
+
+    @runner.lifespan
+    async def background(got: TaskRunner) -> AsyncIterator[None]:
+        async def sample() -> None:
+            while True:
+                ticks.append(trio.current_time())
+                await trio.sleep(1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sample)
+            yield
+            nursery.cancel_scope.cancel()
+
+    async with serving(runner):
+        await wait_until(lambda: len(ticks) >= 3)
+    count = len(ticks)
+    await trio.sleep(5)
+    assert len(ticks) == count, "the lifespan's task stopped with serve"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_a_lifespan_whose_exit_hangs_is_left_after_the_grace(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = make_runner(MemoryBackend(), shutdown_grace=3)
+
+    @runner.lifespan
+    async def stuck(got: TaskRunner) -> AsyncIterator[None]:
+        yield
+        await trio.sleep_forever()
+
+    started = trio.current_time()
+    with trio.move_on_after(1):
+        await runner.serve()
+    assert trio.current_time() - started == pytest.approx(4)  # cancelled at 1, left at 1 + 3
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "lifespan test_a_lifespan_whose_exit_hangs_is_left_after_the_grace.<locals>.stuck"
+        " did not exit within 3s; left as it was"
+    ]
 
 
 async def test_a_lifespan_that_fails_to_start_fails_serve_and_nothing_is_fetched(

@@ -11,7 +11,7 @@ import attrs
 import pytest
 import trio.testing
 
-from taskrunner import _keys
+from taskrunner import StepState, _keys
 from taskrunner._wire import CatalogDocument, TaskState, decode_catalog, encode_catalog
 from taskrunner.backends import (
     Cancellation,
@@ -24,6 +24,7 @@ from taskrunner.backends import (
     KeyKind,
     Lease,
     LimitedBy,
+    MessageCounts,
     Outcome,
     Paused,
     QueueEntry,
@@ -40,6 +41,7 @@ from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.memory._catalog import _Catalog
 from taskrunner.backends.memory._queue import _id_key
 from taskrunner.testing import CONTRACT_CHECKS, ContractCheck, contract_parametrize
+from taskrunner.testing._harness import _ATTEMPTS
 
 LAYOUTS = pytest.mark.parametrize(
     "prefix", [None, "taskrunner"], ids=["stream_per_group", "shared_stream"]
@@ -386,6 +388,29 @@ def _dead_letter_drops_task_id(b: MemoryBackend) -> None:
     b.dead_letter = dead_letter  # type: ignore[method-assign]
 
 
+def _step_counted_again(b: MemoryBackend) -> None:
+    orig = b._step_finished
+
+    def step_finished(group: str, outcome: Any) -> None:
+        flow = b._flow(group, outcome.workflow)
+        if flow is not None and outcome.step in flow.steps:
+            flow.steps[outcome.step] = StepState.QUEUED  # forgets it was counted
+        orig(group, outcome)
+
+    b._step_finished = step_finished  # type: ignore[method-assign]
+
+
+def _cascade_cancels_nothing(b: MemoryBackend) -> None:
+    b._cancel_now = lambda *args, **kwargs: Cancellation(state=None)  # type: ignore[method-assign]
+
+
+def _cancel_workflow_only_says_so(b: MemoryBackend) -> None:
+    async def cancel_workflow(group: str, workflow_id: str) -> bool:
+        return True
+
+    b.cancel_workflow = cancel_workflow  # type: ignore[method-assign]
+
+
 def _frozen_now(b: MemoryBackend) -> None:
     b.now = lambda: 0.0  # type: ignore[method-assign]
 
@@ -629,6 +654,32 @@ def _counts_miss_unique_locks(b: MemoryBackend) -> None:
     _wrap(b, "count_keys", make)
 
 
+def _message_counts_miss_dead_letters(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def count_messages(group: str, queues: Any) -> MessageCounts:
+            return attrs.evolve(await orig(group, queues), dead=0)
+
+        return count_messages
+
+    _wrap(b, "count_messages", make)
+
+
+def _message_counts_repeat_a_queue(b: MemoryBackend) -> None:
+    """Each name given counted, a queue named twice twice."""
+
+    def make(orig: Any) -> Any:
+        async def count_messages(group: str, queues: Any) -> MessageCounts:
+            total = MessageCounts()
+            for queue in list(queues):
+                counts = await orig(group, [queue])
+                total += attrs.evolve(counts, delayed=0)
+            return attrs.evolve(total, delayed=(await orig(group, [])).delayed)
+
+        return count_messages
+
+    _wrap(b, "count_messages", make)
+
+
 def _heartbeats_keep_expired(b: MemoryBackend) -> None:
     """Heartbeats read from the raw store, expired keys included."""
 
@@ -694,6 +745,35 @@ def _desired_is_the_tuning_value(b: MemoryBackend) -> None:
 
     _wrap(b, "publish_desired_instances", make)
     b.read_desired_instances = b.read_tuning  # type: ignore[method-assign]
+
+
+def _shard_count_one_is_kept(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def record_shard_count(group: str, count: int) -> None:
+            if count != 1:
+                await orig(group, count)
+
+        return record_shard_count
+
+    _wrap(b, "record_shard_count", make)
+
+
+def _shard_count_of_every_group(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read_shard_count(group: str) -> int | None:
+            return await orig("shared")
+
+        return read_shard_count
+
+    _wrap(b, "read_shard_count", make)
+
+    def make_record(orig: Any) -> Any:
+        async def record_shard_count(group: str, count: int) -> None:
+            await orig("shared", count)
+
+        return record_shard_count
+
+    _wrap(b, "record_shard_count", make_record)
 
 
 def _catalog_keeps_first(b: MemoryBackend) -> None:
@@ -831,7 +911,9 @@ def _result_wakes_one_waiter(b: MemoryBackend) -> None:
     """The notice as a plain list popped by each waiter: the first takes it, the
     others sleep on."""
 
-    def keep(group: str, task_id: str, document: bytes, keep: float, notify: float) -> None:
+    def keep(
+        group: str, task_id: str, document: bytes, keep: float, notify: float, **_: Any
+    ) -> None:
         key = _keys.result(group, task_id)
         b._results[key] = (document, trio.current_time() + keep)
         lot = b._result_lots.get(key)
@@ -1036,6 +1118,38 @@ def _specs_replaced_whole(b: MemoryBackend) -> None:
     _wrap(b, "publish_schedule_specs", make)
 
 
+def _flush_keeps_todays_keys(b: MemoryBackend) -> None:
+    """A flush from before events, progress and workflows: their keys stay behind."""
+
+    def make(orig: Any) -> Any:
+        async def flush_group(group: str, *, heartbeats: bool) -> list[str]:
+            entries = {g: list(s.entries) for g, s in b._event_streams.items()}
+            progress, flows = dict(b._progress), dict(b._flows)
+            deleted = await orig(group, heartbeats=heartbeats)
+            for g, kept in entries.items():
+                b._event_streams[g].entries[:] = kept
+            b._progress.update(progress)
+            b._flows.update(flows)
+            return deleted
+
+        return flush_group
+
+    _wrap(b, "flush_group", make)
+
+
+def _keys_without_todays_kinds(b: MemoryBackend) -> None:
+    """A listing from before events, progress and workflows: it does not show them."""
+    kinds = {KeyKind.EVENTS, KeyKind.PROGRESS, KeyKind.WORKFLOW, KeyKind.SHARD_COUNT}
+
+    def make(orig: Any) -> Any:
+        async def list_keys(group: str) -> list[KeyInfo]:
+            return [key for key in await orig(group) if key.kind not in kinds]
+
+        return list_keys
+
+    _wrap(b, "list_keys", make)
+
+
 def _flush_keeps_schedules(b: MemoryBackend) -> None:
     """A flush from before the schedules: their states and specs stay behind."""
 
@@ -1173,6 +1287,30 @@ def _defer_ignores_task_id(b: MemoryBackend) -> None:
         return defer
 
     _wrap(b, "defer", make)
+
+
+def _park_ignores_task_id(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def park(group: str, entry_id: str, member: bytes, run_at: float, task: str,
+                       *, queue: str | None = None, **kw: Any) -> Any:  # fmt: skip
+            return await orig(group, entry_id, member, run_at, task, queue=queue)
+
+        return park
+
+    _wrap(b, "park", make)
+
+
+def _add_tick_every_time(b: MemoryBackend) -> None:
+    """``add_tick`` adds the tick's message however often it is asked (not idempotent)."""
+
+    def make(orig: Any) -> Any:
+        async def add_tick(group: str, fire: Any) -> Any:
+            b._schedule_states.get(group, {}).pop(fire.schedule, None)
+            return await orig(group, fire)
+
+        return add_tick
+
+    _wrap(b, "add_tick", make)
 
 
 def _replay_keeps_notice(b: MemoryBackend) -> None:
@@ -1348,7 +1486,63 @@ def _keys_of_own_queue_only(b: MemoryBackend) -> None:
     _wrap(b, "list_keys", make)
 
 
+def _ack_drops_events(b: MemoryBackend) -> None:
+    """Acks as ever, but writes none of the events the ack carries."""
+
+    def make(orig: Any) -> Any:
+        async def ack(group: str, ids: Sequence[str], **options: Any) -> int:
+            options.pop("events", None)
+            return int(await orig(group, ids, **options))
+
+        return ack
+
+    _wrap(b, "ack", make)
+
+
+def _progress_dropped(b: MemoryBackend) -> None:
+    """Writes the events, drops the progress."""
+
+    def make(orig: Any) -> Any:
+        async def write_events(group: str, events: Any, progress: Any = ()) -> None:
+            await orig(group, events)
+
+        return write_events
+
+    _wrap(b, "write_events", make)
+
+
+def _events_never_trimmed(b: MemoryBackend) -> None:
+    """Ignores the cap."""
+
+    def make(orig: Any) -> Any:
+        async def write_events(group: str, events: Any, progress: Any = ()) -> None:
+            if events is not None:
+                events = attrs.evolve(events, maxlen=10**9)
+            await orig(group, events, progress)
+
+        return write_events
+
+    _wrap(b, "write_events", make)
+
+
+def _read_events_never_blocks(b: MemoryBackend) -> None:
+    def make(orig: Any) -> Any:
+        async def read_events(group: str, after: str, *, count: int, block: float) -> Any:
+            return await orig(group, after, count=count, block=0)
+
+        return read_events
+
+    _wrap(b, "read_events", make)
+
+
 MUTANTS: dict[str, tuple[str, Mutant]] = {
+    "ack_drops_events": ("check_events_ride_with_their_calls", _ack_drops_events),
+    "progress_dropped": ("check_progress", _progress_dropped),
+    "events_never_trimmed": ("check_event_stream_is_capped", _events_never_trimmed),
+    "read_events_never_blocks": (
+        "check_read_events_blocks_until_one_comes",
+        _read_events_never_blocks,
+    ),
     "bad_ids": ("check_add_returns_ordered_ids", _bad_ids),
     "delivery_count_zero": ("check_read_returns_entries_in_order", _delivery_count_zero),
     "read_starts_at_end": ("check_read_creates_group_lazily", _read_starts_at_end),
@@ -1372,6 +1566,12 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "last_is_oldest": ("check_get_metrics", _last_is_oldest),
     "dead_letters_newest": ("check_dead_letters", _dead_letters_newest),
     "dead_letter_drops_task_id": ("check_dead_letter_task_id", _dead_letter_drops_task_id),
+    "step_counted_again": ("check_workflow_fan_in_counts_each_step_once", _step_counted_again),
+    "cascade_cancels_nothing": ("check_workflow_failure_cascades", _cascade_cancels_nothing),
+    "cancel_workflow_only_says_so": (
+        "check_workflow_cancel_removes_queued_steps",
+        _cancel_workflow_only_says_so,
+    ),
     "frozen_now": ("check_now_advances", _frozen_now),
     "unix_time_is_trio_clock": ("check_unix_time", _unix_time_is_trio_clock),
     "unix_time_origin_moves": ("check_unix_time", _unix_time_origin_follows_the_clock),
@@ -1389,6 +1589,8 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "tuning_never_expires": ("check_tuning", _tuning_never_expires),
     "desired_never_expires": ("check_desired_instances", _desired_never_expires),
     "desired_is_the_tuning_value": ("check_desired_instances", _desired_is_the_tuning_value),
+    "shard_count_one_is_kept": ("check_shard_count", _shard_count_one_is_kept),
+    "shard_count_of_every_group": ("check_shard_count", _shard_count_of_every_group),
     "catalog_keeps_first": ("check_catalog", _catalog_keeps_first),
     "catalog_remove_clears_all": ("check_catalog", _catalog_remove_clears_all),
     "catalog_ignores_expires": ("check_catalog_expiry", _catalog_ignores_expires),
@@ -1404,6 +1606,8 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "keys_never_expire": ("check_list_keys", _keys_never_expire),
     "keys_in_scan_order": ("check_list_keys", _keys_in_scan_order),
     "counts_miss_unique_locks": ("check_count_keys", _counts_miss_unique_locks),
+    "message_counts_miss_dead_letters": ("check_count_messages", _message_counts_miss_dead_letters),
+    "message_counts_repeat_a_queue": ("check_count_messages", _message_counts_repeat_a_queue),
     "heartbeats_keep_expired": ("check_list_heartbeats", _heartbeats_keep_expired),
     "heartbeats_unsorted": ("check_list_heartbeats", _heartbeats_unsorted),
     "lease_ttl_never_runs_down": ("check_read_lease", _lease_ttl_never_runs_down),
@@ -1466,6 +1670,11 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "pauses_for_every_group": ("check_pause_and_resume", _pauses_for_every_group),
     "park_ignores_pause": ("check_park_and_resume", _park_ignores_pause),
     "resume_leaves_parked": ("check_park_and_resume", _resume_leaves_parked),
+    "add_tick_every_time": ("check_add_tick_adds_each_tick_once", _add_tick_every_time),
+    "park_ignores_task_id": (
+        "check_a_parked_run_is_found_and_cancelled_by_its_task_id",
+        _park_ignores_task_id,
+    ),
     "fire_without_lease": ("check_fires_are_fenced_by_the_lease", _fire_without_lease),
     "fire_ignores_watermark": ("check_fires_only_newer_ticks", _fire_ignores_watermark),
     "watermark_rounded": ("check_fires_only_newer_ticks", _watermark_rounded),
@@ -1475,6 +1684,14 @@ MUTANTS: dict[str, tuple[str, Mutant]] = {
     "mark_never_lapses": ("check_in_flight_marks_and_outcomes", _mark_never_lapses),
     "specs_replaced_whole": ("check_schedule_specs", _specs_replaced_whole),
     "flush_keeps_schedules": ("check_flush", _flush_keeps_schedules),
+    "flush_keeps_todays_keys": (
+        "check_events_progress_and_workflows_in_keys_and_flush",
+        _flush_keeps_todays_keys,
+    ),
+    "keys_without_todays_kinds": (
+        "check_events_progress_and_workflows_in_keys_and_flush",
+        _keys_without_todays_kinds,
+    ),
     "defer_adds_anyway": ("check_defer", _defer_adds_anyway),
     "defer_ignores_task_id": ("check_defer_indexes_the_retry", _defer_ignores_task_id),
     "defer_without_ack": ("check_defer", _defer_without_ack),
@@ -1560,5 +1777,5 @@ async def test_stalled_check_is_retried(autojump_clock: trio.testing.MockClock) 
 async def test_always_stalled_check_fails(autojump_clock: trio.testing.MockClock) -> None:
     async with MemoryBackend() as backend:
         _stall_publish(backend, times=100)
-        with pytest.raises(AssertionError, match="missed its timing windows 3 times"):
+        with pytest.raises(AssertionError, match=f"missed its timing windows {_ATTEMPTS} times"):
             await _CHECKS_BY_NAME["check_tuning"](backend)

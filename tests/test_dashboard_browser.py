@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from _dashboard_live import GROUP, HOSTS, QUEUES, SCHEDULE, LiveFleet
 
+from taskrunner import Workflow
+
 CHROMIUM = os.environ.get("TASKRUNNER_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 TOKEN = "browser-test-token"
 XSS = ["<script>window.__xss = 1</script>", '"><img src=x onerror="window.__xss=1">']
@@ -233,6 +235,55 @@ def test_a_running_task_is_cancelled_from_its_page(acting_fleet: LiveFleet, page
     screenshot(page, "task-cancelled")
 
 
+def test_a_workflow_page_shows_its_dag_live_and_cancels_it(
+    acting_fleet: LiveFleet, page: Any
+) -> None:
+    log_in(page, acting_fleet.base)
+    dag = (
+        Workflow("nightly")
+        .step("first", "echo", {"n": 1})
+        .step("wait", "hold", {"n": 2}, after=["first"])
+        .step("last", "echo", after=["wait"])
+    )
+
+    async def dispatch() -> str:
+        return (await acting_fleet.runners[0].dispatch_workflow(dag)).id
+
+    workflow_id: str = acting_fleet.call(dispatch)
+    page.goto(f"{acting_fleet.base}/groups/{GROUP}/workflows/{workflow_id}")
+    # The DAG in layers, each step's state live: "first" runs, then "wait" holds.
+    page.wait_for_selector("#step-0-0 .step-state:text-is('succeeded')")
+    assert [page.get_attribute(f"#step-{i}-0", "data-step") for i in range(3)] == [
+        "first", "wait", "last",
+    ]  # fmt: skip
+    assert "after first" in page.inner_text("#step-1-0")
+    assert page.inner_text("#workflow-state") == "running"
+    assert page.inner_text("#count-pending") == "1"
+    # A step's task page links back to its workflow. (A step's task link is drawn
+    # with the page: "wait" may have had no task id yet when it loaded.)
+    page.wait_for_selector("#step-1-0 .step-state:text-is('queued')")
+    page.reload()
+    page.click("#step-1-0 a.id")
+    page.wait_for_selector("#task-state:text-is('running')")
+    assert page.inner_text("#task-workflow") == workflow_id
+    page.click("#task-workflow")
+    page.wait_for_selector("#cancel-workflow")
+    screenshot(page, "workflow")
+    page.click("#cancel-workflow")
+    page.wait_for_url(re.compile(r"\?done=workflow-cancelled$"))
+    assert "Workflow cancelled" in page.inner_text(".notice")
+    assert page.inner_text("#workflow-state") == "cancelled"
+    assert not page.is_visible("#cancel-workflow")
+    # The running step is stopped fleet-wide: the page shows it without a reload.
+    page.evaluate("window.__same_page = true")
+    page.wait_for_selector("#step-1-0 .step-state:text-is('cancelled')")
+    assert page.inner_text("#step-2-0 .step-state") == "cancelled"
+    assert page.inner_text("#count-cancelled") == "2"
+    assert page.evaluate("window.__same_page") is True
+    page.goto(f"{acting_fleet.base}/groups/{GROUP}/workflows/nope")
+    assert "No workflow nope in group" in page.inner_text("main")
+
+
 def test_dead_letters_are_replayed_and_purged(acting_fleet: LiveFleet, page: Any) -> None:
     base = f"{acting_fleet.base}/groups/{GROUP}/dead"
     log_in(page, acting_fleet.base)
@@ -250,6 +301,10 @@ def test_dead_letters_are_replayed_and_purged(acting_fleet: LiveFleet, page: Any
     replayed = page.locator("#dead tbody tr").first
     replayed_task = replayed.locator("td:nth-child(2)").inner_text()
     replayed.locator("input[type=checkbox]").check()
+    # The first live update rebuilds the rows (the page's own render has no
+    # signature yet): what was ticked stays ticked.
+    wait_for_updates(page, 1)
+    assert page.locator("#dead tbody tr").first.locator("input[type=checkbox]").is_checked()
     page.click("button:text-is('Replay selected')")
     page.wait_for_url(re.compile(r"\?done=replayed$"))
     assert "Dead letters dispatched again." in page.inner_text(".notice")
@@ -262,6 +317,8 @@ def test_dead_letters_are_replayed_and_purged(acting_fleet: LiveFleet, page: Any
 
     page.goto(base)
     page.locator("#dead tbody tr").first.locator("input[type=checkbox]").check()
+    wait_for_updates(page, 1)  # as above: once seen lost, and "none-purged"
+    assert page.locator("#dead tbody tr").first.locator("input[type=checkbox]").is_checked()
     page.click("button:text-is('Purge selected')")
     page.wait_for_url(re.compile(r"\?done=purged$"))
     watcher.wait_for_function("document.querySelectorAll('#dead tbody tr').length === 1")

@@ -128,6 +128,7 @@ CODEC = "taskrunner._codec"
 ENQUEUE = "taskrunner._dispatch.enqueue"
 MESSAGE = "taskrunner._wire.message"
 FRAMES = "taskrunner._wire.frames"
+ENCODING = "taskrunner._wire.encoding"  # dumps_value: a payload's JSON, written once
 LOCKS = "taskrunner._wire.locks"
 DELAYED = "taskrunner._wire.delayed"
 
@@ -161,14 +162,14 @@ def _dict() -> Any:
 @pytest.mark.parametrize(
     ("call", "make", "stops"),
     [
-        (_dispatch("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
-        (_dispatch("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES]),
-        (_dispatch("typed"), _dict, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES]),
+        (_dispatch("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES, ENCODING]),
+        (_dispatch("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES, ENCODING]),
+        (_dispatch("typed"), _dict, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES, ENCODING]),
         (_dispatch("unique"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, LOCKS, MESSAGE]),
-        (_dispatch("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
-        (_many("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
-        (_many("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES]),
-        (_many("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES]),
+        (_dispatch("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES, ENCODING]),
+        (_many("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES, ENCODING]),
+        (_many("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES, ENCODING]),
+        (_many("limited"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES, ENCODING]),
         (_delayed("plain"), _dict, [RUNNER, DISPATCHER, TASK, ENQUEUE, FRAMES, DELAYED]),
         (_delayed("typed"), _order, [RUNNER, DISPATCHER, TASK, CODEC, ENQUEUE, FRAMES, DELAYED]),
         (
@@ -201,4 +202,4 @@ def test_the_follower_sees_a_bounce() -> None:
         task.dispatch_form(payload)
         runner._dispatcher._planner.entry(task, payload)
         task.lock_key_for(payload)  # back in _task, after _dispatch.enqueue and _wire
-    assert way.stops == [TASK, ENQUEUE, FRAMES, TASK]
+    assert way.stops == [TASK, ENQUEUE, FRAMES, ENCODING, TASK]

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD_TIMEOUT = 120
+BUILD_TIMEOUT = 900
+"""A hang guard, not a speed limit: the build takes about 9 s of CPU (34 s on the 2-core
+machine at load 7.5), and CI ran it past 120 s at load 20, so the bound leaves room for
+a machine ten times as busy; a build that is stuck fails, showing what it printed."""
 
 KEY_PAGES = [
     "index.html",
@@ -92,15 +95,23 @@ REFERENCED = {
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        check=False,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT,
+            check=False,
+            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        printed = b"".join(
+            part if isinstance(part, bytes) else part.encode()
+            for part in (exc.stdout, exc.stderr)
+            if part
+        )
+        pytest.fail(f"mkdocs build hung ({BUILD_TIMEOUT} s); it printed:\n{printed.decode()}")
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 

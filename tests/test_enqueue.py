@@ -3,6 +3,7 @@ rules the runner's dispatch and the producers share, held by tables."""
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from datetime import UTC, datetime, timedelta, timezone
@@ -77,9 +78,20 @@ def test_a_task_known_by_name_writes_gos_zero_values() -> None:
     }
 
 
+def test_the_plain_encoder_refuses_a_string_with_no_utf8_form() -> None:
+    from taskrunner._wire import plain_encoder
+
+    with pytest.raises(InvalidTaskPayload, match=r"not JSON-serialisable: .*surrogates"):
+        plain_encoder(PLAIN)("\ud800")  # a lone surrogate
+
+
 @pytest.mark.parametrize(
     ("payload", "match"),
-    [({"x": object()}, "not JSON-serialisable"), (math.nan, "not JSON"), ("x" * 9_000_000, "over")],
+    [
+        ({"x": object()}, "not JSON-serialisable"),
+        (math.nan, "not JSON"),
+        ("x" * 9_000_000, "over"),
+    ],
 )
 def test_what_cannot_be_sent_is_refused(payload: object, match: str) -> None:
     with pytest.raises(InvalidTaskPayload, match=match):
@@ -155,7 +167,23 @@ def test_bad_times_are_refused(when: object, match: str) -> None:
 
 @pytest.mark.parametrize(
     "payload",
-    [None, 0, -1.5, "é", "\x00taskrunner:payload\x00", {"a": [1, {"b": None}]}, [True, False]],
+    [
+        None,
+        0,
+        -1.5,
+        "é",
+        "\x00taskrunner:payload\x00",
+        {"a": [1, {"b": None}]},
+        [True, False],
+        # The payloads written without the encoder: each as the encoder writes it.
+        True,
+        False,
+        10**40,
+        'a "quoted"\\ line\n\x1f \u2028 ünï',
+        "",
+        enum.IntEnum("Level", "LOW").LOW,
+        enum.StrEnum("Colour", "RED").RED,
+    ],
 )
 @pytest.mark.parametrize(
     "task",
@@ -169,7 +197,11 @@ def test_the_plain_encoder_writes_encode_messages_bytes(task: object, payload: o
 
 @pytest.mark.parametrize(
     ("payload", "match"),
-    [({"x": object()}, "not JSON-serialisable"), (math.nan, "not JSON"), ("x" * 9_000_000, "over")],
+    [
+        ({"x": object()}, "not JSON-serialisable"),
+        (math.nan, "not JSON"),
+        ("x" * 9_000_000, "over"),
+    ],
 )
 def test_the_plain_encoder_refuses_the_same(payload: object, match: str) -> None:
     from taskrunner._wire import encode_message, new_message, plain_encoder
@@ -183,7 +215,23 @@ def test_the_plain_encoder_refuses_the_same(payload: object, match: str) -> None
 
 @pytest.mark.parametrize(
     "payload",
-    [None, 0, -1.5, "é", "\x00taskrunner:payload\x00", {"a": [1, {"b": None}]}, [True, False]],
+    [
+        None,
+        0,
+        -1.5,
+        "é",
+        "\x00taskrunner:payload\x00",
+        {"a": [1, {"b": None}]},
+        [True, False],
+        # The payloads written without the encoder: each as the encoder writes it.
+        True,
+        False,
+        10**40,
+        'a "quoted"\\ line\n\x1f \u2028 ünï',
+        "",
+        enum.IntEnum("Level", "LOW").LOW,
+        enum.StrEnum("Colour", "RED").RED,
+    ],
 )
 @pytest.mark.parametrize(
     ("task", "unique_key"), [(PLAIN, None), (UNIQUE, "sync_account:1"), (UNIQUE, None)]
@@ -213,7 +261,11 @@ def test_a_planned_member_is_encode_delayeds_bytes(
 
 @pytest.mark.parametrize(
     ("payload", "match"),
-    [({"x": object()}, "not JSON-serialisable"), (math.nan, "not JSON"), ("x" * 9_000_000, "over")],
+    [
+        ({"x": object()}, "not JSON-serialisable"),
+        (math.nan, "not JSON"),
+        ("x" * 9_000_000, "over"),
+    ],
 )
 @pytest.mark.parametrize("task", [PLAIN, UNIQUE])
 def test_a_planned_member_is_refused_in_encode_messages_words(

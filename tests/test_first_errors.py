@@ -24,6 +24,7 @@ from taskrunner import (
     TaskMessage,
     TaskRunner,
     TaskRunnerConfig,
+    Workflow,
     WrongAsyncLibrary,
 )
 from taskrunner._wire import encode_message
@@ -78,6 +79,9 @@ WRONG_TYPES: dict[str, tuple[Any, str]] = {
     "scale_down_hold": (None, "scale_down_hold must be a number of seconds, got None"),
     "min_replicas": (1.5, "min_replicas must be an integer, got 1.5"),
     "key_layout": (3, "key_layout must be 'go', 'cluster' or None, got 3"),
+    "shards": ("16", "shards must be an integer, got '16'"),
+    "events": ("yes", "events must be True or False, got 'yes'"),
+    "events_maxlen": (2.5, "events_maxlen must be an integer, got 2.5"),
     "replica_timeout": ("1", "replica_timeout must be a number of seconds, got '1'"),
 }
 
@@ -351,6 +355,7 @@ ASYNC_METHODS: dict[str, tuple[Any, ...]] = {
     "wait_leadership_changed": (),
     "get_task": ("0-1",),
     "cancel": ("0-1",),
+    "dispatch_workflow": (Workflow("w").step("a", "t"),),
 }
 
 

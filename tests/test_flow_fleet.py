@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from _fleet import Partition, make_runner, serving, start_each, wait_until
 
-from taskrunner import RateLimit, TaskRunner, admin
+from taskrunner import RateLimit, TaskContext, TaskRunner, admin
 from taskrunner._serve import aggregator
 from taskrunner.backends import Paused
 from taskrunner.backends.memory import MemoryBackend
@@ -57,11 +57,17 @@ async def test_concurrency_never_exceeds_the_limit_across_a_crash(
     runners = [make_runner(link, num_workers=4, reclaim_delay=30) for link in links]
     gauge = Gauge()
     rng = random.Random(3)
-    for runner in runners:
+    ran_on_the_crashed: set[str] = set()  # the task ids runner 0 ran to the end
+    for index, runner in enumerate(runners):
 
-        @runner.task(name="charge", max_concurrency=5, reservation_timeout=10)
-        async def charge(payload: int) -> None:
-            await gauge.run(rng.uniform(0.5, 2.0))
+        def register(runner: TaskRunner, crashes: bool) -> None:
+            @runner.task(name="charge", max_concurrency=5, reservation_timeout=10)
+            async def charge(payload: int, ctx: TaskContext) -> None:
+                await gauge.run(rng.uniform(0.5, 2.0))
+                if crashes:
+                    ran_on_the_crashed.add(ctx.task_id)
+
+        register(runner, crashes=index == 0)
 
     await runners[0].dispatch_many("charge", range(150))
     back_to_five: list[float] = []
@@ -84,7 +90,12 @@ async def test_concurrency_never_exceeds_the_limit_across_a_crash(
     assert back_to_five[0] <= 10 + 0.75 + 0.1, back_to_five
     deferred = sum(r.statistics().deferred for r in runners)
     assert deferred > 0, "runs waited for a slot"
-    assert sum(r.statistics().dead_lettered for r in runners) == 0, "waiting is not failing"
+    # Waiting is not failing: nothing is dead-lettered but a run the crashed runner had
+    # finished and whose ack the crash lost (one attempt: redelivered, not run again).
+    dead = await backend.dead_letters("g", 1000)
+    assert all("without an outcome" in letter.error for letter in dead), dead
+    lost_acks = {letter.task_id or letter.message_id for letter in dead}
+    assert lost_acks <= ran_on_the_crashed, "waiting is not failing"
 
 
 async def test_a_rate_limit_holds_in_every_window_and_flows_at_the_rate(

@@ -27,6 +27,15 @@ from taskrunner.cli.worker import check_backend
         ("taskrunner:shop:worker_tuning_capacity", "shop"),
         ("taskrunner:shop:desired_instances", "shop"),
         ("taskrunner:a:b:metrics", "a:b"),  # a group name may hold colons
+        ("taskrunner:shop:events", "shop"),
+        ("taskrunner:shop:workflow_ends", "shop"),
+        ("taskrunner:shop:paused", "shop"),
+        ("taskrunner:shop:progress:1700000000000-0", "shop"),
+        ("taskrunner:shop:workflow:0f3a", "shop"),
+        ("taskrunner:a:b:workflow:0f3a", "a:b"),
+        ("taskrunner:shop:progress:", None),  # no task id
+        ("taskrunner:{shop}:shards", "shop"),
+        ("taskrunner:unique:progress:x", None),
         ("taskrunner:shop:other", None),  # another queue's stream
         ("taskrunner:shop:tasks:dead", None),
         ("ring:taskrunner:shop:metrics:tasks", None),
@@ -39,7 +48,8 @@ from taskrunner.cli.worker import check_backend
     ],
 )
 def test_group_named_by(name: str, group: str | None) -> None:
-    assert group_named_by(name, "tasks") == group
+    layout = "cluster" if "{" in name else "go"
+    assert group_named_by(name, "tasks", layout) == group
 
 
 def test_group_named_by_uses_the_queue_it_is_given() -> None:
@@ -66,14 +76,45 @@ FIXED = group_keys(_keys.stream_keys(None, "shop", "tasks"), "shop")
         ("taskrunner:unique:send:A-17", KeyKind.UNIQUE_LOCK),
         ("taskrunner:mail:metrics", None),  # another group's
         (_keys.leader("mail"), None),
+        ("taskrunner:shop:events", KeyKind.EVENTS),
+        ("taskrunner:mail:events", None),
+        ("taskrunner:{shop}:shards", None),  # the go layout has no shard count
     ],
 )
 def test_kind_of(name: str, kind: KeyKind | None) -> None:
     assert kind_of(name, FIXED) is kind
 
 
+CLUSTER = group_keys(_keys.stream_keys(None, "shop", "tasks", "cluster"), "shop", "cluster")
+
+
+@pytest.mark.parametrize(
+    ("name", "layout", "kind"),
+    [
+        ("taskrunner:shop:progress:1700000000000-0", "go", KeyKind.PROGRESS),
+        ("taskrunner:shop:workflow:0f3a", "go", KeyKind.WORKFLOW),
+        ("taskrunner:shop:result:0f3a", "go", KeyKind.RESULT),  # a workflow's own result
+        ("taskrunner:mail:progress:1-0", "go", None),
+        ("taskrunner:mail:workflow:0f3a", "go", None),
+        ("taskrunner:{shop}:events", "cluster", KeyKind.EVENTS),
+        ("taskrunner:{shop}:shards", "cluster", KeyKind.SHARD_COUNT),
+        ("taskrunner:shop:workflow_ends", "go", KeyKind.WORKFLOW_ENDS),
+        ("taskrunner:{shop}:workflow_ends", "cluster", KeyKind.WORKFLOW_ENDS),
+        ("taskrunner:{shop}:progress:1-0", "cluster", KeyKind.PROGRESS),
+        ("taskrunner:{shop}:workflow:0f3a", "cluster", KeyKind.WORKFLOW),
+        ("taskrunner:{mail}:shards", "cluster", None),
+    ],
+)
+def test_kind_of_a_groups_own_keys(
+    name: str, layout: _keys.KeyLayout, kind: KeyKind | None
+) -> None:
+    fixed = CLUSTER if layout == "cluster" else FIXED
+    assert kind_of(name, fixed, layout, "shop") is kind
+
+
 def test_group_keys_are_in_kind_order() -> None:
-    assert list(FIXED.values()) == [k for k in KeyKind if k in FIXED.values()]
+    for fixed in (FIXED, CLUSTER):
+        assert list(fixed.values()) == [k for k in KeyKind if k in fixed.values()]
 
 
 def _key(name: str, kind: KeyKind) -> KeyInfo:
@@ -135,7 +176,7 @@ def test_both_backends_implement_inspection() -> None:
 class ServeOnly(MemoryBackend):
     """A backend of one's own without the inspection protocol."""
 
-    ping = list_groups = list_keys = count_keys = None  # type: ignore[assignment]
+    ping = list_groups = list_keys = count_keys = count_messages = None  # type: ignore[assignment]
     list_queues = list_heartbeats = read_lease = flush_group = None  # type: ignore[assignment]
 
 

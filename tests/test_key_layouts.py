@@ -143,3 +143,12 @@ async def test_a_cluster_backend_chooses_the_cluster_layout_and_refuses_go() -> 
     told.cluster = True
     with pytest.raises(KeyLayoutError, match="cannot run on a Redis Cluster"):
         told.stream_keys("shop")
+
+
+@pytest.mark.parametrize("layout", ["go", "cluster"])
+def test_a_queue_named_like_the_result_waiters_is_refused(layout: _keys.KeyLayout) -> None:
+    with pytest.raises(ValueError, match=r"would collide with the key .*:result_waiters"):
+        _keys.stream_keys(None, "shop", "result_waiters", layout)
+    assert _keys.result_waiters("shop", layout) == (
+        "taskrunner:shop:result_waiters" if layout == "go" else "taskrunner:{shop}:result_waiters"
+    )

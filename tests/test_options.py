@@ -51,6 +51,7 @@ BAD = [
     ({"rate_limit": 10}, "Task.rate_limit must be a RateLimit (e.g. RateLimit(10, per=1.0))"),
     ({"rate_limit_key": "domain"}, "Task.rate_limit_key must be callable or None, got 'domain'"),
     ({"rate_limit_key": lambda p: "k"}, "Task.rate_limit_key needs a rate_limit, got None"),
+    ({"shard_key": "customer_id"}, "Task.shard_key must be callable or None, got 'customer_id'"),
 ]
 
 

@@ -60,6 +60,8 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "read_tuning": ("g",),
     "publish_desired_instances": ("g", 3, 20.0),
     "read_desired_instances": ("g",),
+    "read_shard_count": ("g",),
+    "record_shard_count": ("g", 16),
     "read_many": ("g", "c", ["q"], [0], 1, 0.0),
     "defer": ("g", "1-1", b"m", 1.0),
     "admit": ("g", "t", "h"),
@@ -83,6 +85,7 @@ ARGUMENTS: dict[str, tuple[Any, ...]] = {
     "publish_schedule_specs": ("g", {"s": b"{}"}),
     "start_schedules": ("g", "me", ["s"], 1.0),
     "fire_ticks": ("g", "me", [TickFire(schedule="s", tick=1.0, message=b"{}")]),
+    "add_tick": ("g", TickFire(schedule="s", tick=1.0, message=b"{}")),
     "record_run_outcomes": (
         "g",
         [RunOutcome(schedule="s", tick=1.0, message_id="1-1", outcome="succeeded", at=1.0)],
@@ -141,9 +144,9 @@ async def test_a_link_cut_during_a_call_loses_the_reply() -> None:
     link = PartitionedBackend(backend)
 
     class CutOnAdd(MemoryBackend):
-        async def add(self, group: str, payloads: Any, *, queue: str | None = None) -> list[str]:
+        async def add(self, group: str, payloads: Any, **options: Any) -> list[str]:
             link.cut = True  # after the store applied it, before the reply
-            return await super().add(group, payloads, queue=queue)
+            return await super().add(group, payloads, **options)
 
     link.backend = CutOnAdd()
     with pytest.raises(BackendError, match="partitioned: no reply to add") as info:

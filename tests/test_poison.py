@@ -12,6 +12,7 @@ from taskrunner._execution.poison import (
     scheduled_run_in,
     task_names_in,
 )
+from taskrunner.errors import TaskMaxRetryExceeded
 
 
 async def _noop(payload: object) -> None:
@@ -108,3 +109,36 @@ def test_scheduled_run_in_finds_the_messages_own_fields(
     raw: bytes | None, expected: ScheduledRun | None
 ) -> None:
     assert scheduled_run_in(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        # a last attempt that raised: it failed, and says with what
+        (
+            TaskMaxRetryExceeded("job", "1-0", 2, ValueError("no")),
+            "task 'job' (message 1-0) failed after 2 attempt(s): ValueError: no",
+        ),
+        (
+            TaskMaxRetryExceeded("job", "1-0", 1),
+            "task 'job' (message 1-0) failed after 1 attempt(s)",
+        ),
+        # given up on its delivery count: its worker died mid-run, or the run finished and
+        # its ack died with the master; the count cannot tell, so the reason says neither
+        (
+            TaskMaxRetryExceeded("record", "7-1", 1, deliveries=2),
+            "task 'record' (message 7-1) delivered 2 times without an outcome, past its "
+            "1 attempt(s): not run again",
+        ),
+        (
+            TaskMaxRetryExceeded("resize", "7-2", 2, deliveries=3),
+            "task 'resize' (message 7-2) delivered 3 times without an outcome, past its "
+            "2 attempt(s): not run again",
+        ),
+    ],
+)
+def test_the_reason_a_message_is_given_up_names_what_is_known(
+    error: TaskMaxRetryExceeded, reason: str
+) -> None:
+    assert str(error) == reason
+    assert "failed" not in reason or error.deliveries is None

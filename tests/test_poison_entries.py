@@ -19,8 +19,8 @@ import trio
 import trio.testing
 from _fleet import make_runner, serving, wait_until
 
-from taskrunner import Task, TaskMessage, TaskRunnerConfig
-from taskrunner._serve import worker
+from taskrunner import Task, TaskMessage, TaskRunner, TaskRunnerConfig
+from taskrunner._serve import intake
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.errors import InvalidTaskPayload
 
@@ -43,13 +43,13 @@ async def ghost_claim(backend: MemoryBackend, times: int = 1) -> None:
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes | None]:
     """Every raw entry the worker decodes, in order."""
     seen: list[bytes | None] = []
-    decode = worker.decode_message
+    decode = intake.decode_message
 
     def counting(raw: bytes | None) -> TaskMessage:
         seen.append(raw)
         return decode(raw)
 
-    monkeypatch.setattr(worker, "decode_message", counting)
+    monkeypatch.setattr(intake, "decode_message", counting)
     return seen
 
 
@@ -107,9 +107,9 @@ async def test_any_exception_while_decoding_goes_to_the_failure_path(
     assert await backend.length("g") == 0
 
 
-async def test_a_redelivery_over_its_tasks_attempts_is_failed_without_decoding(
-    autojump_clock: trio.testing.MockClock, decodes: list[bytes | None]
-) -> None:
+def two_attempt_job() -> tuple[MemoryBackend, TaskRunner, list[object]]:
+    """A backend, and a runner on it with one task, ``job`` (2 attempts), whose runs'
+    payloads are listed."""
     backend = MemoryBackend()
     runner = make_runner(backend, reclaim_delay=RECLAIM)
     runs: list[object] = []
@@ -118,6 +118,13 @@ async def test_a_redelivery_over_its_tasks_attempts_is_failed_without_decoding(
     async def job(payload: object) -> None:
         runs.append(payload)
 
+    return backend, runner, runs
+
+
+async def test_a_redelivery_over_its_tasks_attempts_is_failed_without_decoding(
+    autojump_clock: trio.testing.MockClock, decodes: list[bytes | None]
+) -> None:
+    backend, runner, runs = two_attempt_job()
     # The Go library writes its fields in another order, and may space them.
     over = b'{"payload": "over", "unique": false, "task_name": "job"}'
     within = message("job", "within")
@@ -135,9 +142,31 @@ async def test_a_redelivery_over_its_tasks_attempts_is_failed_without_decoding(
     (dead,) = await backend.dead_letters("g")
     assert dead.message_id == over_id
     assert dead.error == (
-        f"TaskMaxRetryExceeded: task 'job' (message {over_id}) failed after 2 attempt(s)"
+        f"TaskMaxRetryExceeded: task 'job' (message {over_id}) delivered 3 times without an "
+        "outcome, past its 2 attempt(s): not run again"
     )
     assert (await backend.group_info("g")).pending == 0
+
+
+async def test_a_retrys_entry_redelivered_past_the_attempts_left_says_it_had_no_outcome(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A retry's entry (one attempt used before it) of a 2-attempt task, delivered twice:
+    within the delivery limit (2), so it is decoded, and then given up, its second
+    attempt having left no outcome. The reason says so, not "failed"."""
+    backend, runner, runs = two_attempt_job()
+    (retry_id,) = await backend.add("g", [message("job", "retry", attempts=1)])
+    await ghost_read(backend, [retry_id])  # its worker died running attempt 2
+
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().acked == 1)
+
+    assert runs == []
+    (dead,) = await backend.dead_letters("g")
+    assert dead.error == (
+        f"TaskMaxRetryExceeded: task 'job' (message {retry_id}) delivered 2 times without an "
+        "outcome, past its 2 attempt(s): not run again"
+    )
 
 
 async def test_an_entry_naming_no_task_is_failed_undecoded_after_three_deliveries(

@@ -146,8 +146,8 @@ def test_entries_that_kill_workers_stop_after_a_bounded_number_of_deliveries(
             assert (
                 letters[message_id][b"error"]
                 == (
-                    f"TaskMaxRetryExceeded: task '{name}' (message {message_id}) failed after "
-                    "2 attempt(s)"
+                    f"TaskMaxRetryExceeded: task '{name}' (message {message_id}) delivered 3 "
+                    "times without an outcome, past its 2 attempt(s): not run again"
                 ).encode()
             )
         logs = "\n".join(w.log() for w in started)

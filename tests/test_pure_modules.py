@@ -27,6 +27,8 @@ PURE = [
     "_fleet/stats",
     "_fleet/tuning",
     "_keys",
+    "_shards",
+    "_dispatch/routing",
     "_fleet/scaling",
     "backends/redis/_failover",
 ]

@@ -330,3 +330,108 @@ async def test_a_result_is_waited_for_by_a_runner_that_did_not_run_it(
         values = [await h.result(timeout=30) for h in handles]
     assert values == list(range(1, 31))
     assert set(ran_on) == {0, 1, 2}, "every serving runner took some, the waiter none"
+
+
+# Result waiters: a finish writes a task's notice only while someone waits for it ------
+
+
+async def test_a_result_nobody_waits_for_is_kept_without_a_notice(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+
+    @runner.task(keep_result=60)
+    async def double(payload: int) -> int:
+        return payload * 2
+
+    handle = await runner.dispatch("double", 21)
+    async with serving(runner):
+        await wait_until(lambda: runner.statistics().acked == 1)
+    assert backend.result_keys("g") == [f"taskrunner:g:result:{handle.id}"]
+    assert backend.notify_keys("g") == [], "nobody waited: the document alone"
+    # A waiter that comes after the finish reads the result itself.
+    assert await handle.result(timeout=5) == 42
+    assert backend.notify_keys("g") == []
+
+
+async def test_a_waiter_registered_before_the_finish_gets_the_notice(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+
+    @runner.task(keep_result=60)
+    async def slow(payload: int) -> int:
+        await trio.sleep(5)
+        return payload
+
+    handle = await runner.dispatch("slow", 7)
+    async with serving(runner):
+        assert await handle.result(timeout=10) == 7
+    assert backend.notify_keys("g") == [f"taskrunner:g:notify:{handle.id}"]
+
+
+async def test_a_registration_that_ran_out_pushes_no_notice(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+
+    @runner.task(keep_result=60)
+    async def slow(payload: int) -> int:
+        await trio.sleep(100)
+        return payload
+
+    handle = await runner.dispatch("slow", 7)
+    async with serving(runner):
+        with pytest.raises(trio.TooSlowError):
+            await handle.result(timeout=1)  # registered until 1 s + the margin
+        await wait_until(lambda: runner.statistics().acked == 1, limit=200)
+    assert backend.notify_keys("g") == [], "its waiter gave up long before"
+    assert await handle.result(timeout=0) == 7
+
+
+async def test_a_result_kept_for_less_than_the_wait_still_reaches_its_waiter(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+
+    @runner.task(keep_result=0.5)
+    async def slow(payload: int) -> int:
+        await trio.sleep(5)
+        return payload
+
+    handle = await runner.dispatch("slow", 7)
+    got: list[int] = []
+    async with serving(runner) as nursery:
+
+        async def wait_and_keep() -> None:
+            got.append(await handle.result(timeout=10))
+
+        nursery.start_soon(wait_and_keep)
+        await wait_until(lambda: bool(got), limit=20)
+    assert got == [7]
+
+
+async def test_results_nobody_looks_up_are_swept_as_they_expire(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """In memory nothing expires a key by itself: expired results are swept when
+    their count doubles, so a runner keeping results nobody reads stays bounded."""
+    backend = MemoryBackend()
+    runner = make_runner(backend)
+
+    @runner.task(keep_result=1)
+    async def kept(payload: int) -> int:
+        return payload
+
+    async with serving(runner):
+        for wave in range(3):
+            await runner.dispatch_many("kept", range(5000))
+            await wait_until(lambda w=wave: runner.statistics().acked == 5000 * (w + 1))
+            await trio.sleep(2)  # this wave's results expire
+    stored = len(backend._results)  # expired ones included: what the process holds
+    assert stored < 11_000, f"{stored} results held for 5,000 live at most"
+    assert backend.result_keys("g") == []  # and every one of them is expired

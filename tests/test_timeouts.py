@@ -23,6 +23,11 @@ from taskrunner.backends.memory import MemoryBackend
 
 THREAD_TIMEOUT = 300.0
 """The timeout of the thread tests (in MockClock seconds; see the first of them)."""
+RELEASE_GUARD = 600.0
+"""Real seconds a blocked thread waits for its test to let it go: a hang guard only (each
+test lets it go in a ``finally``). The clock must cross THREAD_TIMEOUT first, in 0.01 s
+polls, and at load 12 that took longer than the 30 s this was: the thread returned by
+itself before its deadline, and the run completed instead of timing out."""
 
 
 async def test_a_task_that_never_returns_ends_at_its_timeout(
@@ -102,7 +107,10 @@ async def test_no_timeout_means_no_deadline(autojump_clock: trio.testing.MockClo
 
     await runner.dispatch("plain")
     async with serving(runner):
-        await wait_until(lambda: runner.statistics().completed == 1)
+        # Polled every simulated second, not every 0.01 s: the run takes 1000 s, and
+        # 100,000 polls were nearly all of this test's time; when it completed does
+        # not matter here, only that it ran to the end without a deadline.
+        await wait_until(lambda: runner.statistics().completed == 1, step=1.0)
     assert deadlines == [None]
 
 
@@ -130,17 +138,22 @@ async def test_threads_are_bounded_by_the_pool_or_sync_threads(
     sync_threads: int | None, most: int, autojump_clock: trio.testing.MockClock
 ) -> None:
     runner = make_runner(MemoryBackend(), num_workers=4, sync_threads=sync_threads)
-    lock = threading.Lock()
+    changed = threading.Condition()
     running = peak = 0
 
     @runner.task()
     def work(payload: int) -> None:
         nonlocal running, peak
-        with lock:
+        with changed:
             running += 1
             peak = max(peak, running)
-        time.sleep(0.02)  # real time: the threads overlap
-        with lock:
+            changed.notify_all()
+            # The first ``most`` threads overlap: none leaves before they are all in (a
+            # 20 ms sleep did not ensure it on a loaded machine). Were fewer allowed, the
+            # wait ends at its real-time guard and the peak falls short.
+            changed.wait_for(lambda: peak >= most, timeout=10)
+        time.sleep(0.02)  # real time: any thread past the bound would overlap too
+        with changed:
             running -= 1
 
     await runner.dispatch_many("work", list(range(12)))
@@ -170,22 +183,24 @@ async def test_a_thread_past_its_timeout_fails_the_attempt_and_keeps_its_slot(
     def blocks(payload: None, ctx: TaskContext) -> str:
         calls.append(ctx.attempt)
         if ctx.attempt == 1:
-            release.wait(timeout=30)  # real seconds: the test lets it go
+            release.wait(timeout=RELEASE_GUARD)  # real seconds: the test lets it go
         return "discarded"
 
     await runner.dispatch("blocks")
     async with serving(runner):
-        await wait_until(lambda: bool(errors))
-        failed_at = trio.current_time()
-        ((error, _),) = errors
-        assert isinstance(error, TaskExecutionError)
-        assert isinstance(error.error, TaskTimeout)
-        assert runner.statistics().running == 1, "the thread still holds its slot"
-        await trio.sleep(40)  # no refresh past the deadline: the entry grows idle
-        info = await backend.group_info("g")
-        (consumer,) = [c for c in info.consumers if c.pending]
-        assert consumer.idle >= 40, "refreshed past its timeout"
-        release.set()
+        try:
+            await wait_until(lambda: bool(errors))
+            failed_at = trio.current_time()
+            ((error, _),) = errors
+            assert isinstance(error, TaskExecutionError)
+            assert isinstance(error.error, TaskTimeout)
+            assert runner.statistics().running == 1, "the thread still holds its slot"
+            await trio.sleep(40)  # no refresh past the deadline: the entry grows idle
+            info = await backend.group_info("g")
+            (consumer,) = [c for c in info.consumers if c.pending]
+            assert consumer.idle >= 40, "refreshed past its timeout"
+        finally:
+            release.set()
         await wait_until(lambda: runner.statistics().running == 0)
         # Left pending (retry=None): reclaimed after reclaim_delay, attempt 2 runs.
         await wait_until(lambda: runner.statistics().completed == 1)
@@ -205,13 +220,15 @@ async def test_a_timed_out_thread_is_retried_at_the_deadline_not_when_it_returns
     def blocks(payload: None, ctx: TaskContext) -> None:
         attempts.append((ctx.attempt, ctx.deadline or 0.0))
         if ctx.attempt == 1:
-            release.wait(timeout=30)
+            release.wait(timeout=RELEASE_GUARD)
 
     await runner.dispatch("blocks")
     async with serving(runner):
-        await wait_until(lambda: runner.statistics().completed == 1)
-        assert runner.statistics().running == 1, "attempt 2 done, attempt 1's thread still runs"
-        release.set()
+        try:
+            await wait_until(lambda: runner.statistics().completed == 1)
+            assert runner.statistics().running == 1, "attempt 2 done, attempt 1's thread still runs"
+        finally:
+            release.set()
         await wait_until(lambda: runner.statistics().running == 0)
     assert [a for a, _ in attempts] == [1, 2]
     gap = attempts[1][1] - attempts[0][1]
@@ -237,19 +254,23 @@ async def test_a_thread_past_its_timeout_keeps_its_concurrency_slot_until_it_ret
         most.append(len(running))
         try:
             if payload == "first":
-                release.wait(timeout=30)  # real seconds: the test lets it go
+                release.wait(timeout=RELEASE_GUARD)  # real seconds: the test lets it go
         finally:
             running.remove(payload)
 
     await runner.dispatch("limited", "first")
     async with serving(runner):
-        await wait_until(lambda: running == ["first"])
-        await runner.dispatch("limited", "second")
-        await wait_until(lambda: runner.statistics().dead_lettered == 1, limit=THREAD_TIMEOUT * 2)
-        assert running == ["first"], "past its timeout, the thread still runs"
-        await trio.sleep(60)  # a dozen reservation timeouts: the slot's lease is renewed
-        assert most == [1], "a second run started beside the thread"
-        assert runner.statistics().parked + runner.statistics().deferred >= 1
-        release.set()
+        try:
+            await wait_until(lambda: running == ["first"])
+            await runner.dispatch("limited", "second")
+            await wait_until(
+                lambda: runner.statistics().dead_lettered == 1, limit=THREAD_TIMEOUT * 2
+            )
+            assert running == ["first"], "past its timeout, the thread still runs"
+            await trio.sleep(60)  # a dozen reservation timeouts: the slot's lease is renewed
+            assert most == [1], "a second run started beside the thread"
+            assert runner.statistics().parked + runner.statistics().deferred >= 1
+        finally:
+            release.set()
         await wait_until(lambda: runner.statistics().completed == 1, limit=THREAD_TIMEOUT)
     assert most == [1, 1], "max_concurrency=1 held throughout"

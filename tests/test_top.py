@@ -65,8 +65,13 @@ async def test_one_frame_from_a_real_server(redis_url: str) -> None:
         await runner.dispatch_many("resize_image", range(20))
         await runner.dispatch_many("send_mail", range(10))
         await wait_until(lambda: runner.statistics().acked == 30)
-        await trio.sleep(1.3)  # the bulk writer flushes timings once a second
+        # The bulk writer flushes timings once a second: read until all 30 runs are in
+        # (a sleep of 1.3 s assumed a machine fast enough to keep to it).
         snapshot = await read_snapshot(observer, GROUP)
+        with trio.fail_after(30):
+            while sum(snapshot.runs.values()) < 30:
+                await trio.sleep(0.05)
+                snapshot = await read_snapshot(observer, GROUP)
         history.add(snapshot.taken_at, snapshot.total_runs, snapshot.queue.queue_size)
         text = render_text(top_view(snapshot, history, width=20), width=120)
         nursery.cancel_scope.cancel()

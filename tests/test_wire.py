@@ -9,6 +9,7 @@ given a fixed uuid, token and time.
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import time
@@ -40,6 +41,7 @@ from taskrunner._wire import (
     unique_lock,
 )
 from taskrunner._wire.encoding import json_object
+from taskrunner._wire.message import extras_of
 from taskrunner.backends import DelayedMove
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis import RedisBackend
@@ -607,6 +609,16 @@ def test_the_result_document_is_what_the_key_layout_page_shows() -> None:
         ("ünïcode", ["é", 1, 2.5, True, None], (1.0, None, 3.0)),
         ("", 1, (1.0, 2.0, 3.0)),  # no task name: the document leaves it out
         ("t", "x", (1.0, 2.0, 3)),  # an int time
+        # The values written without the encoder: each as the encoder writes it.
+        ("t", True, (1.0, 2.0, 3.0)),
+        ("t", False, (1.0, 2.0, 3.0)),
+        ("t", -(10**30), (1.0, 2.0, 3.0)),
+        ("t", 'a "quoted"\\ line\n\x01 ünï \u2028', (1.0, 2.0, 3.0)),
+        ("t", "", (1.0, 2.0, 3.0)),
+        ("t", enum.IntEnum("Level", "LOW")(1), (1.0, 2.0, 3.0)),  # an int of another type
+        ("t", enum.StrEnum("Colour", "RED")("red"), (1.0, 2.0, 3.0)),
+        ('na"me', None, (1.0, 2.0, 3.0)),  # a task name JSON escapes
+        ("t", None, (1e308, 1e308, 3.0)),  # finite times whose sum is not: the general way
     ],
 )
 def test_the_fast_success_encoder_writes_the_document_bytes(
@@ -629,3 +641,75 @@ def test_the_fast_success_encoder_refuses_what_cannot_be_kept(value: Any) -> Non
         _wire.encode_succeeded(
             "t", value, attempts=1, enqueued_at=1.0, started_at=None, finished_at=2.0
         )
+
+
+@pytest.mark.parametrize(
+    ("field_text", "expected"),
+    [
+        ("60", 60.0),
+        ("0.5", 0.5),
+        ("1e3", 1000.0),
+        ("null", None),
+    ],
+)
+def test_a_message_that_keeps_results_alone_reads_its_keep_result(
+    field_text: str, expected: float | None
+) -> None:
+    raw = b'{"task_name":"t","payload":null,"keep_result":' + field_text.encode() + b"}"
+    message = decode_message(raw)
+    assert message.keep_result == expected
+    assert type(message.keep_result) is (float if expected is not None else type(None))
+    assert message.extras == (
+        None if expected is None else _wire.MessageExtras(keep_result=expected)
+    )
+
+
+@pytest.mark.parametrize("field_text", ["0", "-1", "true", '"60"', "1e999", "[60]"])
+def test_a_message_with_a_bad_keep_result_alone_is_refused(field_text: str) -> None:
+    raw = b'{"task_name":"t","payload":null,"keep_result":' + field_text.encode() + b"}"
+    with pytest.raises(InvalidTaskPayload, match="field 'keep_result' should be seconds > 0"):
+        decode_message(raw)
+
+
+_STEP_BASE = {
+    "task_name": "t", "payload": None, "unique": False, "unique_for": 0, "unique_key": "",
+    "unique_lock_value": "", "reservation_timeout": 0, "workflow": "w1", "step": "s1",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "more",
+    [
+        {},
+        {"keep_result": 60.0},
+        {"keep_result": 60, "step_inputs": True},
+        {"step_inputs": False},
+        {"keep_result": None, "step": None},  # null step: read by extras_of
+        {"keep_result": 0.5, "attempts": 2},  # a retried step: more than a step's fields
+        {"workflow": None},
+    ],
+)
+def test_a_steps_extras_are_read_as_extras_of_reads_them(more: dict[str, Any]) -> None:
+    """decode_message takes a step's few extras by their exact types (the way every
+    step is written); whatever it gets is what extras_of reads from the same document."""
+    doc = {**_STEP_BASE, **more}
+    message = decode_message(json.dumps(doc).encode())
+    expected = extras_of(doc) or None
+    assert message.extras == expected
+
+
+@pytest.mark.parametrize(
+    ("more", "error"),
+    [
+        ({"keep_result": 0}, "keep_result"),
+        ({"keep_result": "60"}, "keep_result"),
+        ({"step_inputs": "yes"}, "step_inputs"),
+        ({"step": 3}, "step"),
+        ({"workflow": 3}, "workflow"),
+    ],
+)
+def test_a_steps_extras_of_the_wrong_type_are_refused_by_name(
+    more: dict[str, Any], error: str
+) -> None:
+    with pytest.raises(InvalidTaskPayload, match=f"field '{error}'"):
+        decode_message(json.dumps({**_STEP_BASE, **more}).encode())

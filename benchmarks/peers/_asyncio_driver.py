@@ -22,7 +22,9 @@ from _common import (
     latency,
     latency_schedule,
     parse_args,
+    redis_commands,
     redis_cpu,
+    redis_keys,
     throughput,
 )
 
@@ -98,12 +100,13 @@ async def enqueue_concurrently(
 
 async def throughput_phase(
     peer: Peer, url: str, n: int, callers: int, *, bulk: bool
-) -> dict[str, float]:
+) -> dict[str, Any]:
     flush(url)
     done = asyncio.Event()
     tally = Tally(n, done.set)
     await peer.open(url, tally, callers)
     try:
+        counted = redis_commands(url)
         before = redis_cpu(url)
         start = time.perf_counter()
         if bulk:
@@ -117,10 +120,13 @@ async def throughput_phase(
         await peer.start_worker()
         await done.wait()
         processed = redis_cpu(url)
+        done_commands = redis_commands(url)
         await asyncio.sleep(LINGER)
+        keys = redis_keys(url)
     finally:
         await peer.close()
-    return throughput(n, enqueue_seconds, started, tally, (before, enqueued, processed))
+    cpu = (before, enqueued, processed)
+    return throughput(n, enqueue_seconds, started, tally, cpu, (counted, done_commands), keys)
 
 
 async def latency_phase(
@@ -160,7 +166,7 @@ def main(system: str, peer: Peer, **facts: Any) -> None:
         facts: What to record about this run besides the phase's numbers.
     """
     args = parse_args(f"{system} driver for the peers benchmark")
-    result: dict[str, float] | None = None
+    result: dict[str, Any] | None = None
     if args.phase == "latency":
         coroutine = latency_phase(
             peer, args.url, args.concurrency, args.latency_rate, args.latency_seconds

@@ -1,5 +1,5 @@
 """What every driver shares: the command line, the tally its task calls, Redis
-CPU readings, and the shape of the result it prints.
+CPU and command readings, and the shape of the result it prints.
 
 Each driver runs in its own virtualenv with only its system installed, so this
 module uses the standard library alone. A driver runs the one phase that its
@@ -15,7 +15,10 @@ module uses the standard library alone. A driver runs the one phase that its
 Every task is the same one-call body (:meth:`Tally.ran`), so the timing is taken
 at the same place in every system: processing runs from the first task's start
 to the N-th task's, and Redis CPU is read with ``INFO cpu`` before the enqueue,
-after it, and right after the N-th task.
+after it, and right after the N-th task. ``INFO commandstats`` is read before
+the enqueue and right after the N-th task too (which commands a system sends
+per task), and ``INFO keyspace`` once the worker has lingered (how many keys a
+system leaves behind per task: results and job records kept by default).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import platform
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 PHASES = ("each", "bulk", "latency")
@@ -66,7 +69,24 @@ class Tally:
             self.on_done()
 
 
-def parse_args(description: str) -> argparse.Namespace:
+class TallyView(Protocol):
+    """What a phase's result reads of a tally (:class:`Tally`, or a tally shared by
+    processes)."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def first(self) -> float: ...
+    @property
+    def last(self) -> float: ...
+    @property
+    def latencies(self) -> list[tuple[float, float]]: ...
+
+
+def parse_args(
+    description: str, extra: Callable[[argparse.ArgumentParser], object] | None = None
+) -> argparse.Namespace:
+    """The driver's command line; ``extra`` adds a driver's own options."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--url", required=True, help="redis://127.0.0.1:PORT/0 (flushed!)")
     parser.add_argument("--phase", required=True, choices=PHASES)
@@ -74,6 +94,8 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency-rate", type=float, default=1_000.0, help="tasks/s")
     parser.add_argument("--latency-seconds", type=float, default=3.0)
+    if extra is not None:
+        extra(parser)
     return parser.parse_args()
 
 
@@ -93,7 +115,7 @@ def command(url: str, *args: str) -> bytes:
         while b"\r\n" not in data:
             data += _recv(sock)
         head, _, rest = data.partition(b"\r\n")
-        if head.startswith(b"+"):
+        if head.startswith((b"+", b":")):
             return head[1:]
         if not head.startswith(b"$"):
             raise RuntimeError(f"reply to {args[0]}: {head.decode(errors='replace')}")
@@ -122,6 +144,60 @@ def redis_cpu(url: str) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
+Commands = dict[str, tuple[int, int]]
+"""Per command, ``(calls, usec)`` so far, as ``INFO commandstats`` counts them."""
+
+READING = "info"
+"""The command the readings themselves send, left out of the counts."""
+
+
+def parse_commandstats(text: str) -> Commands:
+    """``INFO commandstats`` as ``{command: (calls, usec)}`` (``client|setname`` style
+    names for subcommands, as Redis 7 reports them)."""
+    commands: Commands = {}
+    for line in text.splitlines():
+        if not line.startswith("cmdstat_"):
+            continue
+        name, _, fields = line[len("cmdstat_") :].partition(":")
+        values = dict(field.split("=", 1) for field in fields.split(",") if "=" in field)
+        commands[name] = (int(values["calls"]), int(values["usec"]))
+    return commands
+
+
+def redis_commands(url: str) -> Commands:
+    """The server's command counts so far (see :func:`parse_commandstats`)."""
+    return parse_commandstats(command(url, "INFO", "commandstats").decode())
+
+
+def command_deltas(before: Commands, after: Commands, n: int) -> dict[str, float]:
+    """Calls per task of each command run between the two readings, most called first.
+
+    The readings' own ``INFO`` is left out; the commands a script runs count as
+    well as the script's own call (``INFO commandstats`` counts both), so this is
+    what Redis executed per task, not how many requests the client sent."""
+    deltas = {
+        name: (calls - before.get(name, (0, 0))[0]) / n
+        for name, (calls, _) in after.items()
+        if name != READING and calls > before.get(name, (0, 0))[0]
+    }
+    return dict(sorted(deltas.items(), key=lambda item: (-item[1], item[0])))
+
+
+def parse_keyspace(text: str) -> int:
+    """How many keys ``INFO keyspace`` counts, over every database."""
+    total = 0
+    for line in text.splitlines():
+        if line.startswith("db") and ":" in line:
+            fields = dict(f.split("=", 1) for f in line.split(":", 1)[1].split(","))
+            total += int(fields["keys"])
+    return total
+
+
+def redis_keys(url: str) -> int:
+    """How many keys the server holds now."""
+    return parse_keyspace(command(url, "INFO", "keyspace").decode())
+
+
 def flush(url: str) -> None:
     command(url, "FLUSHALL")
 
@@ -139,8 +215,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def throughput(
-    n: int, enqueue_seconds: float, started: float, tally: Tally, cpu: Sequence[float]
-) -> dict[str, float]:
+    n: int,
+    enqueue_seconds: float,
+    started: float,
+    tally: TallyView,
+    cpu: Sequence[float],
+    commands: Sequence[Commands],
+    keys: int,
+) -> dict[str, Any]:
     """The result of an ``each`` or ``bulk`` phase.
 
     Args:
@@ -149,8 +231,12 @@ def throughput(
         started: ``perf_counter()`` when the worker was started.
         tally: The phase's tally, complete.
         cpu: Redis CPU seconds before the enqueue, after it, and after the N-th run.
+        commands: Redis command counts before the enqueue and after the N-th run.
+        keys: The keys on the server once the worker has lingered.
     """
     before, enqueued, processed = cpu
+    counted, done = commands
+    per_command = command_deltas(counted, done, n)
     return {
         "enqueue_per_s": n / enqueue_seconds,
         "process_per_s": n / (tally.last - tally.first),
@@ -158,10 +244,13 @@ def throughput(
         "redis_cpu_us_per_task": (processed - before) / n * 1e6,
         "redis_cpu_enqueue_us_per_task": (enqueued - before) / n * 1e6,
         "redis_cpu_process_us_per_task": (processed - enqueued) / n * 1e6,
+        "redis_calls_per_task": sum(per_command.values()),
+        "redis_keys_per_task": keys / n,
+        "redis_commands": per_command,
     }
 
 
-def latency(tally: Tally, sent: int, start: float, dispatch_seconds: float) -> dict[str, float]:
+def latency(tally: TallyView, sent: int, start: float, dispatch_seconds: float) -> dict[str, float]:
     """The result of a latency phase that sent ``sent`` tasks from ``start`` on.
 
     Tasks sent during the first :data:`WARMUP` seconds are left out.
@@ -190,7 +279,7 @@ def latency_schedule(rate: float, seconds: float) -> tuple[int, float]:
     return max(1, round(rate * seconds)), 1.0 / rate
 
 
-def emit(system: str, phase: str, result: dict[str, float] | None, facts: dict[str, Any]) -> None:
+def emit(system: str, phase: str, result: dict[str, Any] | None, facts: dict[str, Any]) -> None:
     """Print the driver's result as the last line of its output (``result`` is None
     for a bulk phase of a system without a bulk call)."""
     record = {"system": system, "phase": phase, "result": result, **facts}

@@ -4,6 +4,8 @@ and written by ``chart.py`` into ``results.md``, which docs/performance.md inclu
 Every figure is a median over the rounds. A system without a bulk-enqueue call
 shows a dash there; a latency measured below the requested rate (half the
 system's processing rate, see ``run.py``) says the rate it was measured at.
+What a system keeps in Redis by default is said from its documentation and
+source (``run.py``'s ``SYSTEMS``), beside the keys per task measured after the run.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ def rate(value: float) -> str:
 
 
 def short_label(name: str, system: dict[str, Any]) -> str:
-    """The system and its version, as the chart names it."""
-    return f"{name} {system.get('versions', {}).get(name, '')}".strip()
+    """The system, its version and its variant (``prefork pool``), as the chart names it."""
+    package = system.get("package", name)
+    label = f"{package} {system.get('versions', {}).get(package, '')}".strip()
+    if system.get("variant"):
+        label += f", {system['variant']}"
+    return label
 
 
 def system_label(name: str, system: dict[str, Any]) -> str:
@@ -31,6 +37,11 @@ def system_label(name: str, system: dict[str, Any]) -> str:
         package, part = ALSO_NAMED[name]
         label += f" ({package} {versions.get(package, '')} {part})"
     return label
+
+
+def keys_cell(each: dict[str, Any]) -> str:
+    """The keys per task left on the server after the run (once the worker lingered)."""
+    return f"{each['redis_keys_per_task']:.1f}"
 
 
 def latency_cell(latency: dict[str, float], wanted: float) -> str:
@@ -61,6 +72,9 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
             "per-task enqueue/s",
             "process/s",
             "Redis CPU per task",
+            "Redis commands per task",
+            "kept in Redis by default",
+            "keys left per task",
             f"start latency p50 / p99, ms (at {rate(wanted)}/s)",
         ]
     ]
@@ -73,6 +87,9 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
                 f"{rate(ceiling['xadd_c50_per_s'])} (-c 50)",
                 "",
                 f"{ceiling['xadd_p16_cpu_us']:.1f} µs (XADD alone)",
+                "1",
+                "",
+                "",
                 "",
             ]
         )
@@ -80,7 +97,7 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
         label = system_label(name, system)
         median = system["median"]
         if median is None:
-            rows.append([label, "failed", "", "", "", ""])
+            rows.append([label, "failed", *[""] * (len(rows[0]) - 2)])
             continue
         each, bulk, latency = median["each"], median["bulk"], median["latency"]
         rows.append(
@@ -90,15 +107,23 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
                 rate(each["enqueue_per_s"]),
                 rate(each["process_per_s"]),
                 f"{each['redis_cpu_us_per_task']:.1f} µs",
+                f"{each['redis_calls_per_task']:.1f}",
+                system.get("stores", ""),
+                keys_cell(each),
                 latency_cell(latency, wanted),
             ]
         )
     return rows
 
 
+TEXT_COLUMNS = ("system", "kept in Redis by default")
+"""The columns of words, aligned left; the figures are aligned right."""
+
+
 def table_markdown(results: dict[str, Any]) -> str:
     rows = table_rows(results)
-    lines = ["| " + " | ".join(rows[0]) + " |", "|---|" + "---:|" * (len(rows[0]) - 1)]
+    rule = "".join("---|" if head in TEXT_COLUMNS else "---:|" for head in rows[0])
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + rule]
     lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
     return "\n".join(lines) + "\n"
 
@@ -132,6 +157,17 @@ def facts_markdown(results: dict[str, Any]) -> str:
         f"{rate(params['latency_rate'])} tasks/s for {params['latency_seconds']:g} s. "
         f"Command: `{rerun_command(results['command'])}`."
     )
+    if results.get("complete") is False:
+        text += (
+            f" The run was stopped after {rounds(params['repeat'])} of the rounds it was"
+            " asked for, so the table is the median of those."
+        )
+    if "wall_seconds" in results:
+        text += f" The run took {results['wall_seconds'] / 60:.0f} min"
+        load = machine.get("load_average", {}).get("median")
+        if load is not None:
+            text += f", at a load average of {load:.1f} (the median as each system began)"
+        text += "."
     if results.get("note"):
         text += f" Note: {results['note']}"
     return text + "\n"

@@ -66,6 +66,11 @@ ROW, BAR = 22, 14
 OURS, PEER, INK, GRID = "#3949ab", "#9e9e9e", "#212121", "#e0e0e0"
 
 
+def is_ours(name: str, system: dict[str, Any]) -> bool:
+    """Whether the bar is taskrunner's (in either of its columns), drawn in its colour."""
+    return bool(system.get("package", name) == "taskrunner")
+
+
 def ratios(results: dict[str, Any]) -> list[tuple[str, list[tuple[str, bool, float | None]]]]:
     """Per panel: its title, and per system its label, whether it is taskrunner, and the ratio."""
     ceiling = results["ceiling"]["median"]
@@ -74,7 +79,7 @@ def ratios(results: dict[str, Any]) -> list[tuple[str, list[tuple[str, bool, flo
     panels = []
     for title, ratio, _ in PANELS:
         bars = [
-            (short_label(name, system), name == "taskrunner", ratio(system["median"], ceiling))
+            (short_label(name, system), is_ours(name, system), ratio(system["median"], ceiling))
             for name, system in results["systems"].items()
             if system["median"] is not None
         ]

@@ -1,6 +1,8 @@
 """taskrunner driver: this checkout's ``TaskRunner`` on ``RedisBackend.from_url``,
 ``dispatch`` per task, ``dispatch_many`` in bulk, and ``serve`` in the same process;
-``num_workers`` set to the concurrency, every other setting at its default.
+``num_workers`` set to the concurrency, every other setting at its default. With
+``--keep-result SECONDS`` the task keeps its result (``keep_result``), the work the
+peers that store results do by default.
 
 The phases are those of ``_asyncio_driver``, written for trio; only the public
 API is used.
@@ -8,6 +10,7 @@ API is used.
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
@@ -19,7 +22,9 @@ from _common import (
     latency,
     latency_schedule,
     parse_args,
+    redis_commands,
     redis_cpu,
+    redis_keys,
     throughput,
 )
 
@@ -34,11 +39,13 @@ SETTLE = 10.0
 """Most seconds to wait after the last latency task was sent for it to start."""
 
 
-def open_runner(url: str, tally: Tally, concurrency: int) -> tuple[TaskRunner, RedisBackend]:
+def open_runner(
+    url: str, tally: Tally, concurrency: int, keep_result: float | None
+) -> tuple[TaskRunner, RedisBackend]:
     backend = RedisBackend.from_url(url)
     runner = TaskRunner(TaskRunnerConfig(consumer_group="peers", num_workers=concurrency), backend)
 
-    @runner.task("noop")
+    @runner.task("noop", keep_result=keep_result)
     async def noop(sent: float) -> None:
         tally.ran(sent)
 
@@ -58,12 +65,15 @@ async def dispatch_concurrently(runner: TaskRunner, n: int, callers: int) -> Non
             nursery.start_soon(caller)
 
 
-async def throughput_phase(url: str, n: int, concurrency: int, *, bulk: bool) -> dict[str, float]:
+async def throughput_phase(
+    url: str, n: int, concurrency: int, keep_result: float | None, *, bulk: bool
+) -> dict[str, Any]:
     flush(url)
     done = trio.Event()
     tally = Tally(n, done.set)
-    runner, backend = open_runner(url, tally, concurrency)
+    runner, backend = open_runner(url, tally, concurrency, keep_result)
     try:
+        counted = redis_commands(url)
         before = redis_cpu(url)
         start = time.perf_counter()
         if bulk:
@@ -77,21 +87,24 @@ async def throughput_phase(url: str, n: int, concurrency: int, *, bulk: bool) ->
             await nursery.start(runner.serve)
             await done.wait()
             processed = redis_cpu(url)
+            done_commands = redis_commands(url)
             await trio.sleep(LINGER)
             nursery.cancel_scope.cancel()
+        keys = redis_keys(url)
     finally:
         await backend.aclose()
-    return throughput(n, enqueue_seconds, started, tally, (before, enqueued, processed))
+    cpu = (before, enqueued, processed)
+    return throughput(n, enqueue_seconds, started, tally, cpu, (counted, done_commands), keys)
 
 
 async def latency_phase(
-    url: str, concurrency: int, rate: float, seconds: float
+    url: str, concurrency: int, keep_result: float | None, rate: float, seconds: float
 ) -> dict[str, float]:
     flush(url)
     count, gap = latency_schedule(rate, seconds)
     done = trio.Event()
     tally = Tally(count, done.set)
-    runner, backend = open_runner(url, tally, concurrency)
+    runner, backend = open_runner(url, tally, concurrency, keep_result)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(runner.serve)
@@ -112,20 +125,31 @@ async def latency_phase(
     return latency(tally, count, start, dispatch_seconds)
 
 
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keep-result",
+        type=float,
+        default=None,
+        help="the task's keep_result in seconds (default: none kept, the library's default)",
+    )
+
+
 def main() -> None:
-    args = parse_args("taskrunner driver for the peers benchmark")
+    args = parse_args("taskrunner driver for the peers benchmark", options)
+    keep = args.keep_result
     result: dict[str, Any]
     if args.phase == "latency":
         result = trio.run(
-            latency_phase, args.url, args.concurrency, args.latency_rate, args.latency_seconds
+            latency_phase, args.url, args.concurrency, keep, args.latency_rate, args.latency_seconds
         )
     else:
         bulk = args.phase == "bulk"
         result = trio.run(
-            lambda: throughput_phase(args.url, args.tasks, args.concurrency, bulk=bulk)
+            lambda: throughput_phase(args.url, args.tasks, args.concurrency, keep, bulk=bulk)
         )
     versions = {"taskrunner": taskrunner.__version__, "trio": trio.__version__}
-    emit("taskrunner", args.phase, result, {"loop": "trio", "versions": versions})
+    facts = {"loop": "trio", "versions": versions, "keep_result": keep}
+    emit("taskrunner", args.phase, result, facts)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The comparison with the peers, in one run: arq, saq, streaq, taskiq and taskrunner.
+"""The comparison with the peers, in one run: arq, saq, streaq, taskiq, Celery, Dramatiq
+and taskrunner.
 
     python benchmarks/peers/run.py [--tasks 20000] [--repeat 3] [--only saq,taskrunner]
 
@@ -7,7 +8,9 @@ enqueued, then processed by one worker process running ``--concurrency`` of
 them at once. Each system runs in its own virtualenv under ``.venvs/`` (their
 dependencies conflict), made here from the pinned ``requirements/<name>.txt``
 and remade when that file changes; taskrunner is this checkout, run by the
-interpreter running this script.
+interpreter running this script. Some systems are measured twice (:data:`SYSTEMS`):
+Celery with its prefork pool and with its threads pool, and taskrunner plain and
+with ``keep_result``, the work the peers that keep results do by default.
 
 One Redis, started here on a free 127.0.0.1 port, serves every system. Each
 round runs ``redis-benchmark`` (XADD pipelined 16 deep, and 50 clients one
@@ -36,6 +39,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,13 +55,61 @@ from taskrunner.testing import running_server
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 VENVS = HERE / ".venvs"
-PEERS = ("arq", "saq", "streaq", "taskiq")
-SYSTEMS = (*PEERS, "taskrunner")
+KEEP_RESULT = 3600
+"""taskrunner's ``keep_result`` in its second column: arq's default, an hour."""
+
+
+@dataclass(frozen=True)
+class System:
+    """One column of the comparison.
+
+    Attributes:
+        package: The distribution measured: its version names the column, and
+            ``requirements/<package>.txt`` pins its virtualenv ("taskrunner": this
+            checkout, no virtualenv).
+        driver: Runs it: ``drive_<driver>.py``.
+        options: The driver's own options, for this column.
+        variant: What sets this column apart from the package's other one, if any.
+        stores: What the system keeps in Redis for each task by default, after the
+            task has run (from its documentation and source; the measured keys per
+            task are beside it in the table).
+    """
+
+    package: str
+    driver: str
+    options: tuple[str, ...] = ()
+    variant: str = ""
+    stores: str = ""
+
+
+SYSTEMS = {
+    "arq": System("arq", "arq", stores="the result, 1 h (keep_result)"),
+    "saq": System("saq", "saq", stores="the job and its result, 10 min (Job.ttl)"),
+    "streaq": System("streaq", "streaq", stores="the result, 5 min (the task's ttl)"),
+    "taskiq": System("taskiq", "taskiq", stores="nothing (no result backend)"),
+    "celery": System(
+        "celery", "celery", ("--pool", "prefork"), "prefork pool",
+        "the result, 1 day (result_expires)",
+    ),
+    "celery-threads": System(
+        "celery", "celery", ("--pool", "threads"), "threads pool",
+        "the result, 1 day (result_expires)",
+    ),
+    "dramatiq": System("dramatiq", "dramatiq", stores="nothing (no result backend)"),
+    "taskrunner": System("taskrunner", "taskrunner", stores="nothing (no keep_result)"),
+    "taskrunner-kept": System(
+        "taskrunner", "taskrunner", ("--keep-result", str(KEEP_RESULT)),
+        f"keep_result={KEEP_RESULT}", f"the result, {KEEP_RESULT // 3600} h (keep_result)",
+    ),
+}  # fmt: skip
+"""Every column, in the table's order."""
+
 CEILING_REQUESTS = {"xadd_p16": 200_000, "xadd_c50": 100_000}
 
 
 def venv_python(name: str) -> str:
-    """The interpreter of ``name``'s virtualenv, made (or remade) from its pinned requirements."""
+    """The interpreter of package ``name``'s virtualenv, made (or remade) from its pinned
+    requirements."""
     if name == "taskrunner":
         return sys.executable
     pins = (HERE / "requirements" / f"{name}.txt").read_text()
@@ -95,12 +149,15 @@ def run_phase(
         RuntimeError: the driver failed or overran ``--timeout``; the message has the
             end of its error output.
     """
+    column = SYSTEMS[system]
     command = [
-        python, str(HERE / f"drive_{system}.py"), "--url", url, "--phase", phase,
+        python, str(HERE / f"drive_{column.driver}.py"), "--url", url, "--phase", phase,
         "--tasks", str(args.tasks), "--concurrency", str(args.concurrency),
         "--latency-rate", str(rate), "--latency-seconds", str(args.latency_seconds),
+        *column.options,
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(ROOT) if system == "taskrunner" else "")
+    ours = column.package == "taskrunner"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) if ours else "")
     try:
         done = subprocess.run(
             command, cwd=HERE, env=env, capture_output=True, text=True, timeout=args.timeout
@@ -134,14 +191,28 @@ def redis_benchmark(tool: str, port: int, url: str) -> dict[str, float]:
 
 
 def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each phase's numbers, the median over the rounds that have that phase."""
+    """Each phase's numbers, the median over the rounds that have that phase.
+
+    A number that is a table of numbers (the calls per task of each Redis command)
+    has the median of each of its entries, 0 in a round without that entry.
+    """
     result: dict[str, Any] = {}
     for phase in PHASES:
         runs = [r[phase] for r in rounds if r.get(phase)]
         result[phase] = (
-            {key: statistics.median(run[key] for run in runs) for key in runs[0]} if runs else None
+            {key: median_of(run[key] for run in runs) for key in runs[0]} if runs else None
         )
     return result
+
+
+def median_of(values: Iterable[Any]) -> Any:
+    """The median of numbers, or entry by entry of tables of numbers."""
+    values = list(values)
+    if not isinstance(values[0], dict):
+        return statistics.median(values)
+    entries = sorted({entry for table in values for entry in table})
+    medians = {entry: statistics.median(t.get(entry, 0.0) for t in values) for entry in entries}
+    return dict(sorted(medians.items(), key=lambda item: (-item[1], item[0])))
 
 
 def cpu_model() -> str:
@@ -188,76 +259,111 @@ def main() -> None:
     if unknown:
         parser.error(f"--only: unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
 
-    pythons = {system: venv_python(system) for system in systems}
+    pythons = {system: venv_python(SYSTEMS[system].package) for system in systems}
+    freezes = {s: freeze(p) if p != sys.executable else [] for s, p in pythons.items()}
     tool = shutil.which("redis-benchmark")
     if tool is None:
         print("no redis-benchmark (Debian: redis-tools): no ceiling", file=sys.stderr)
-    ceiling_rounds: list[dict[str, float]] = []
-    rounds: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
-    facts: dict[str, dict[str, Any]] = {}
-    errors: dict[str, str] = {}
+    run = Collected(rounds={s: [] for s in systems}, freezes=freezes, started=time.monotonic())
     with running_server() as server:
-        server_info = {"kind": server.kind, "binary": server.binary}
+        run.server = {
+            "kind": server.kind,
+            "binary": server.binary,
+            "version": info(server.url, "server")["redis_version"],
+        }
         for number in range(1, args.repeat + 1):
             if tool:
                 flush(server.url)
-                ceiling_rounds.append(redis_benchmark(tool, server.port, server.url))
+                run.ceiling_rounds.append(redis_benchmark(tool, server.port, server.url))
                 flush(server.url)
             for system in systems:
-                if system in errors:
+                if system in run.errors:
                     continue
+                run.loads.append(os.getloadavg()[0])
                 try:
-                    one = run_round(system, pythons[system], server.url, args, facts)
+                    one = run_round(system, pythons[system], server.url, args, run.facts)
                 except RuntimeError as exc:
-                    errors[system] = str(exc)
+                    run.errors[system] = str(exc)
                     print(f"round {number}: {exc}", file=sys.stderr, flush=True)
                     continue
-                rounds[system].append(one)
+                run.rounds[system].append(one)
                 print(f"round {number}/{args.repeat}: {system} {brief(one)}", file=sys.stderr)
-        server_info["version"] = info(server.url, "server")["redis_version"]
+            if number < args.repeat:
+                # Each round's results as they stand, in case the run cannot finish.
+                args.output.write_text(json.dumps(run.results(args, number), indent=2) + "\n")
 
-    results = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "benchmarks/peers/run.py", *sys.argv[1:]]),
-        "note": args.note,
-        "params": {
-            "tasks": args.tasks,
-            "concurrency": args.concurrency,
-            "repeat": args.repeat,
-            "latency_rate": args.latency_rate,
-            "latency_seconds": args.latency_seconds,
-        },
-        "machine": {
-            "cores": os.cpu_count(),
-            "cpu": cpu_model(),
-            "os": platform.platform(),
-            "python": platform.python_version(),
-        },
-        "redis": server_info,
-        "checkout": checkout(),
-        "ceiling": {
-            "median": medians_flat(ceiling_rounds),
-            "rounds": ceiling_rounds,
-            "requests": CEILING_REQUESTS,
-        },
-        "systems": {
-            system: {
-                **facts.get(system, {}),
-                "freeze": freeze(pythons[system]) if system != "taskrunner" else [],
-                "median": medians(rounds[system]) if rounds[system] else None,
-                "rounds": rounds[system],
-                "error": errors.get(system),
-            }
-            for system in systems
-        },
-    }
+    results = run.results(args, args.repeat)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.output}", file=sys.stderr)
     print(table_text(results))
     if not args.no_docs:
         chart.render(results)
-    if errors:
-        sys.exit(f"failed: {', '.join(sorted(errors))}")
+    if run.errors:
+        sys.exit(f"failed: {', '.join(sorted(run.errors))}")
+
+
+@dataclass
+class Collected:
+    """What a run has measured so far."""
+
+    rounds: dict[str, list[dict[str, Any]]]
+    """Per system, each finished round's phases."""
+    freezes: dict[str, list[str]]
+    started: float
+    """``time.monotonic()`` at the start, for the run's wall time."""
+    ceiling_rounds: list[dict[str, float]] = field(default_factory=list)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    server: dict[str, str] = field(default_factory=dict)
+    loads: list[float] = field(default_factory=list)
+    """The 1-minute load average as each system's round began: how busy the machine was."""
+
+    def results(self, args: argparse.Namespace, done: int) -> dict[str, Any]:
+        """The results file after ``done`` of the ``--repeat`` rounds."""
+        return {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": shlex.join(["python", "benchmarks/peers/run.py", *sys.argv[1:]]),
+            "note": args.note,
+            "params": {
+                "tasks": args.tasks,
+                "concurrency": args.concurrency,
+                "repeat": done,
+                "latency_rate": args.latency_rate,
+                "latency_seconds": args.latency_seconds,
+            },
+            "complete": done == args.repeat,
+            "wall_seconds": round(time.monotonic() - self.started),
+            "machine": {
+                "cores": os.cpu_count(),
+                "cpu": cpu_model(),
+                "os": platform.platform(),
+                "python": platform.python_version(),
+                "load_average": {
+                    "median": statistics.median(self.loads) if self.loads else None,
+                    "max": max(self.loads, default=None),
+                },
+            },
+            "redis": self.server,
+            "checkout": checkout(),
+            "ceiling": {
+                "median": medians_flat(self.ceiling_rounds),
+                "rounds": self.ceiling_rounds,
+                "requests": CEILING_REQUESTS,
+            },
+            "systems": {
+                system: {
+                    **self.facts.get(system, {}),
+                    "package": SYSTEMS[system].package,
+                    "variant": SYSTEMS[system].variant,
+                    "stores": SYSTEMS[system].stores,
+                    "freeze": self.freezes[system],
+                    "median": medians(rounds) if rounds else None,
+                    "rounds": rounds,
+                    "error": self.errors.get(system),
+                }
+                for system, rounds in self.rounds.items()
+            },
+        }
 
 
 def run_round(
@@ -279,7 +385,8 @@ def brief(one: dict[str, Any]) -> str:
     each, latency = one["each"], one["latency"]
     return (
         f"enqueue {each['enqueue_per_s']:,.0f}/s, process {each['process_per_s']:,.0f}/s, "
-        f"Redis {each['redis_cpu_us_per_task']:.1f} us/task, "
+        f"Redis {each['redis_cpu_us_per_task']:.1f} us and {each['redis_calls_per_task']:.1f} "
+        "commands a task, "
         f"start p50 {latency['p50_ms']:.2f} ms p99 {latency['p99_ms']:.2f} ms"
     )
 

@@ -9,6 +9,7 @@
 - :mod:`.guards`: the first mistakes a new user makes, as one-line errors;
 - :mod:`.handle`, :mod:`.tracker`, :mod:`.results`: the handle a dispatch returns, lookup
   and cancellation by id, and what a kept result gives whoever waits for it;
+- :mod:`.routing`: which shard of a sharded group a dispatch goes to (pure);
 - :mod:`.dead`: dead letters as an operator sees them, and what replaying one dispatches.
 
 docs/dispatching.md and docs/results.md are the pages a user reads.

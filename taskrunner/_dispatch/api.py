@@ -17,9 +17,11 @@ from typing import Any
 
 from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.dispatcher import Dispatcher
+from taskrunner._dispatch.events import EventReader
 from taskrunner._dispatch.guards import require_trio
 from taskrunner._dispatch.handle import TaskHandle, TaskInfo
 from taskrunner._dispatch.tracker import Tracker
+from taskrunner.backends import EventLog
 
 
 def _queue_hint(task_id: str | TaskHandle, queue: str | None) -> str | None:
@@ -41,7 +43,7 @@ def _queue_hint(task_id: str | TaskHandle, queue: str | None) -> str | None:
 
 class Dispatching:
     """``dispatch``, ``dispatch_many``, ``dispatch_delayed``, ``schedule_for``,
-    ``get_task`` and ``cancel`` of :class:`~taskrunner.TaskRunner`."""
+    ``get_task``, ``cancel`` and ``events`` of :class:`~taskrunner.TaskRunner`."""
 
     _dispatcher: Dispatcher
     _tracker: Tracker
@@ -67,6 +69,9 @@ class Dispatching:
                 rate-limit key cannot be computed); nothing was queued.
             ValueError: ``queue`` is not a valid queue name.
             TaskAlreadyDispatched: ``name`` is unique and its lock is held.
+            ShardCountError: at the first dispatch, ``shards`` differs from the
+                count the group is laid out in and the group is not empty
+                (docs/sharding.md).
             BackendError: the backend could not be reached.
             WrongAsyncLibrary: awaited outside trio (under asyncio, say).
 
@@ -214,3 +219,30 @@ class Dispatching:
         """
         require_trio("TaskRunner.cancel")
         return await self._tracker.cancel(str(task_id), _queue_hint(task_id, queue))
+
+    def events(self, *, after: str | None = None) -> EventReader:
+        """The group's events (``TaskRunnerConfig(events=True)``), oldest first, as
+        they come: ``async for event in runner.events(): ...``.
+
+        Each :class:`~taskrunner.TaskEvent` says what happened (``dispatched``,
+        ``started``, ``succeeded``, ``failed``, ``retried``, ``cancelled``), to which
+        task (id, name, queue, attempt, stream entry) and when. Every runner of the
+        group with ``events=True`` writes to one capped stream, so any process reads
+        the whole fleet's (see ``docs/events.md``).
+
+        Args:
+            after: ``None`` (the default): the events from now on; ``"0"``: from the
+                oldest kept; an event's ``id``: the ones after it (to resume).
+
+        Returns:
+            An async iterator that never ends by itself: break out of the loop to
+            stop (nothing is left open). Its ``last_id`` is where to resume.
+
+        Raises:
+            ValueError: ``after`` is not one of those, or the backend has no event
+                log.
+        """
+        backend = self._tracker.backend
+        if not isinstance(backend, EventLog):
+            raise ValueError(f"{type(backend).__name__} has no event log to read")
+        return EventReader(backend, self._tracker.group, after)

@@ -17,6 +17,7 @@ import trio
 
 from taskrunner._config import TaskRunnerConfig
 from taskrunner.backends import Backend, Inspection
+from taskrunner.backends._protocols.events import EventLog
 from taskrunner.backends._protocols.replication import ReplicatedAdd
 from taskrunner.errors import WrongAsyncLibrary
 
@@ -94,6 +95,11 @@ def check_runner_arguments(config: object, backend: object) -> None:
             raise ValueError(
                 f"min_replicas={config.min_replicas} needs a backend with replicas "
                 f"(RedisBackend); {type(backend).__name__} has none"
+            )
+        if config.events and not isinstance(backend, EventLog):
+            raise ValueError(
+                f"events=True needs a backend with an event log (RedisBackend, "
+                f"MemoryBackend); {type(backend).__name__} has none"
             )
         return
     if isinstance(backend, str):

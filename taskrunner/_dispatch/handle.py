@@ -20,7 +20,7 @@ import attrs
 from taskrunner import _wire
 from taskrunner._dispatch.guards import require_trio
 from taskrunner._wire import TaskState
-from taskrunner.backends import TaskSnapshot
+from taskrunner.backends import TaskProgress, TaskSnapshot
 from taskrunner.errors import InvalidTaskPayload
 
 __all__ = ["Follower", "TaskError", "TaskHandle", "TaskInfo", "task_info"]
@@ -91,6 +91,14 @@ class TaskInfo:
     """Running, and asked to stop (it is recorded cancelled when it does)."""
     payload: Any = None
     """Queued, running or scheduled: its payload, in its JSON form."""
+    workflow: str | None = None
+    """Queued, running or scheduled: the workflow it is a step of
+    (``runner.get_workflow(info.workflow).status()``), if any."""
+    step: str | None = None
+    """Its step id in :attr:`workflow`."""
+    progress: TaskProgress | None = None
+    """Its last ``ctx.progress`` report (fraction, note, when), kept for a day after
+    it was made; ``None`` if it reported none."""
 
 
 def _entry_time(entry_id: str) -> float:
@@ -147,6 +155,8 @@ def _task_info(snapshot: TaskSnapshot) -> TaskInfo:
             attempts=member.attempts,
             run_at=snapshot.run_at,
             payload=member.payload,
+            workflow=member.workflow,
+            step=member.step,
         )
     assert snapshot.entry_id is not None, "a snapshot names a result, a member or an entry"
     try:
@@ -164,6 +174,8 @@ def _task_info(snapshot: TaskSnapshot) -> TaskInfo:
         consumer=snapshot.consumer,
         cancelling=snapshot.stopping,
         payload=message.payload if message is not None else None,
+        workflow=message.workflow if message is not None else None,
+        step=message.extras.step if message is not None and message.extras is not None else None,
     )
 
 

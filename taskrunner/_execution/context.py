@@ -14,6 +14,9 @@ from types import MappingProxyType
 from typing import Any
 
 import attrs
+import trio
+
+from taskrunner._execution.progress import Reports, check_progress
 
 EMPTY_STATE: Mapping[str, Any] = MappingProxyType({})
 """``ctx.state`` without a lifespan."""
@@ -59,3 +62,39 @@ class TaskContext:
     """The tick this run serves: the instant it was due, unix seconds in the
     backend's clock (trio's clock in memory); ``None`` unless ``schedule`` is set.
     A retry of the run serves the same tick."""
+    workflow_id: str | None = None
+    """The workflow this run is a step of (``runner.dispatch_workflow``); ``None``
+    for a run that is no step."""
+    step: str | None = None
+    """Its step id in that workflow."""
+    parents: Mapping[str, Any] = EMPTY_STATE
+    """A step's parents' results by step id (a parent that failed under
+    ``on_failure="continue"`` as a :class:`~taskrunner.StepFailed`; one that failed
+    under ``"skip"`` left out); empty for a run that is no step."""
+
+    _reports: Reports | None = attrs.field(default=None, repr=False, eq=False, alias="reports")
+    """Where :meth:`progress` keeps its reports (the worker's runner); ``None``: a
+    context built by hand, whose reports are checked and dropped."""
+
+    async def progress(self, fraction: float, note: str | None = None) -> None:
+        """Report how far the run is: ``TaskInfo.progress`` shows it (``get_task``,
+        ``taskrunner inspect``, the dashboard).
+
+        Cheap enough to call in a tight loop: the runner keeps the latest report per
+        task and writes all of its tasks' reports in one call about once a second
+        (see ``docs/events.md``). The last report is kept for a day after it was
+        made, past the end of the run.
+
+        Args:
+            fraction: From 0 to 1.
+            note: A short line of text (at most 200 characters), or ``None``.
+
+        Raises:
+            TypeError: ``fraction`` is not a number, or ``note`` not a string.
+            ValueError: ``fraction`` is outside ``[0, 1]``, or ``note`` is too long
+                or holds a line break.
+        """
+        value, text = check_progress(fraction, note)
+        if self._reports is not None:
+            self._reports.report(self.task_id, value, text)
+        await trio.lowlevel.checkpoint()

@@ -14,8 +14,25 @@ while such a thread runs on). The entry of a run also holds the worker slot
 it runs in (:class:`Stoppable`), so another part of the runner can stop it by
 message id.
 
+Acknowledgements. A run's message stays tracked after its attempt ended,
+until its ack lands: an ack can wait longer than ``reclaim_delay`` (a slot
+migration answering ``TRYAGAIN`` for seconds, a failover, a slow server), and
+a message left unrefreshed meanwhile is reclaimed by another instance, which
+runs it twice (or, for a task with no retries, dead-letters it after it ran).
+:meth:`InFlight.end` marks an async run's attempt over (nothing to stop, no
+deadline, its concurrency slot given back, out of :meth:`InFlight.running`),
+the acker marks the entry :meth:`~InFlight.acking` when it queues its ack and
+drops it once the ack landed or was given up (:meth:`~InFlight.acked`), and
+the worker :meth:`~InFlight.release` s it when it is done with the run: gone
+at once when no ack was queued (the run was left pending, for reclaim), else
+kept until the ack lands. An entry whose ack is queued is refreshed, settled
+or past its deadline: its outcome is decided and acknowledged, so it must not
+run again. The hot path's run stays in the table from its start to its ack:
+one entry, never removed and added again.
+
 Entries are keyed by queue and stream id (an id is unique only within its
-stream). A run that holds a concurrency slot is refreshed twice per
+stream); the runs of a sharded group's shards are in a table per shard
+(:meth:`InFlight.of`). A run that holds a concurrency slot is refreshed twice per
 reservation timeout instead of once: its slot is leased for one reservation
 timeout and renewed with each refresh, so a renewal always lands with half a
 lease to spare, and a crashed runner's slot frees within one.
@@ -32,6 +49,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Protocol
 
 import attrs
@@ -59,6 +77,10 @@ class _Entry:
     slot: Stoppable | None
     stop_requested: bool = False
     settled: bool = False
+    acking: bool = False
+    """Its ack is queued and has not landed: refreshed, whatever else holds."""
+    released: bool = False
+    """The worker is done with the run: kept only until its ack lands."""
 
 
 class InFlight:
@@ -66,9 +88,29 @@ class InFlight:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str | None, str], _Entry] = {}
+        self._shards: dict[str, InFlight] = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Runs being worked on (not those only waiting for their ack to land), the
+        shards' included."""
+        own = sum(not entry.released for entry in self._entries.values())
+        return own + sum(len(table) for table in self._shards.values())
+
+    def of(self, group: str | None) -> InFlight:
+        """The table of the runs read in ``group``: ``None`` (the runner's group) is
+        this one, a shard's tag one of its own (two shards can hand out the same
+        stream id, so their runs never share a table)."""
+        if group is None:
+            return self
+        table = self._shards.get(group)
+        if table is None:
+            table = self._shards[group] = InFlight()
+        return table
+
+    def tables(self) -> list[tuple[str | None, InFlight]]:
+        """This table (``None``) and each shard's (by its tag), for the refresher and
+        the canceller, which call the backend per group."""
+        return [(None, self), *self._shards.items()]
 
     def __contains__(self, entry_id: object) -> bool:
         return any(key[1] == entry_id for key in self._entries)
@@ -87,16 +129,83 @@ class InFlight:
     ) -> None:
         """Track a run of ``queue`` started at ``now``, in ``slot``; past ``deadline``
         its message is no longer refreshed. A run that holds a concurrency slot
-        (``hold``) is refreshed twice as often."""
+        (``hold``) is refreshed twice as often. A message tracked already (by the
+        gate, while it was admitted) is replaced, but keeps its next refresh when
+        that comes sooner: the time since its last refresh still counts."""
         period = reservation_timeout / 2 if hold is not None else reservation_timeout
-        self._entries[queue, entry_id] = _Entry(
-            consumer, period, now + period, hold, deadline, slot
-        )
+        refresh_at = now + period
+        key = (queue, entry_id)
+        tracked = self._entries.get(key)
+        if tracked is not None:
+            refresh_at = min(refresh_at, tracked.refresh_at)
+        self._entries[key] = _Entry(consumer, period, refresh_at, hold, deadline, slot)
 
     def remove(self, entry_id: str, *, queue: str | None = None) -> bool:
         """The run ended; returns whether it was asked to stop (:meth:`stop`)."""
         entry = self._entries.pop((queue, entry_id), None)
         return entry is not None and entry.stop_requested
+
+    def end(self, entry_id: str, *, queue: str | None = None) -> bool:
+        """The attempt of the async run of ``entry_id`` is over and the worker is done
+        with it but for its outcome: nothing to stop any more, no deadline, no
+        concurrency slot held (the worker gives it back). Still refreshed, until its
+        ack lands (:meth:`acked`) or the worker finds none was queued
+        (:meth:`release`). Returns whether it was asked to stop (:meth:`stop`)."""
+        entry = self._entries.get((queue, entry_id))
+        if entry is None:
+            return False
+        entry.released = True
+        entry.slot = None
+        entry.hold = None
+        entry.deadline = math.inf
+        return entry.stop_requested
+
+    def acking(self, entry_id: str, queue: str | None) -> None:
+        """The ack of ``entry_id`` (of ``queue``) is queued: its message is refreshed
+        until :meth:`acked` (an entry not tracked is ignored)."""
+        entry = self._entries.get((queue, entry_id))
+        if entry is not None:
+            entry.acking = True
+
+    def acked(self, keys: Iterable[tuple[str | None, str]]) -> None:
+        """The acks of ``keys`` ((queue, id) pairs) landed, or were given up: those the
+        worker is done with go; a thread still running stays, no longer refreshed."""
+        entries = self._entries
+        for key in keys:
+            entry = entries.get(key)
+            if entry is not None:
+                if entry.released:
+                    del entries[key]
+                else:
+                    entry.acking = False
+
+    def acked_ids(self, queue: str | None, ids: Iterable[str]) -> None:
+        """:meth:`acked` for ``ids``, all of ``queue`` (the acker's one-stream flush)."""
+        entries = self._entries
+        for entry_id in ids:
+            key = (queue, entry_id)
+            entry = entries.get(key)
+            if entry is not None:
+                if entry.released:
+                    del entries[key]
+                else:
+                    entry.acking = False
+
+    def release(self, entry_id: str, *, queue: str | None = None) -> None:
+        """The worker is done with the run of ``entry_id``, outcome included: it goes
+        now when no ack of it is queued (it was left pending, to be reclaimed), else
+        once that ack lands. Its concurrency slot is the worker's to give back."""
+        key = (queue, entry_id)
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        if not entry.acking:
+            del self._entries[key]
+            return
+        entry.released = True
+        entry.slot = None
+        entry.hold = None
+        entry.deadline = math.inf
 
     def stop_requested(self, entry_id: str, *, queue: str | None = None) -> bool:
         """Whether the run of ``entry_id`` (of ``queue``, still tracked) was asked to stop."""
@@ -114,11 +223,14 @@ class InFlight:
 
     def due(self, now: float, slack: float) -> dict[RefreshKey, list[str]]:
         """Ids due for a refresh by ``now + slack``, grouped by consumer and queue
-        (read-only); runs past their deadline are left out."""
+        (read-only); runs past their deadline, or settled, are left out unless their
+        ack is queued."""
         out: dict[RefreshKey, list[str]] = defaultdict(list)
         horizon = now + slack
         for (queue, entry_id), entry in self._entries.items():
-            if entry.refresh_at <= horizon and entry.deadline > now and not entry.settled:
+            if entry.refresh_at <= horizon and (
+                entry.acking or (entry.deadline > now and not entry.settled)
+            ):
                 out[entry.consumer, queue].append(entry_id)
         return dict(out)
 
@@ -155,17 +267,20 @@ class InFlight:
         return [
             i
             for (_, i), entry in self._entries.items()
-            if not entry.stop_requested and not entry.settled
+            if not (entry.stop_requested or entry.settled or entry.released)
         ]
 
     def stop(self, entry_id: str) -> bool:
         """Ask the run of ``entry_id`` (of whichever queue) to stop: stop its slot
-        (cancel its worker's scope), unless it is settled.
+        (cancel its worker's scope), unless it is settled; a run that ended (only its
+        ack awaited) is left alone.
 
         Returns:
             Whether it was running.
         """
-        found = [entry for (_, i), entry in self._entries.items() if i == entry_id]
+        found = [
+            entry for (_, i), entry in self._entries.items() if i == entry_id and not entry.released
+        ]
         for entry in found:
             entry.stop_requested = True
             slot, entry.slot = entry.slot, None  # stopped once

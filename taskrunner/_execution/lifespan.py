@@ -75,24 +75,35 @@ async def open_lifespan(
         yield EMPTY_STATE
         return
     name = _name(fn)
-    try:
-        manager = _manager(fn, runner)
-        state = await manager.__aenter__()
-    except Exception as exc:
-        raise LifespanError(name, f"{type(exc).__name__}: {exc}") from exc
-    try:
-        if state is None:
-            view: Mapping[str, Any] = EMPTY_STATE
-        elif isinstance(state, Mapping):
-            view = MappingProxyType(state) if isinstance(state, dict) else state
-        else:
-            raise LifespanError(name, f"it yielded {state!r}, not a mapping or None")
-        yield view
-    finally:
-        with trio.move_on_after(exit_timeout, shield=True) as scope:
+    # One scope around both the entry and the exit, shielded and given its deadline
+    # only at the exit: a lifespan that opens a nursery on entry closes it on exit,
+    # so no cancel scope may be opened between the two (trio's nesting rule).
+    failure: BaseException | None = None
+    with trio.CancelScope() as scope:
+        try:
+            manager = _manager(fn, runner)
+            state = await manager.__aenter__()
+        except Exception as exc:
+            raise LifespanError(name, f"{type(exc).__name__}: {exc}") from exc
+        try:
+            if state is None:
+                view: Mapping[str, Any] = EMPTY_STATE
+            elif isinstance(state, Mapping):
+                view = MappingProxyType(state) if isinstance(state, dict) else state
+            else:
+                raise LifespanError(name, f"it yielded {state!r}, not a mapping or None")
+            yield view
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            scope.shield = True
+            scope.deadline = trio.current_time() + exit_timeout
             try:
                 await manager.__aexit__(None, None, None)
             except Exception:
                 log.exception("lifespan %s raised while exiting", name)
-        if scope.cancelled_caught:
-            log.error("lifespan %s did not exit within %.3gs; left as it was", name, exit_timeout)
+    if scope.cancelled_caught:
+        log.error("lifespan %s did not exit within %.3gs; left as it was", name, exit_timeout)
+        if failure is not None:  # what was unwinding serve when the exit timed out
+            raise failure

@@ -64,10 +64,29 @@ def outcome(
     document: bytes | None = None,
     *,
     cancelled: bool = False,
+    state: str = "",
 ) -> Outcome | None:
-    """What the ack of ``entry_id`` records, or ``None`` when nothing (a plain ack)."""
-    if document is None and not message.id and not cancelled:
-        return None
+    """What the ack of ``entry_id`` records, or ``None`` when nothing (a plain ack).
+
+    ``state`` is how the run ended (``succeeded``, ``failed``, ``cancelled``), for a
+    step of a workflow, whose finish the ack counts; ``""``: the run is not final.
+    """
+    extras = message.extras
+    task_id = extras.id if extras is not None else ""
+    if not task_id and not cancelled:
+        if document is None:
+            return None
+        if keep is not None and (not state or extras is None or extras.workflow is None):
+            # A kept result of a task dispatched without an id, no workflow's step: the
+            # usual outcome, with nothing else to say.
+            return Outcome(
+                entry_id=entry_id,
+                task_id=entry_id,
+                document=document,
+                keep=keep,
+                notify=_wire.notify_ttl(keep),
+            )
+    workflow = extras.workflow if extras is not None and state else None
     return Outcome(
         entry_id=entry_id,
         task_id=message.id or entry_id,
@@ -76,6 +95,9 @@ def outcome(
         notify=_wire.notify_ttl(keep) if keep is not None else 0.0,
         indexed=bool(message.id),
         cancelled=cancelled,
+        workflow=workflow,
+        step=(extras.step or "") if workflow is not None and extras is not None else "",
+        step_state=state if workflow is not None else "",
     )
 
 

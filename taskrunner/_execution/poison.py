@@ -45,6 +45,8 @@ every process that decodes it stops after three deaths."""
 _TASK_NAME = re.compile(rb'"task_name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _SCHEDULE = re.compile(rb'"schedule"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ID = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_WORKFLOW = re.compile(rb'"workflow"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_STEP = re.compile(rb'"step"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _TICK = re.compile(rb'"tick"\s*:\s*(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)')
 
 
@@ -97,6 +99,33 @@ def scheduled_run_in(raw: bytes | None) -> ScheduledRun | None:
     return ScheduledRun(
         schedule=schedules[-1], tick=float(ticks[-1]), task_id=ids[-1] if ids else None
     )
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowStep:
+    """The workflow step an undecoded entry runs (see :func:`workflow_step_in`)."""
+
+    workflow: str
+    step: str
+    task_id: str | None = None
+
+
+def workflow_step_in(raw: bytes | None) -> WorkflowStep | None:
+    """The ``workflow``, ``step`` and ``id`` of an entry that is not decoded (pure), so
+    its failure is still counted in its workflow (which would wait for it otherwise).
+    The last occurrence of each is the message's own, as for :func:`scheduled_run_in`.
+
+    Returns:
+        ``None`` unless both a workflow and a step are found.
+    """
+    if not raw or b'"workflow"' not in raw:
+        return None
+    workflows = _strings(_WORKFLOW, raw)
+    steps = _strings(_STEP, raw)
+    if not workflows or not steps:
+        return None
+    ids = _strings(_ID, raw)
+    return WorkflowStep(workflow=workflows[-1], step=steps[-1], task_id=ids[-1] if ids else None)
 
 
 @attrs.frozen(kw_only=True)

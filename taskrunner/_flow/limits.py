@@ -117,8 +117,18 @@ def rate_wait(retry_after: float) -> float:
     return max(0.0, retry_after) + RATE_MARGIN
 
 
-def holder_id(instance_id: str, queue: str | None, entry_id: str, delivery_count: int) -> str:
+def holder_id(
+    instance_id: str,
+    queue: str | None,
+    entry_id: str,
+    delivery_count: int,
+    shard: str | None = None,
+) -> str:
     """The name a run holds a concurrency slot under, and logs its start by in a
     rate limit: unique per delivery, fleet-wide (an entry id is only unique
-    within its stream, and a redelivery is another start)."""
+    within its stream, and a redelivery is another start). A run read in a shard
+    (``shard``: its tag) names it too, since two shards can hand out one stream id;
+    an unsharded group's names are what they always were."""
+    if shard is not None:
+        return f"{instance_id}/{shard}/{queue or ''}/{entry_id}/{delivery_count}"
     return f"{instance_id}/{queue or ''}/{entry_id}/{delivery_count}"

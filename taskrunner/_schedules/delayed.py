@@ -107,6 +107,9 @@ def build_move(
         "schedule": delayed.schedule,
         "tick": delayed.tick,
         "keep_result": delayed.keep_result,
+        "workflow": delayed.workflow,
+        "step": delayed.step,
+        "step_inputs": delayed.step_inputs,
     }  # new_message's keywords
     task = tasks.get(delayed.task)
     task_id = delayed.id or None  # what the entry index maps to the new entry

@@ -119,11 +119,25 @@ class Schedule:
     )
     """With ``overlap=False``: a run counts as in flight until its outcome is recorded,
     or this long at most (a safety net for an outcome that is never recorded)."""
+    workflow: Any = attrs.field(default=None, eq=False, repr=False)
+    """A workflow schedule's workflow (a ``Workflow``, chain, group, chord or step, or
+    a callable returning one): each tick starts it once (``task`` is then the built-in
+    ``taskrunner.scheduled_workflow``, see :mod:`taskrunner._schedules.workflows`)."""
     timetable: Timetable = attrs.field(init=False, eq=False, repr=False)
     """The schedule's ticks (:mod:`taskrunner._schedules.ticks`)."""
 
     @timetable.default
     def _timetable(self) -> Timetable:
+        if self.workflow is not None and not self.overlap:
+            raise ValueError(
+                f"Schedule {self.name!r} starts a workflow: overlap=False is for task "
+                "schedules (a workflow's run is its start), got overlap=False"
+            )
+        if self.workflow is not None and self.payload is not None:
+            raise ValueError(
+                f"Schedule {self.name!r} starts a workflow: give payloads to its steps, "
+                f"got payload={self.payload!r}"
+            )
         if (self.cron is None) == (self.every is None):
             raise ValueError(
                 f"Schedule {self.name!r} needs exactly one of cron and every, "

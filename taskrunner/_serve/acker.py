@@ -29,6 +29,12 @@ messages refused again are dropped, logged (they are delivered again after
 ``reclaim_delay``, and their locks are left to expire). A lock whose release
 fails is never retried either; it expires after ``unique_for``.
 
+Until its ack lands, a finished run's message stays in the runner's
+:class:`~taskrunner._execution.inflight.InFlight`, so the refresher keeps it
+from being reclaimed however long the ack takes (``TRYAGAIN`` through a slot
+migration, a failover): :meth:`Acker.ack` marks it acking, and the flush drops
+it once its ack landed, or was dropped (it is then delivered again, as it was).
+
 Shutdown: the loop is cancelled last, after the workers drained, and its
 final flush runs shielded with a timeout so nothing finished stays un-acked
 unless the backend is unreachable.
@@ -37,21 +43,27 @@ unless the backend is unreachable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 import trio
 
 from taskrunner._config import ConfigHolder
 from taskrunner._execution.backoff import backoff_delay
-from taskrunner.backends import Backend, Outcome, RunOutcome
+from taskrunner._execution.inflight import InFlight
+from taskrunner._execution.progress import Reports
+from taskrunner._serve.shard_acks import Entry, Stream, running_by_group, send_in_shard
+from taskrunner.backends import (
+    Backend,
+    EventBatch,
+    Outcome,
+    ProgressUpdate,
+    RunOutcome,
+)
 from taskrunner.errors import BackendError
 
 log = logging.getLogger(__name__)
 
 FINAL_FLUSH_TIMEOUT = 10.0
-
-Entry = tuple[str | None, str]
-"""(queue, stream id): an entry to ack."""
 
 
 class Acker:
@@ -60,17 +72,33 @@ class Acker:
     Args:
         backend: Where to ack.
         config: The runner's configuration (the group acked in).
+        inflight: The runner's running messages: each acked one is kept there, and
+            refreshed, until its ack lands (a table of its own when not given).
+        reports: The runner's buffered progress and events, written with each flush's
+            first call (see :mod:`taskrunner._execution.progress`).
     """
 
-    def __init__(self, backend: Backend, config: ConfigHolder) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        config: ConfigHolder,
+        inflight: InFlight | None = None,
+        reports: Reports | None = None,
+    ) -> None:
         self._backend = backend
         self._config = config
+        self._inflight = inflight if inflight is not None else InFlight()
+        self.reports = Reports() if reports is None else reports
+        """Whose buffered reports and events each flush writes with its first call."""
         self._ids: list[Entry] = []
         # (entry, (key, token)): each lock is released after its entry's ack
         self._locks: list[tuple[Entry, tuple[str, str]]] = []
         self._outcomes: list[RunOutcome] = []  # recorded after their entry's ack
         self._tracked: list[tuple[Entry, Outcome]] = []  # recorded with their entry's ack
-        self._wake = trio.Event()
+        # The loop's task while it is parked, nothing queued; the first ack wakes it.
+        # (Not an Event, which cost one made per flush, nor a ParkingLot, whose dict and
+        # wake-up generator cost as much again: trio's own reschedule of the one task.)
+        self._parked: trio.lowlevel.Task | None = None
         self.acked = 0
         self.dropped = 0
 
@@ -86,19 +114,40 @@ class Acker:
         tracked: Outcome | None = None,
         *,
         queue: str | None = None,
+        group: str | None = None,
+        ended: bool = False,
     ) -> None:
-        """Queue ``entry_id`` (of ``queue``) for acknowledgement (with ``tracked``,
+        """Queue ``entry_id`` (of ``queue``, read in ``group``: ``None`` is the runner's
+        group, else the shard it was read in) for acknowledgement (with ``tracked``,
         recorded with the ack), ``lock`` for release after it, and a periodic run's
-        ``outcome`` to record after it."""
-        entry = (queue, entry_id)
+        ``outcome`` to record after it.
+
+        ``ended``: the run's in-flight entry was ended (:meth:`InFlight.end
+        <taskrunner._execution.inflight.InFlight.end>`) and nothing releases it later
+        (the worker's hot path). It is then not marked acking: an ended entry is
+        refreshed until its ack lands and dropped then whatever that mark says, which
+        only tells a later :meth:`~taskrunner._execution.inflight.InFlight.release`
+        (there is none) to keep it."""
+        entry = ((group, queue), entry_id)
         self._ids.append(entry)
+        if not ended:
+            # (The runner's own table without a call: every acked run's path.)
+            inflight = self._inflight if group is None else self._inflight.of(group)
+            inflight.acking(entry_id, queue)
         if lock is not None:
             self._locks.append((entry, lock))
         if outcome is not None:
             self._outcomes.append(outcome)
         if tracked is not None:
             self._tracked.append((entry, tracked))
-        self._wake.set()
+        if self._parked is not None:
+            parked, self._parked = self._parked, None  # woken once: later acks find None
+            trio.lowlevel.reschedule(parked)
+
+    @property
+    def _queued(self) -> bool:
+        """Whether anything waits to be sent (after a failed flush, perhaps no id)."""
+        return bool(self._ids or self._locks or self._outcomes or self._tracked)
 
     @property
     def backlog(self) -> int:
@@ -110,8 +159,11 @@ class Acker:
         failures = 0
         try:
             while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
+                if not self._queued:
+                    self._parked = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._unparked)
+                else:  # more came during the last flush: one pass, so that still more join
+                    await trio.lowlevel.checkpoint()
                 try:
                     await self._flush()
                     failures = 0
@@ -124,16 +176,17 @@ class Acker:
                         exc,
                         delay,
                     )
-                    self._wake.set()
                     await trio.sleep(delay)
         finally:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + FINAL_FLUSH_TIMEOUT
                 try:
-                    while self._ids or self._locks or self._outcomes or self._tracked:
+                    while self._queued:
                         await self._flush()
                 except BackendError as exc:
                     log.error("final ack flush failed (%s)", exc)
+            # Given up: no longer kept from reclaim (a later serve must not refresh them).
+            self._acked(self._ids)
             if self._ids:
                 log.error(
                     "%d finished message(s) left un-acked at shutdown; they will be "
@@ -141,26 +194,82 @@ class Acker:
                     len(self._ids),
                 )
 
-    async def _send(self, queue: str | None, ids: list[Entry], tracked: list[Outcome]) -> None:
-        """Ack ``ids`` (all of ``queue``), with their tracked outcomes if any."""
+    def _unparked(self, _: object) -> trio.lowlevel.Abort:
+        """Cancelled while parked (shutdown): no longer there to wake."""
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def _send(
+        self,
+        stream: Stream,
+        ids: list[Entry],
+        tracked: list[Outcome],
+        events: EventBatch | None = None,
+    ) -> None:
+        """Ack ``ids`` (all of ``stream``), with their tracked outcomes if any, and
+        ``events`` in the same call."""
         plain = [entry_id for _, entry_id in ids]
-        if tracked:
-            await self._backend.finish(self._group, plain, tracked, queue=queue)
+        shard, queue = stream
+        group = self._group
+        if shard is not None:  # a sharded group's entry: acked in its shard
+            group = shard
+            if events is not None:
+                await send_in_shard(
+                    self._backend, self._group, shard, queue, plain, tracked, events,
+                    self._config.current.shards,
+                )  # fmt: skip
+                return
+        if events is not None:
+            if tracked:
+                await self._backend.finish(group, plain, tracked, queue=queue, events=events)
+            else:
+                await self._backend.ack(group, plain, queue=queue, events=events)
+        elif tracked:
+            await self._backend.finish(group, plain, tracked, queue=queue)
         else:
-            await self._backend.ack(self._group, plain, queue=queue)
+            await self._backend.ack(group, plain, queue=queue)
+
+    def _acked(self, entries: Iterable[Entry]) -> None:
+        """The acks of ``entries`` landed, or were given up (:meth:`InFlight.acked`)."""
+        for group, keys in running_by_group(entries).items():
+            self._inflight.of(group).acked(keys)
+
+    def _take_reports(self) -> EventBatch | None:
+        """What the reports buffer holds, for the flush's first call (``None``: nothing)."""
+        if not self.reports.holds_anything:
+            return None
+        progress, events = self.reports.take_for_ack()
+        updates = tuple(ProgressUpdate(task_id=t, progress=p) for t, p in progress.items())
+        maxlen = self._config.current.events_maxlen
+        return EventBatch(events=tuple(events), maxlen=maxlen, progress=updates)
+
+    def _put_back_reports(self, batch: EventBatch) -> None:
+        progress = {u.task_id: u.progress for u in batch.progress}
+        self.reports.put_back_for_ack(progress, list(batch.events))
 
     async def _flush(self) -> None:
         entries, self._ids = self._ids, []
+        if not (self._locks or self._outcomes):
+            stream: Stream = entries[0][0] if entries else (None, None)
+            if all(entry[0] == stream for entry in entries):
+                # The common case: one queue's batch, with no lock to release after it.
+                tracked_only, self._tracked = self._tracked, []
+                await self._flush_simple(stream, entries, tracked_only)
+                return
         locks, self._locks = self._locks, []
         outcomes, self._outcomes = self._outcomes, []
         tracked, self._tracked = self._tracked, []
+        batch = self._take_reports() if entries else None  # with the flush's first call
         refused: set[Entry] = set()
         queues = list(dict.fromkeys(queue for queue, _ in entries))  # first seen first
         for at, queue in enumerate(queues):
             ids = [entry for entry in entries if entry[0] == queue]
             try:
-                await self._send(queue, ids, [o for e, o in tracked if e[0] == queue])
+                await self._send(queue, ids, [o for e, o in tracked if e[0] == queue], batch)
             except BackendError as exc:
+                if batch is not None:  # not known to be written: with the next flush
+                    self._put_back_reports(batch)
+                    batch = None
                 if exc.retryable:  # acks are idempotent: this queue and the rest, next try
                     later = [e for e in entries if e[0] in queues[at:]]
                     self._put_back(later, locks, tracked, refused)
@@ -168,12 +277,16 @@ class Acker:
                     raise
                 await self._ack_one_by_one(ids, entries, locks, tracked, queues[at:], exc, refused)
             except BaseException:
+                if batch is not None:
+                    self._put_back_reports(batch)
                 later = [e for e in entries if e[0] in queues[at:]]
                 self._put_back(later, locks, tracked, refused)
                 self._outcomes[:0] = outcomes
                 raise
             else:
                 self.acked += len(ids)
+                self._acked(ids)
+                batch = None
         for done, (entry, (key, token)) in enumerate(locks):
             if entry in refused:
                 continue  # not acked, so it may run again: its lock expires by itself
@@ -190,6 +303,37 @@ class Acker:
         outcomes = [run for run in outcomes if run.message_id not in refused_ids]
         if outcomes:
             await self._record(outcomes)
+
+    async def _flush_simple(
+        self, stream: Stream, entries: list[Entry], tracked: list[tuple[Entry, Outcome]]
+    ) -> None:
+        """:meth:`_flush` of ``entries`` of one ``stream`` (group and queue) with no
+        lock or periodic outcome beside them (their tracked outcomes, if any, are
+        recorded with them): one backend call, and none of the bookkeeping of the
+        general case."""
+        if not entries:
+            return
+        batch = self._take_reports()  # with the call: one test when nothing is buffered
+        try:
+            await self._send(stream, entries, [o for _, o in tracked], batch)
+        except BackendError as exc:
+            if batch is not None:  # not known to be written: with the next flush
+                self._put_back_reports(batch)
+            if exc.retryable:  # acks are idempotent: all of them, next try
+                self._put_back(entries, [], tracked)
+                raise
+            await self._ack_one_by_one(entries, entries, [], tracked, [stream], exc, set())
+        except BaseException:
+            if batch is not None:
+                self._put_back_reports(batch)
+            self._put_back(entries, [], tracked)
+            raise
+        else:
+            self.acked += len(entries)
+            # One stream's entries: its table's keys directly, none of _acked's grouping.
+            group, queue = stream
+            inflight = self._inflight if group is None else self._inflight.of(group)
+            inflight.acked_ids(queue, [entry_id for _, entry_id in entries])
 
     async def _record(self, outcomes: list[RunOutcome]) -> None:
         """Record periodic runs' outcomes (their entries are acked)."""
@@ -215,7 +359,7 @@ class Acker:
         entries: list[Entry],
         locks: list[tuple[Entry, tuple[str, str]]],
         tracked: list[tuple[Entry, Outcome]],
-        queues_left: list[str | None],
+        queues_left: list[Stream],
         error: BackendError,
         refused: set[Entry],
     ) -> None:
@@ -248,6 +392,7 @@ class Acker:
                 self._put_back(ids[index:] + later, locks, tracked, refused)
                 raise
             self.acked += 1
+            self._acked((entry,))
 
     def _put_back(
         self,
@@ -265,6 +410,7 @@ class Acker:
 
     def _drop(self, entry: Entry, error: BackendError) -> None:
         self.dropped += 1
+        self._acked((entry,))  # given up: to be reclaimed, as before
         log.error(
             "ack of message %s refused (%s); dropping it, since retrying cannot fix that: "
             "it will be delivered again after reclaim_delay",

@@ -39,14 +39,16 @@ async def run(
     task_status.started()
     while True:
         await trio.sleep(POLL_INTERVAL)
-        running = inflight.running()
-        if not running:
-            continue
-        try:
-            stopped = await backend.cancel_requested(group, running)
-        except BackendError as exc:
-            log.warning("could not read the stop requests of %d run(s) (%s)", len(running), exc)
-            continue
-        for entry_id in stopped:
-            if inflight.stop(entry_id):
-                log.info("message %s was cancelled: stopping its run", entry_id)
+        for shard, table in inflight.tables():  # a shard's stop requests are in it
+            running = table.running()
+            if not running:
+                continue
+            where = group if shard is None else shard
+            try:
+                stopped = await backend.cancel_requested(where, running)
+            except BackendError as exc:
+                log.warning("could not read the stop requests of %d run(s) (%s)", len(running), exc)
+                continue
+            for entry_id in stopped:
+                if table.stop(entry_id):
+                    log.info("message %s was cancelled: stopping its run", entry_id)

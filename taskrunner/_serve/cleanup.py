@@ -20,6 +20,7 @@ import logging
 
 import trio
 
+from taskrunner import _shards
 from taskrunner.backends import Backend, GroupInfo
 from taskrunner.errors import BackendError
 
@@ -63,9 +64,11 @@ async def run(
     backend: Backend,
     group: str,
     *,
+    shards: int = 1,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Clean up every minute until cancelled (at the end of the term).
+    """Clean up every minute until cancelled (at the end of the term): the group's
+    consumers, and with ``shards > 1`` every shard's too (one leader works them all).
 
     The leader's job (:meth:`Leadership.run_as_leader
     <taskrunner._serve.leadership.Leadership.run_as_leader>` runs it in every
@@ -73,8 +76,9 @@ async def run(
     """
     task_status.started()
     while True:
-        try:
-            await clean_once(backend, group)
-        except BackendError as exc:
-            log.warning("consumer cleanup for group %s failed: %s", group, exc)
+        for each in _shards.served_groups(group, shards):
+            try:
+                await clean_once(backend, each)
+            except BackendError as exc:
+                log.warning("consumer cleanup for group %s failed: %s", each, exc)
         await trio.sleep(CLEANUP_INTERVAL)

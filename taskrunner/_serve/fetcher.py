@@ -30,10 +30,10 @@ import trio
 from taskrunner._config import TaskRunnerConfig
 from taskrunner._execution.backoff import backoff_delay
 from taskrunner._flow.priorities import WeightedShares, read_plan
-from taskrunner._flow.slots import slot_request
+from taskrunner._flow.slots import SlotRequest, slot_request
 from taskrunner._serve.crew import Execute
 from taskrunner._serve.gate import Gate
-from taskrunner._serve.pool import WorkerPool
+from taskrunner._serve.pool import ShardSlotSource, SlotSource, WorkerPool
 from taskrunner.backends import Backend, QueueEntry
 from taskrunner.errors import BackendError
 
@@ -72,6 +72,13 @@ class FetcherContext:
     """The queues read, in priority order (heaviest first when weighted)."""
     weights: tuple[int, ...] | None = None
     """Their weights when weighted; ``None``: strict order."""
+    group: str | None = None
+    """The group read: ``None`` is the runner's; in a sharded group, one shard's tag
+    (:mod:`taskrunner._serve.shard_fetch` runs a fetcher per shard)."""
+    slots: ShardSlotSource | None = None
+    """Where this fetcher reserves: ``None`` is ``pool``; a shard's fetcher takes its
+    turn at it (:class:`taskrunner._serve.shard_fetch.ShardSlots`), which also says
+    how long each read may block."""
 
 
 async def run(
@@ -88,24 +95,32 @@ async def run(
     Cancellation: a read cancelled in flight may have delivered messages that
     are never started; they stay pending and are reclaimed after ``reclaim_delay``.
     """
-    config, backend, pool = context.config, context.backend, context.pool
+    config, backend = context.config, context.backend
+    shard = context.slots
+    pool: SlotSource = context.pool if shard is None else shard
     counters = context.counters
     gate, queues = context.gate, context.queues
     shares = WeightedShares(queues, context.weights) if context.weights else None
     consumer = config.consumer_name(fetcher_id)
-    group = config.consumer_group
+    group = context.group or config.consumer_group
     next_claim = trio.current_time()
     failures = 0
     task_status.started()
     log.debug("fetcher %s started", consumer)
     busy = False
+    # The pure rule's answers by (capacity, busy): asked before every read, and one
+    # read per message when messages come one at a time.
+    asks: dict[tuple[int, bool], SlotRequest] = {}
     while True:
-        ask = slot_request(
-            capacity=pool.capacity,
-            fetchers=config.num_fetchers,
-            batch_size=config.batch_size,
-            busy=busy,
-        )
+        capacity = pool.capacity
+        ask = asks.get((capacity, busy))
+        if ask is None:
+            ask = asks[capacity, busy] = slot_request(
+                capacity=capacity,
+                fetchers=config.num_fetchers,
+                batch_size=config.batch_size,
+                busy=busy,
+            )
         slots = await pool.reserve(ask.most, at_least=ask.at_least, linger=BATCH_LINGER)
         paused = gate.paused.queues
         active = [q for q in queues if q not in paused] if paused else queues
@@ -128,14 +143,13 @@ async def run(
                     log.info("%s reclaimed %d stale message(s)", consumer, len(entries))
                 if len(entries) < slots:
                     next_claim = trio.current_time() + config.effective_reclaim_interval
+            block = config.block_duration if shard is None else shard.read_block
             if not entries and len(queues) == 1:  # as it always was: one XREADGROUP
-                entries = await backend.read(
-                    group, consumer, slots, config.block_duration, queue=active[0]
-                )
+                entries = await backend.read(group, consumer, slots, block, queue=active[0])
             elif not entries:
                 plan = read_plan(queues, slots, paused, shares)
                 entries = await backend.read_many(
-                    group, consumer, plan.queues, plan.quotas, slots, config.block_duration
+                    group, consumer, plan.queues, plan.quotas, slots, block
                 )
             failures = 0
         except BackendError as exc:

@@ -29,8 +29,34 @@ paused every :data:`PAUSE_POLL` seconds (:func:`Gate.run`), for the fetchers
 and for itself, and when a task is resumed it nudges the scheduler, so the
 runs parked for it move back at once.
 
-A backend error while admitting, parking or deferring leaves the message
-pending: it is reclaimed after ``reclaim_delay`` and asks again.
+A backend error never leaves a run that did not start pending. Pending, it
+would be reclaimed after ``reclaim_delay``: a second delivery, which the
+delivery limit of a task with no retries takes for a poison message and
+dead-letters without running it. That happens on a Redis Cluster whose group
+slot migrates: every flow-control script is answered ``TRYAGAIN`` for as
+long as the migration lasts (a script naming a key the migrating slot does
+not hold, such as the slot set of a task with no concurrency limit or a
+rate limit's pace, is refused until the slot has moved; see
+docs/redis-cluster.md). So:
+
+- From the first call on, the gate tracks the message in
+  :class:`~taskrunner._execution.inflight.InFlight` (no slot to stop: nothing
+  runs yet), so the refresher keeps it from being reclaimed however long the
+  backend takes. An admitted run stays tracked: the worker's entry replaces
+  the gate's, keeping its refresh time when that comes sooner.
+- An admission or a park that fails sends the run back through the delayed
+  set, as a refused one (:meth:`Gate._defer`): it comes back after the slot
+  wait and asks again. It is never started in this delivery, so a call that
+  took effect but lost its reply (a slot taken, a start logged, a run
+  parked) cannot make a run start twice.
+- A deferral that fails for a reason that may pass
+  (:attr:`~taskrunner.errors.BackendError.retryable`) is tried again, with
+  backoff, until the backend takes it. A deferral is idempotent: once it
+  took effect the entry is no longer pending, and a repeat adds nothing.
+  Only a deferral the store refuses for what it holds (``WRONGTYPE``...),
+  which repeating cannot fix, leaves the message pending (logged).
+
+Stopped meanwhile (shutdown), the message stays pending, as any run stopped does.
 """
 
 from __future__ import annotations
@@ -44,6 +70,8 @@ import trio
 
 from taskrunner import _wire
 from taskrunner._config import ConfigHolder
+from taskrunner._execution.backoff import backoff_delay
+from taskrunner._execution.inflight import InFlight
 from taskrunner._flow.limits import PARK_HORIZON, Paused, holder_id, rate_wait, slot_wait
 from taskrunner._serve.outcome import dispatched_at, member_queue
 from taskrunner._serve.scheduler import Scheduler
@@ -87,6 +115,8 @@ class Gate:
         backend: Where the limits and pauses live.
         config: The runner's configuration (its group).
         scheduler: Nudged with every deferral's run-at time, and on a resume.
+        inflight: The runner's running messages, where the gate tracks each message
+            it handles until it is admitted or handed back (so none is reclaimed).
         instance_id: This runner's id, in the holder ids of its runs.
         jitter: Uniform in [0, 1), for the slot wait (``random.random``).
     """
@@ -96,6 +126,7 @@ class Gate:
         backend: Backend,
         config: ConfigHolder,
         scheduler: Scheduler,
+        inflight: InFlight,
         instance_id: str,
         *,
         jitter: Callable[[], float] = random.random,
@@ -103,6 +134,7 @@ class Gate:
         self._backend = backend
         self._config = config
         self._scheduler = scheduler
+        self._inflight = inflight
         self._instance_id = instance_id
         self._jitter = jitter
         self.paused = Paused()
@@ -160,6 +192,7 @@ class Gate:
     async def admit(
         self,
         entry: QueueEntry,
+        consumer: str,
         attempt: int,
         message: _wire.TaskMessage,
         task: Task,
@@ -169,18 +202,49 @@ class Gate:
 
         Args:
             entry: The entry as read.
+            consumer: The consumer it was delivered to (whose refreshes keep it).
             attempt: Its attempt number (earlier entries' attempts included).
             message: The decoded message.
             task: Its task.
             payload: The payload as the action receives it (for the rate limit's key).
 
         Returns:
-            What the run holds when it may start; ``None`` when it may not (it
-            was parked or deferred, or left pending after a backend error).
+            What the run holds when it may start (its message still tracked in
+            the in-flight set, for the worker's entry to replace); ``None`` when
+            it may not: it was parked or deferred (or, refused for good by the
+            store, left pending), and is no longer tracked.
 
         Never raises but for cancellation.
+
+        Cancellation: the message is no longer tracked; it stays pending unless
+        the call cancelled had parked or deferred it.
         """
-        if task.name in self.paused.tasks and await self._parked(entry, attempt, message, task):
+        paused_task = task.name in self.paused.tasks
+        if not (paused_task or task.limited or entry.queue in self.paused.queues):
+            return NO_HOLD
+        # Tracked from the first call on: however long the backend takes, the
+        # refresher keeps the message from being reclaimed (module docstring).
+        self._inflight.of(entry.group).add(
+            entry.id, consumer, task.reservation, trio.current_time(), queue=entry.queue
+        )
+        hold: Hold | None = None
+        try:
+            hold = await self._decide(entry, attempt, message, task, payload, paused_task)
+        finally:
+            if hold is None:
+                self._inflight.of(entry.group).remove(entry.id, queue=entry.queue)
+        return hold
+
+    async def _decide(
+        self,
+        entry: QueueEntry,
+        attempt: int,
+        message: _wire.TaskMessage,
+        task: Task,
+        payload: object,
+        paused_task: bool,
+    ) -> Hold | None:
+        if paused_task and await self._parked(entry, attempt, message, task):
             return None
         if entry.queue in self.paused.queues:
             # Read just before its queue's pause was seen (a fetcher's read in
@@ -189,7 +253,9 @@ class Gate:
             return None
         if not task.limited:
             return NO_HOLD
-        holder = holder_id(self._instance_id, entry.queue, entry.id, entry.delivery_count)
+        holder = holder_id(
+            self._instance_id, entry.queue, entry.id, entry.delivery_count, entry.group
+        )
         try:
             rate_key = task.rate_key_for(payload)
         except InvalidTaskPayload as exc:
@@ -239,7 +305,7 @@ class Gate:
             id=message.id or entry.id,
             attempts=attempt - 1,  # this delivery did not run: not an attempt
             dispatched_at=dispatched_at(entry.id, message),
-            queue=member_queue(self._backend, self._group, entry.queue),
+            queue=member_queue(self._backend, entry.group or self._group, entry.queue),
         )
         return _wire.encode_delayed(member)
 
@@ -251,29 +317,77 @@ class Gate:
         task: Task,
         wait: float,
     ) -> None:
-        run_at = self._backend.now() + wait
-        member = self._member(entry, attempt, message, run_at)
-        try:
-            done = await self._backend.defer(
-                self._group,
-                entry.id,
-                member,
-                run_at,
-                queue=entry.queue,
-                task_id=message.id or entry.id,  # lookup and cancel find it while it waits
-            )
-        except BackendError as exc:
-            log.warning(
-                "could not defer message %s of task %s (%s); leaving it pending",
-                entry.id,
-                task.name,
-                exc,
-            )
-            return
+        """Send the run back through the delayed set, to come back after ``wait``,
+        trying again (with backoff) while the backend fails in a way that may pass."""
+        failures = 0
+        while True:
+            run_at = self._backend.now() + wait
+            member = self._member(entry, attempt, message, run_at)
+            try:
+                done = await self._backend.defer(
+                    entry.group or self._group,  # a shard's run: back into its shard
+                    entry.id,
+                    member,
+                    run_at,
+                    queue=entry.queue,
+                    task_id=message.id or entry.id,  # lookup and cancel find it while it waits
+                )
+            except BackendError as exc:
+                if not exc.retryable:
+                    log.error(
+                        "could not defer message %s of task %s (%s); leaving it pending",
+                        entry.id,
+                        task.name,
+                        exc,
+                    )
+                    return
+                failures += 1
+                delay = backoff_delay(failures)
+                log.warning(
+                    "could not defer message %s of task %s (%s); trying again in %.2fs",
+                    entry.id,
+                    task.name,
+                    exc,
+                    delay,
+                )
+                await trio.sleep(delay)
+                continue
+            break
         if done:
             self.counters.deferred += 1
             self._scheduler.nudge(run_at)
             log.debug("message %s of task %s waits %.3fs for its limit", entry.id, task.name, wait)
+            await self._cancel_if_asked(entry, message, task)
+
+    async def _cancel_if_asked(
+        self, entry: QueueEntry, message: _wire.TaskMessage, task: Task
+    ) -> None:
+        """Follow a stop request the run's entry got while the gate held it.
+
+        A cancel that met the message pending (the gate's call in flight) recorded
+        a stop request for this entry, which the run now waiting in the delayed set
+        (deferred or parked, under a new entry when it comes back) would never
+        see. Asked after the move, so a cancel either found the entry (and its
+        request is read here) or the member (and removed it itself)."""
+        group = entry.group or self._group
+        task_id = message.id or entry.id
+        try:
+            if not await self._backend.cancel_requested(group, [entry.id]):
+                return
+            done = await self._backend.cancel(
+                group, task_id, queues=None if entry.queue is None else [entry.queue]
+            )
+        except BackendError as exc:
+            log.warning(
+                "could not check whether task %s (%s) was cancelled while it waited for its "
+                "limit or pause (%s); a cancel sent in that moment may be lost",
+                task_id,
+                task.name,
+                exc,
+            )
+            return
+        if done.state is not None:
+            log.info("task %s was cancelled while it waited for its limit or pause", task_id)
 
     async def _parked(
         self, entry: QueueEntry, attempt: int, message: _wire.TaskMessage, task: Task
@@ -282,21 +396,35 @@ class Gate:
         run_at = self._backend.now() + PARK_HORIZON
         member = self._member(entry, attempt, message, run_at)
         try:
+            # A shard's run parks in its shard, whose own paused set
+            # (docs/sharding.md) the park checks in the same step.
             outcome = await self._backend.park(
-                self._group, entry.id, member, run_at, task.name, queue=entry.queue
+                entry.group or self._group,
+                entry.id,
+                member,
+                run_at,
+                task.name,
+                queue=entry.queue,
+                task_id=message.id or entry.id,  # lookup and cancel find it while parked
             )
         except BackendError as exc:
+            # Not run (the park may have happened, and the task been resumed since):
+            # back through the delayed set, to be parked when it comes back.
+            wait = slot_wait(self._jitter())
             log.warning(
-                "could not park message %s of paused task %s (%s); leaving it pending",
+                "could not park message %s of paused task %s (%s); trying again in %.3fs",
                 entry.id,
                 task.name,
                 exc,
+                wait,
             )
+            await self._defer(entry, attempt, message, task, wait)
             return True
         if outcome is ParkOutcome.NOT_PAUSED:
             return False
         if outcome is ParkOutcome.PARKED:
             self.counters.parked += 1
+            await self._cancel_if_asked(entry, message, task)
         return True
 
     async def release(self, hold: Hold) -> None:

@@ -129,7 +129,12 @@ async def run(
         while True:
             renew_every, retry_every = lease_intervals(ttl)
             if not leadership.is_leader:
-                leadership.demote()  # a term that lapsed without a failed renew
+                if leadership.in_term:  # a term that lapsed without a failed renew
+                    log.warning(
+                        "leadership of group %s lapsed: no renew answered before the term's end",
+                        group,
+                    )
+                    leadership.demote()
                 sent = trio.current_time()
                 try:
                     acquired = await backend.acquire_lease(group, owner, ttl)

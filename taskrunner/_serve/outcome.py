@@ -40,10 +40,11 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from taskrunner import _wire
+from taskrunner import _shards, _wire
 from taskrunner._config import ConfigHolder
 from taskrunner._execution.hooks import call_hook, call_hook_safely
 from taskrunner._execution.outcomes import outcome
+from taskrunner._execution.progress import EVENT_DETAIL_CHARS, Reports
 from taskrunner._execution.retry import Defer, GiveUp, next_step
 from taskrunner._serve.acker import Acker
 from taskrunner._serve.finishing import Finishing, periodic_outcome
@@ -130,32 +131,54 @@ class Outcomes:
         acker: Acker,
         nudge: Callable[[float], None],
         tasks: Mapping[str, Task],
+        reports: Reports | None = None,
     ) -> None:
         self._config = config
         self._backend = backend
+        self.backend = backend
+        """The backend itself (where a workflow step's inputs are read)."""
         self._acker = acker
         self._nudge = nudge
         self.counters = WorkerCounters()
         self.unix_time = backend.unix_time
         """The backend's clock to unix seconds (``ctx.dispatched_at``), bound once."""
-        self.finishing = Finishing(config, backend, acker, tasks)
+        self.finishing = Finishing(config, backend, acker, tasks, reports)
+        self.reports = self.finishing.reports
+        """Where runs report progress and events (see :mod:`taskrunner._execution.progress`)."""
         self.rng = random.Random()
         """Where retry jitter is drawn from (seed it in a test)."""
 
-    def done(self, entry_id: str, message: TaskMessage, queue: str | None = None) -> None:
+    def done(
+        self,
+        entry_id: str,
+        message: TaskMessage,
+        queue: str | None = None,
+        delivery_count: int = 1,
+        *,
+        group: str | None = None,
+        ended: bool = False,
+    ) -> None:
         """The action of a task that keeps no results returned: ack (the entry of
-        ``queue``), then release the message's lock (a message with our extras may
-        end an entry-index mapping)."""
+        ``queue``, delivered ``delivery_count`` times, in ``group``: ``None`` is the
+        runner's, else the shard it was read in), then release the message's lock
+        (a message with our extras may end an entry-index mapping). ``ended``: as
+        for :meth:`Acker.ack <taskrunner._serve.acker.Acker.ack>` (its in-flight
+        entry was ended, and is released by nothing after this)."""
         self.counters.completed += 1
+        if self._config.current.events:
+            self.finishing.final("succeeded", entry_id, delivery_count, message, queue, group=group)
         if message.extras is None:  # a plain message pays one test
-            self._acker.ack(entry_id, self.finishing.lock(message), queue=queue)
+            lock = self.finishing.lock(message, group)
+            self._acker.ack(entry_id, lock, queue=queue, group=group, ended=ended)
         else:
             self._acker.ack(
                 entry_id,
-                self.finishing.lock(message),
-                periodic_outcome(message, entry_id, "succeeded", self._backend.now()),
+                self.finishing.lock(message, group),
+                periodic_outcome(message, entry_id, "succeeded", self._backend.now(), group),
                 outcome(entry_id, message, None),
                 queue=queue,
+                group=group,
+                ended=ended,
             )
 
     def now(self) -> float:
@@ -193,9 +216,9 @@ class Outcomes:
         """Whether a redelivered entry was asked to stop (then it is acked as cancelled)."""
         return await self.finishing.cancelled_meanwhile(entry)
 
-    def ack(self, entry_id: str, queue: str | None = None) -> None:
+    def ack(self, entry_id: str, queue: str | None = None, *, group: str | None = None) -> None:
         """Ack an entry that holds no lock (another group's, on a shared stream)."""
-        self._acker.ack(entry_id, None, queue=queue)
+        self._acker.ack(entry_id, None, queue=queue, group=group)
 
     async def attempt_failed(
         self,
@@ -248,6 +271,21 @@ class Outcomes:
                 exc_info=error,
             )
             await call_hook_safely("on_error", self._config.current.on_error, report, delivery)
+        if self._config.current.events and not isinstance(step, GiveUp):
+            detail = f"{type(error).__name__}: {error}"[:EVENT_DETAIL_CHARS]
+            self.reports.record(
+                self.reports.event(
+                    "retried",
+                    task_id=_shards.run_task_id(
+                        delivery.group, task_id_of(delivery) or delivery.id
+                    ),
+                    task_name=task.name,
+                    queue=delivery.queue,
+                    attempt=attempt,
+                    message_id=delivery.id,
+                    detail=detail,
+                )
+            )
         if isinstance(step, GiveUp):
             final: TaskRunnerError = report
             if not step.permanent:
@@ -266,7 +304,7 @@ class Outcomes:
         message = delivery.message
         assert message is not None  # a run always has its decoded message
         run_at = self._backend.now() + delay
-        group = self._config.current.consumer_group
+        group = delivery.group or self._config.current.consumer_group  # a shard's own
         try:
             member = _wire.encode_delayed(
                 _wire.retry_delayed(
@@ -341,7 +379,7 @@ class Outcomes:
         else:
             try:
                 dead_id = await self._backend.dead_letter(
-                    self._config.current.consumer_group,
+                    delivery.group or self._config.current.consumer_group,
                     delivery.id,
                     delivery.raw,
                     reason,
@@ -363,4 +401,5 @@ class Outcomes:
             started_at,
             queue=delivery.queue,
             raw=delivery.raw,
+            group=delivery.group,
         )

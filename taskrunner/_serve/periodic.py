@@ -42,7 +42,9 @@ from taskrunner._codec import encode_payload
 from taskrunner._config import ConfigHolder
 from taskrunner._execution.backoff import backoff_delay
 from taskrunner._schedules.periodic import Schedule, read_spec, same_spec, spec_document
+from taskrunner._schedules.shard_fires import add_in_shards
 from taskrunner._schedules.ticks import due_ticks
+from taskrunner._schedules.workflows import check_workflow_source
 from taskrunner._task import Task
 from taskrunner.backends import Backend, FireStatus, TickFire
 from taskrunner.errors import BackendError, TaskNotFound
@@ -86,6 +88,7 @@ class Periodic:
         self.schedules: dict[str, Schedule] = {}
         """Declared schedules by name."""
         self._payloads: dict[str, Any] = {}  # wire payloads, encoded when added
+        self._keys: dict[str, str | None] = {}  # shard keys of the payloads, by schedule
 
     @property
     def _group(self) -> str:
@@ -96,9 +99,11 @@ class Periodic:
         <taskrunner.TaskRunner.add_schedule>`).
 
         Raises:
-            TaskNotFound: its task is not registered.
+            TaskNotFound: its task (or a step's, of a workflow built once) is not
+                registered.
             ValueError: the name is taken, or the task is unique.
             InvalidTaskPayload: the payload does not encode for the task.
+            InvalidWorkflow: its workflow, built once, is invalid.
         """
         if schedule.name in self.schedules:
             raise ValueError(f"a schedule named {schedule.name!r} is already added")
@@ -110,12 +115,18 @@ class Periodic:
                 f"Schedule.task {task.name!r} is unique; a schedule does not take unique "
                 "locks: use overlap=False to keep its runs apart"
             )
+        if schedule.workflow is not None:
+            check_workflow_source(schedule.name, schedule.workflow, self._tasks)
         payload = encode_payload(schedule.payload, task.payload_type, task.name, task.extra_keys)
+        # Where a sharded group's ticks go: the payload's shard key, if the task has one.
+        sharded = self._config.current.shards > 1
+        shard_key = task.shard_key_for(schedule.payload) if sharded else None
         self._payloads[schedule.name] = payload
+        self._keys[schedule.name] = shard_key
         try:
             self.message(schedule, 0.0)  # refuse a payload too large now, not at the first tick
         except Exception:
-            del self._payloads[schedule.name]
+            del self._payloads[schedule.name], self._keys[schedule.name]
             raise
         self.schedules[schedule.name] = schedule
         return schedule
@@ -302,6 +313,9 @@ class Periodic:
                 watermarks[name] = max(watermark, now - self._grace())
         if not fires:
             return True
+        shards = self._config.current.shards
+        if shards > 1:  # two steps: add in the shards, then record (docs/sharding.md)
+            fires = await add_in_shards(self._backend, self._group, shards, fires, self._keys)
         results = await self._backend.fire_ticks(self._group, self._instance_id, fires)
         for fire, result in zip(fires, results, strict=True):
             if result.status is FireStatus.NOT_LEADER:

@@ -24,8 +24,37 @@ state, with nothing to do on its own. The workers nursery it bounds is
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import trio
+
+
+class SlotSource(Protocol):
+    """What a fetcher reserves slots from: the :class:`WorkerPool` itself, or one
+    shard's turn at it (:class:`taskrunner._serve.shard_fetch.ShardSlots`)."""
+
+    @property
+    def capacity(self) -> int:
+        """The pool's capacity now."""
+        ...
+
+    async def reserve(self, most: int, *, at_least: int = 1, linger: float = 0.0) -> int:
+        """Reserve between 1 and ``most`` slots, as :meth:`WorkerPool.reserve`."""
+        ...
+
+    def release(self, count: int = 1) -> None:
+        """Give back ``count`` reserved slots."""
+        ...
+
+
+class ShardSlotSource(SlotSource, Protocol):
+    """A shard's fetcher's way to the pool, which also decides how long each read may
+    block (:class:`taskrunner._serve.shard_fetch.ShardSlots`)."""
+
+    @property
+    def read_block(self) -> float:
+        """How long the read of the slots last reserved may block, in seconds."""
+        ...
 
 
 class WorkerPool:

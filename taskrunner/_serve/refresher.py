@@ -49,10 +49,14 @@ async def run(
         interval = tick()
         await trio.sleep(interval)
         now = trio.current_time()
-        due = inflight.due(now, interval)
-        lingering = inflight.lingering(now, interval)
-        holds = [h for (_, queue), ids in due.items() for h in inflight.holds(ids, queue=queue)]
-        holds += [h for queue, ids in lingering.items() for h in inflight.holds(ids, queue=queue)]
+        tables = inflight.tables()  # the runner's, then a sharded group's shards'
+        dues = [(t, t.due(now, interval), t.lingering(now, interval)) for _, t in tables]
+        holds = [
+            h
+            for table, due, lingering in dues
+            for queue, ids in [*((q, i) for (_, q), i in due.items()), *lingering.items()]
+            for h in table.holds(ids, queue=queue)
+        ]
         slots_renewed = True
         if holds:
             try:
@@ -72,21 +76,24 @@ async def run(
                         hold.task,
                     )
                 sent = trio.current_time()
-                for queue, ids in lingering.items():
-                    inflight.refreshed(ids, sent, queue=queue)
-        for (consumer, queue), ids in due.items():
-            sent = trio.current_time()
-            try:
-                await backend.refresh(group, consumer, ids, queue=queue)
-            except BackendError as exc:
-                log.warning(
-                    "refresh of %d running message(s) for %s failed (%s); they may be "
-                    "reclaimed if this persists past reclaim_delay",
-                    len(ids),
-                    consumer,
-                    exc,
-                )
-                continue
-            if not slots_renewed:  # those holding a slot are due again next tick
-                ids = [i for i in ids if not inflight.holds([i], queue=queue)]
-            inflight.refreshed(ids, sent, queue=queue)
+                for table, _, lingering in dues:
+                    for queue, ids in lingering.items():
+                        table.refreshed(ids, sent, queue=queue)
+        for (shard, _), (table, due, _) in zip(tables, dues, strict=True):
+            where = group if shard is None else shard  # a shard's runs: refreshed there
+            for (consumer, queue), ids in due.items():
+                sent = trio.current_time()
+                try:
+                    await backend.refresh(where, consumer, ids, queue=queue)
+                except BackendError as exc:
+                    log.warning(
+                        "refresh of %d running message(s) for %s failed (%s); they may be "
+                        "reclaimed if this persists past reclaim_delay",
+                        len(ids),
+                        consumer,
+                        exc,
+                    )
+                    continue
+                if not slots_renewed:  # those holding a slot are due again next tick
+                    ids = [i for i in ids if not table.holds([i], queue=queue)]
+                table.refreshed(ids, sent, queue=queue)

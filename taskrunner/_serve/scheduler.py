@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
-from taskrunner import _keys
+from taskrunner import _keys, _shards
 from taskrunner._config import ConfigHolder
 from taskrunner._execution.backoff import backoff_delay
 from taskrunner._fleet.timings import TimingRecorder
@@ -69,6 +69,13 @@ class Scheduler:
     @property
     def _group(self) -> str:
         return self._config.current.consumer_group
+
+    @property
+    def _groups(self) -> tuple[str, ...]:
+        """Whose delayed sets are moved: the group's, or every shard's and the group's
+        (one leader works every shard: docs/sharding.md says why)."""
+        config = self._config.current
+        return _shards.served_groups(config.consumer_group, config.shards)
 
     def nudge(self, run_at: float) -> None:
         """A delayed task due at ``run_at`` was added here: the leader's loop (if it
@@ -143,7 +150,7 @@ class Scheduler:
             held = 0
             try:
                 _, held = await self.run_pass()
-                next_at = await self._backend.next_delayed_at(self._group)
+                next_at = await self._next_delayed_at()
             except BackendError as exc:
                 log.warning("delayed-task pass for group %s failed: %s", self._group, exc)
             delay = sleep_time(
@@ -155,8 +162,15 @@ class Scheduler:
             with trio.move_on_after(delay):
                 await self._wake.wait()
 
+    async def _next_delayed_at(self) -> float | None:
+        """The earliest run-at time of every delayed set moved (:attr:`_groups`)."""
+        times = [await self._backend.next_delayed_at(group) for group in self._groups]
+        found = [at for at in times if at is not None]
+        return min(found) if found else None
+
     async def run_pass(self) -> tuple[int, int]:
-        """Move every due member, in batches.
+        """Move every due member, in batches, of each delayed set (a sharded group's:
+        every shard's, then the group's own).
 
         Returns:
             (moved, held): how many moved, and how many due unique tasks stayed
@@ -164,24 +178,31 @@ class Scheduler:
         """
         started = trio.current_time()
         moved = held = 0
+        for group in self._groups:
+            got, kept = await self._pass_of(group)
+            moved, held = moved + got, held + kept
+        self._timings.record_schedule(trio.current_time() - started)
+        if moved:
+            log.debug("moved %d delayed task(s) to the stream", moved)
+        return moved, held
+
+    async def _pass_of(self, group: str) -> tuple[int, int]:
+        """Move the due members of ``group``'s delayed set (a shard's, in a sharded
+        group: its messages, locks and stream are under its tag), in batches."""
+        moved = held = 0
         for _ in range(MAX_BATCHES_PER_PASS):
             # Held members stay at the front of the due range: page past them, so
             # a crowd of them never hides the due members behind.
-            due = await self._backend.due_delayed(
-                self._group, self._backend.now(), BATCH, offset=held
-            )
+            due = await self._backend.due_delayed(group, self._backend.now(), BATCH, offset=held)
             if not due:
                 break
             tasks = self._tasks
-            prefix = _keys.unique_prefix(self._group, self._backend.key_layout)
+            prefix = _keys.unique_prefix(group, self._backend.key_layout)
             got = await self._backend.move_delayed(
-                self._group, [build_move(raw, tasks, lock_prefix=prefix) for raw in due]
+                group, [build_move(raw, tasks, lock_prefix=prefix) for raw in due]
             )
             moved += got
             held += len(due) - got
             if len(due) < BATCH:
                 break
-        self._timings.record_schedule(trio.current_time() - started)
-        if moved:
-            log.debug("moved %d delayed task(s) to the stream", moved)
         return moved, held

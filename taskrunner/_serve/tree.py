@@ -19,10 +19,14 @@ node of the tree is one module of :mod:`taskrunner._serve`, named after it::
         │   ├── periodic         with schedules only; leader: fires each due tick,
         │   │                    fenced; every instance: publishes its specs at start
         │   ├── cleanup          leader only: consumers idle for 10 minutes
+        │   ├── uncounted        leader only, workflows' backends: steps a Go worker
+        │   │                    acked without counting fail their workflow
         │   ├── bulk_writer      timings -> metrics hash, once a second
         │   ├── aggregator       stats, resets, tuner, long_queue_hook
         │   ├── sharing          other groups on the stream (checked at start too)
-        │   ├── acker            batched acks (and unique-lock releases, results)
+        │   ├── acker            batched acks (and unique-lock releases, results,
+        │   │                    the events of the runs they end)
+        │   ├── progress         ctx.progress reports and loose events, once a second
         │   ├── refresher        keeps long runs from being reclaimed (and their
         │   │                    concurrency slots held)
         │   ├── canceller        stops the runs TaskRunner.cancel asked to stop
@@ -59,6 +63,7 @@ import trio
 from taskrunner._config import ConfigHolder
 from taskrunner._execution.inflight import InFlight
 from taskrunner._execution.middleware import Middleware
+from taskrunner._execution.progress import Reports
 from taskrunner._fleet.timings import TimingRecorder
 from taskrunner._serve import (
     aggregator,
@@ -68,8 +73,10 @@ from taskrunner._serve import (
     cleanup,
     heartbeat,
     leadership,
+    progress,
     refresher,
     sharing,
+    uncounted,
     worker,
 )
 from taskrunner._serve.acker import Acker
@@ -84,11 +91,28 @@ from taskrunner._serve.scheduler import Scheduler
 from taskrunner._serve.sharing import StreamSharing
 from taskrunner._serve.worker import Worker
 from taskrunner._task import Task
-from taskrunner.backends import Backend
+from taskrunner.backends import Backend, StepAudit
 from taskrunner.errors import DuplicateHost
 
 DEFAULT_REFRESH_TICK = 30.0
 """Seconds between two refreshes of long runs when no task is registered."""
+
+
+def unix_clock(backend: Backend) -> Callable[[], float]:
+    """Now in unix seconds, on ``backend``'s clock: an event's time, taken two or three
+    times per run when events are on, so one call and one addition (``unix_time`` is
+    the backend's clock plus a fixed offset: 0 on Redis, ``wall_origin`` in memory),
+    the offset learnt at the first call (a memory backend made outside ``trio.run``
+    fixes its origin only then)."""
+    now = backend.now
+    offset: list[float] = []
+
+    def clock() -> float:
+        if not offset:
+            offset.append(backend.unix_time(0.0))
+        return now() + offset[0]
+
+    return clock
 
 
 class ServeParts:
@@ -107,12 +131,17 @@ class ServeParts:
         self.pool = WorkerPool(config.current.num_workers)
         self.inflight = InFlight()
         self.timings = TimingRecorder()
-        self.acker = Acker(backend, config)
+        self.config = config
+        self.reports = Reports(
+            clock=unix_clock(backend),
+            own_queue=lambda: backend.stream_keys(config.current.consumer_group).queue,
+        )
+        self.acker = Acker(backend, config, self.inflight, self.reports)
         self.sharing = StreamSharing(backend, config)
         self.fetch_counters = FetcherCounters()
         self.scheduler = Scheduler(backend, config, tasks, self.timings)
-        self.gate = Gate(backend, config, self.scheduler, instance_id)
-        outcomes = Outcomes(config, backend, self.acker, self.scheduler.nudge, tasks)
+        self.gate = Gate(backend, config, self.scheduler, self.inflight, instance_id)
+        outcomes = Outcomes(config, backend, self.acker, self.scheduler.nudge, tasks, self.reports)
         self.worker = Worker(
             config,
             tasks,
@@ -211,11 +240,14 @@ async def run(
             if parts.periodic.schedules:
                 await services.start(parts.periodic.announce)
                 await services.start(as_leader, parts.periodic.run)
-            await services.start(as_leader, partial(cleanup.run, backend, group))
+            await services.start(as_leader, partial(cleanup.run, backend, group, shards=cfg.shards))
+            if isinstance(backend, StepAudit):
+                await services.start(as_leader, partial(uncounted.run, backend, group))
             await services.start(bulk_writer.run, backend, group, parts.timings)
             await services.start(aggregator.run, host)
             await services.start(sharing.run, parts.sharing, backend, group)
             await services.start(parts.acker.run)
+            await services.start(progress.run, backend, parts.config, parts.reports)
             tick = partial(refresh_tick, tasks)
             await services.start(refresher.run, backend, group, parts.inflight, tick)
             await services.start(canceller.run, backend, group, parts.inflight)

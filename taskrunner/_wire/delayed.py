@@ -43,6 +43,9 @@ class DelayedTask:
     schedule: str | None = None
     tick: float | None = None
     keep_result: float | None = None
+    workflow: str | None = None
+    step: str | None = None
+    step_inputs: bool = False
 
 
 def new_delayed(
@@ -98,7 +101,7 @@ def retry_delayed(
 
     It keeps what the next attempt needs of the message: its task, payload,
     trace, unique key and lock token (a unique task keeps its lock across
-    the retry), its ``keep_result``, with the task's ``id``, the ``attempts``
+    the retry), its ``keep_result``, its workflow and step, with the task's ``id``, the ``attempts``
     used so far, the original ``dispatched_at``, a periodic run's ``schedule``
     and ``tick``, and the ``queue`` it goes back to (``None``: the default
     queue, and no field).
@@ -117,6 +120,9 @@ def retry_delayed(
         schedule=message.schedule,
         tick=message.tick,
         keep_result=message.keep_result,
+        workflow=message.workflow,
+        step=message.extras.step if message.extras is not None else None,
+        step_inputs=message.extras.step_inputs if message.extras is not None else False,
     )
 
 
@@ -151,6 +157,11 @@ def encode_delayed(delayed: DelayedTask) -> bytes:
         doc["tick"] = delayed.tick
     if delayed.keep_result is not None:
         doc["keep_result"] = delayed.keep_result
+    if delayed.workflow is not None:
+        doc["workflow"] = delayed.workflow
+        doc["step"] = delayed.step
+        if delayed.step_inputs:
+            doc["step_inputs"] = True
     try:
         return dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -200,4 +211,7 @@ def decode_delayed(raw: bytes) -> DelayedTask:
         schedule=extras.schedule,
         tick=extras.tick,
         keep_result=extras.keep_result,
+        workflow=extras.workflow,
+        step=extras.step,
+        step_inputs=extras.step_inputs,
     )

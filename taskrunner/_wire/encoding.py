@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from json.encoder import encode_basestring
 from typing import Any
 
 from taskrunner.errors import InvalidTaskPayload
@@ -20,6 +21,22 @@ dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=Fa
 """``dumps(doc) -> str``: the compact JSON of a document."""
 
 _raw_decode = json.JSONDecoder().raw_decode
+
+_SIMPLE_VALUES: dict[Any, str] = {None: "null", True: "true", False: "false"}
+
+
+def dumps_value(value: Any) -> str:
+    """``dumps(value)``, the same text and the same refusals, without the encoder's
+    set-up for the values payloads and results most often are (``None``, a bool, an
+    int, a string): it runs once per dispatched payload and per kept result."""
+    kind = type(value)
+    if value is None or kind is bool:
+        return _SIMPLE_VALUES[value]
+    if kind is int:
+        return int.__repr__(value)
+    if kind is str:
+        return encode_basestring(value)  # what the encoder writes with ensure_ascii=False
+    return dumps(value)
 
 
 def field(doc: dict[str, Any], name: str, kind: type, default: Any) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from taskrunner._wire.encoding import dumps
+from taskrunner._wire.encoding import dumps, dumps_value
 from taskrunner._wire.message import (
     MAX_MESSAGE_BYTES,
     TaskSettings,
@@ -89,7 +89,7 @@ def plain_encoder(task: TaskSettings) -> Callable[[Any], bytes]:
 
     def encode(payload: Any) -> bytes:
         try:
-            body = dumps(payload).encode()
+            body = dumps_value(payload).encode()
         except (TypeError, ValueError) as exc:
             raise InvalidTaskPayload(f"not JSON-serialisable: {exc}", task_name=name) from exc
         if frame + len(body) > MAX_MESSAGE_BYTES:

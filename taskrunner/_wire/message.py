@@ -35,6 +35,18 @@ class MessageExtras:
     keep_result: float | None = None
     """Seconds to keep the task's result for (the task's ``keep_result``), when it
     keeps results."""
+    workflow: str | None = None
+    """The workflow the run is a step of (``step`` is then set too): its finish is
+    counted in that workflow's record, in the same atomic step as its ack."""
+    step: str | None = None
+    """The step's id in its workflow."""
+    step_inputs: bool = False
+    """The step receives its parents' results (or, without a payload, needs its
+    record's word on it): the worker reads them before the run. A first step given a
+    payload has none to read."""
+    inputs: Any = attrs.field(default=None, eq=False)
+    """Never on the wire: ``ctx.parents`` of a step, as the worker read them before
+    the run."""
 
     def __bool__(self) -> bool:
         return bool(
@@ -44,6 +56,7 @@ class MessageExtras:
             or self.trace
             or self.schedule is not None
             or self.keep_result is not None
+            or self.workflow is not None
         )
 
 
@@ -103,6 +116,11 @@ class TaskMessage:
         return self.extras.keep_result if self.extras is not None else None
 
     @property
+    def workflow(self) -> str | None:
+        """The workflow this run is a step of, if any."""
+        return self.extras.workflow if self.extras is not None else None
+
+    @property
     def reservation_timeout_seconds(self) -> float:
         return self.reservation_timeout / 1e9
 
@@ -156,6 +174,9 @@ def new_message(
     schedule: str | None = None,
     tick: float | None = None,
     keep_result: float | None = None,
+    workflow: str | None = None,
+    step: str | None = None,
+    step_inputs: bool = False,
 ) -> TaskMessage:
     """The message that runs ``task`` once.
 
@@ -173,6 +194,9 @@ def new_message(
         tick: The tick it serves (unix seconds), with ``schedule``.
         keep_result: Seconds to keep the result for; ``None`` (the default)
             takes the task's ``keep_result``.
+        workflow: The workflow the run is a step of (with ``step``, its step id).
+        step: The step's id, with ``workflow``.
+        step_inputs: The step's inputs are read before it runs (see ``MessageExtras``).
     """
     keep = task.keep_result if keep_result is None else keep_result
     extras = None
@@ -183,6 +207,7 @@ def new_message(
         or trace
         or schedule is not None
         or keep is not None
+        or workflow is not None
     ):
         extras = MessageExtras(
             attempts=attempts,
@@ -192,6 +217,9 @@ def new_message(
             schedule=schedule,
             tick=tick,
             keep_result=keep,
+            workflow=workflow,
+            step=step,
+            step_inputs=step_inputs,
         )
     if not task.unique:
         return TaskMessage(
@@ -242,6 +270,11 @@ def encode_message(message: TaskMessage) -> bytes:
             doc["tick"] = extras.tick
         if extras.keep_result is not None:
             doc["keep_result"] = extras.keep_result
+        if extras.workflow is not None:
+            doc["workflow"] = extras.workflow
+            doc["step"] = extras.step
+            if extras.step_inputs:
+                doc["step_inputs"] = True
     try:
         data = dumps(doc).encode()
     except (TypeError, ValueError) as exc:
@@ -254,6 +287,19 @@ def encode_message(message: TaskMessage) -> bytes:
             task_name=message.task_name,
         )
     return data
+
+
+_KEEP_ONLY: dict[float, MessageExtras] = {}
+"""The extras of messages that carry ``keep_result`` alone, by its value: frozen, so
+one is shared by every message with that value (a few values per process)."""
+_KEEP_ONLY_KEPT = 256
+
+
+def _keep_only(keep: float) -> MessageExtras:
+    extras = MessageExtras(keep_result=keep)
+    if len(_KEEP_ONLY) < _KEEP_ONLY_KEPT:
+        _KEEP_ONLY[keep] = extras
+    return extras
 
 
 def decode_message(raw: bytes | None) -> TaskMessage:
@@ -280,15 +326,31 @@ def decode_message(raw: bytes | None) -> TaskMessage:
             f"field 'task_name' should be a non-empty string, got {task_name!r}"
         )
     extras = None
-    if (
+    if "workflow" in doc and doc.keys() <= _STEP_FIELDS:
+        # A workflow's step as every step is written (start_workflow, finish.lua): its
+        # few extras taken as they are when they have their exact types.
+        extras = _step_extras(doc)
+        if extras is None:
+            extras = extras_of(doc) or None
+    elif (
         "attempts" in doc
         or "id" in doc
         or "dispatched_at" in doc
         or "trace" in doc
         or "schedule" in doc
-        or "keep_result" in doc
+        or "workflow" in doc
     ):
         extras = extras_of(doc) or None
+    elif "keep_result" in doc:
+        # Every message of a task that keeps results carries this extra alone: taken
+        # as it is when it is a number of seconds (extras_of decides anything else).
+        keep = doc["keep_result"]
+        if type(keep) in (int, float) and 0 < keep < math.inf:
+            extras = _KEEP_ONLY.get(keep)
+            if extras is None:
+                extras = _keep_only(float(keep))
+        else:
+            extras = extras_of(doc) or None
     # Each field is taken as it is when it has its exact type (as every message
     # has), else read by ``field``: defaults for null or missing, whole floats,
     # refusals.
@@ -317,6 +379,44 @@ def decode_message(raw: bytes | None) -> TaskMessage:
         reservation_timeout=reservation,
         extras=extras,
     )
+
+
+_STEP_FIELDS = frozenset(
+    (
+        "task_name",
+        "payload",
+        "unique",
+        "unique_for",
+        "unique_key",
+        "unique_lock_value",
+        "reservation_timeout",
+        "keep_result",
+        "workflow",
+        "step",
+        "step_inputs",
+    )
+)
+"""The fields of a step's message as taskrunner writes it (no id, attempts, trace...)."""
+
+
+def _step_extras(doc: dict[str, Any]) -> MessageExtras | None:
+    """The extras of a step's message whose fields are :data:`_STEP_FIELDS`, or ``None``
+    when one has another type than it is written with (:func:`extras_of` decides)."""
+    workflow, step = doc["workflow"], doc.get("step")
+    keep, inputs = doc.get("keep_result"), doc.get("step_inputs", False)
+    if (
+        type(workflow) is str
+        and type(step) is str
+        and type(inputs) is bool
+        and (keep is None or (type(keep) in (int, float) and 0 < keep < math.inf))
+    ):
+        return MessageExtras(
+            keep_result=None if keep is None else float(keep),
+            workflow=workflow,
+            step=step,
+            step_inputs=inputs,
+        )
+    return None
 
 
 def extras_of(doc: dict[str, Any]) -> MessageExtras:
@@ -349,6 +449,9 @@ def extras_of(doc: dict[str, Any]) -> MessageExtras:
         schedule=field(doc, "schedule", str, None),
         tick=_tick(doc),
         keep_result=seconds_field(doc, "keep_result"),
+        workflow=field(doc, "workflow", str, None),
+        step=field(doc, "step", str, None),
+        step_inputs=field(doc, "step_inputs", bool, False),
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from taskrunner._wire.encoding import dumps, field, json_object
+from taskrunner._wire.encoding import dumps, dumps_value, field, json_object
 from taskrunner._wire.locks import UNIQUE_LOCK_PREFIX, unique_lock
 from taskrunner._wire.message import MAX_MESSAGE_BYTES
 from taskrunner.errors import InvalidTaskPayload, InvalidTaskResult
@@ -163,6 +163,11 @@ def encode_result(doc: ResultDocument) -> bytes:
     return data
 
 
+_TASK_NAMES: dict[str, str] = {}
+"""Task names as JSON strings, as :func:`encode_succeeded` writes them (a few per process)."""
+_TASK_NAMES_KEPT = 1024
+
+
 def encode_succeeded(
     task: str,
     value: Any,
@@ -179,6 +184,55 @@ def encode_succeeded(
     Raises:
         InvalidTaskResult: as :func:`encode_result`.
     """
+    # The common case: three float times (one sum is finite only if all three are;
+    # a sum that overflows goes the general way, which decides it the same).
+    if (
+        not task
+        or type(enqueued_at) is not float
+        or type(started_at) is not float
+        or type(finished_at) is not float
+        or not math.isfinite(enqueued_at + started_at + finished_at)
+    ):
+        return _encode_succeeded_generally(
+            task, value, attempts, enqueued_at, started_at, finished_at
+        )
+    try:
+        body = dumps_value(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidTaskResult(task, value, str(exc)) from exc
+    name = _TASK_NAMES.get(task)
+    if name is None:
+        name = _task_name(task)
+    data = (
+        f'{{"state":"succeeded","task":{name},"value":{body},"attempts":{int(attempts)},'
+        f'"enqueued_at":{enqueued_at!r},"started_at":{started_at!r},'
+        f'"finished_at":{finished_at!r}}}'
+    ).encode()
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise InvalidTaskResult(
+            task, value, f"{len(data)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit"
+        )
+    return data
+
+
+def _task_name(task: str) -> str:
+    """``task`` as a JSON string, kept for the next document (a few names per process)."""
+    name = dumps(task)
+    if len(_TASK_NAMES) < _TASK_NAMES_KEPT:
+        _TASK_NAMES[task] = name
+    return name
+
+
+def _encode_succeeded_generally(
+    task: str,
+    value: Any,
+    attempts: int,
+    enqueued_at: float | None,
+    started_at: float | None,
+    finished_at: float,
+) -> bytes:
+    """:func:`encode_succeeded` when a time is missing, not a float or not finite, or
+    the task has no name."""
     times = (enqueued_at, started_at, finished_at)
     if not task or not all(t is None or (type(t) is float and math.isfinite(t)) for t in times):
         return encode_result(
@@ -192,10 +246,11 @@ def encode_succeeded(
             )
         )
     try:
-        body = dumps(value)
+        body = dumps_value(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidTaskResult(task, value, str(exc)) from exc
-    parts = ['{"state":"succeeded","task":', dumps(task), ',"value":', body, ',"attempts":']
+    name = _TASK_NAMES.get(task) or _task_name(task)
+    parts = ['{"state":"succeeded","task":', name, ',"value":', body, ',"attempts":']
     parts.append(str(int(attempts)))
     if enqueued_at is not None:
         parts += (',"enqueued_at":', repr(enqueued_at))

@@ -22,8 +22,9 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from taskrunner import _keys, _wire
+from taskrunner import _keys, _shards, _wire
 from taskrunner._keys import KeyLayout, StreamKeys
+from taskrunner._workflows.keys import workflow_ends_key, workflow_key
 from taskrunner.backends._protocols.inspection import KeyInfo, KeyKind
 
 __all__ = [
@@ -45,7 +46,7 @@ def group_keys(keys: StreamKeys, group: str, layout: KeyLayout = "go") -> dict[s
     the cluster layout) and results and their notices (per task): a listing finds
     them by pattern (:func:`kind_of`, :func:`scanned_patterns`).
     """
-    return {
+    fixed = {
         keys.stream: KeyKind.STREAM,
         keys.dead_letter: KeyKind.DEAD_LETTER,
         keys.claim_delay_ring: KeyKind.CLAIM_DELAY_RING,
@@ -57,11 +58,17 @@ def group_keys(keys: StreamKeys, group: str, layout: KeyLayout = "go") -> dict[s
         _keys.worker_tuning_capacity(group, layout): KeyKind.TUNING,
         _keys.desired_instances(group, layout): KeyKind.DESIRED_INSTANCES,
         _keys.metrics(group, layout): KeyKind.METRICS,
+        _keys.result_waiters(group, layout): KeyKind.RESULT_WAITERS,
+        _keys.events(group, layout): KeyKind.EVENTS,
+        workflow_ends_key(group, layout): KeyKind.WORKFLOW_ENDS,
         _keys.catalog(group, layout): KeyKind.CATALOG,
         _keys.schedules(group, layout): KeyKind.SCHEDULES,
         _keys.schedule_specs(group, layout): KeyKind.SCHEDULE_SPECS,
         _keys.paused(group, layout): KeyKind.PAUSED,
     }
+    if layout == "cluster":  # a go-layout group is never sharded
+        fixed[_shards.shard_count_key(group)] = KeyKind.SHARD_COUNT
+    return fixed
 
 
 HEARTBEAT_PREFIX = _keys.replication("", "go")
@@ -74,7 +81,8 @@ def kind_of(
     name: str, fixed: Mapping[str, KeyKind], layout: KeyLayout = "go", group: str | None = None
 ) -> KeyKind | None:
     """The kind of key ``name``: one of ``fixed`` (:func:`group_keys`), a heartbeat, a
-    unique lock, a result or result notice of ``group`` (when given; in the cluster
+    unique lock, a result, result notice, progress hash or workflow record of ``group``
+    (when given; in the cluster
     layout heartbeats and locks are ``group``'s too), or ``None`` (not a key of the
     layout)."""
     if name in fixed:
@@ -88,13 +96,17 @@ def kind_of(
             return KeyKind.RESULT
         if name.startswith(_keys.notify(group, "", layout)):
             return KeyKind.RESULT_NOTICE
+        if name.startswith(_keys.progress(group, "", layout)):
+            return KeyKind.PROGRESS
+        if name.startswith(workflow_key(group, "", layout)):
+            return KeyKind.WORKFLOW
     elif layout == "go" and name.startswith(_wire.UNIQUE_LOCK_PREFIX):
         return KeyKind.UNIQUE_LOCK
     return None
 
 
-PER_TASK_KINDS = (KeyKind.RESULT, KeyKind.RESULT_NOTICE)
-"""The kinds of key there is one of per task of a group (found by pattern)."""
+PER_TASK_KINDS = (KeyKind.RESULT, KeyKind.RESULT_NOTICE, KeyKind.PROGRESS, KeyKind.WORKFLOW)
+"""The kinds of key there is one of per task (or workflow) of a group (found by pattern)."""
 
 
 def per_task_patterns(group: str, layout: KeyLayout) -> tuple[tuple[KeyKind, str], ...]:
@@ -102,6 +114,8 @@ def per_task_patterns(group: str, layout: KeyLayout) -> tuple[tuple[KeyKind, str
     return (
         (KeyKind.RESULT, _keys.result_pattern(group, layout)),
         (KeyKind.RESULT_NOTICE, _keys.notify_pattern(group, layout)),
+        (KeyKind.PROGRESS, f"{_keys.glob_escape(_keys.progress(group, '', layout))}*"),
+        (KeyKind.WORKFLOW, f"{_keys.glob_escape(workflow_key(group, '', layout))}*"),
     )
 
 
@@ -128,12 +142,15 @@ _GROUP_TAILS = (
     ":delayed_ids",
     ":entry_ids",
     ":cancelled",
+    ":result_waiters",
     ":catalog",
     ":schedules",
     ":schedule_specs",
     ":paused",
+    ":events",
+    ":workflow_ends",
 )
-_PER_TASK_HEADS = (":result:", ":notify:")
+_PER_TASK_HEADS = (":result:", ":notify:", ":progress:", ":workflow:")
 _TAGGED = re.compile(rf"{_keys.PREFIX}:\{{([^{{}}]+)\}}:.*", re.DOTALL)
 
 
@@ -145,9 +162,10 @@ def group_named_by(name: str, queue: str, layout: KeyLayout = "go") -> str | Non
     default, stream-per-group layout), ``taskrunner:<group>:metrics``,
     ``:delayed_tasks``, ``:worker_tuning_capacity``, ``:desired_instances``,
     ``:catalog``, ``:schedules``, ``:schedule_specs``, ``:delayed_ids``,
-    ``:entry_ids`` and ``:cancelled``, and a task's
-    ``taskrunner:<group>:result:<task id>`` and ``:notify:<task id>`` (task ids hold
-    no colon). The go leader lease is named by a hash of the group, so it names
+    ``:entry_ids``, ``:cancelled``, ``:result_waiters``, ``:paused``, ``:events`` and
+    ``:workflow_ends``, a task's ``taskrunner:<group>:result:<task id>``, ``:notify:<task id>`` and
+    ``:progress:<task id>``, and a workflow's ``:workflow:<workflow id>`` (task and
+    workflow ids hold no colon). The go leader lease is named by a hash of the group, so it names
     none.
     """
     if layout == "cluster":
@@ -163,8 +181,11 @@ def group_named_by(name: str, queue: str, layout: KeyLayout = "go") -> str | Non
                 return group
     for middle in _PER_TASK_HEADS:
         group, found, task_id = name[len(head) :].rpartition(middle)
-        if found and group and task_id and ":" not in task_id and not group.startswith(NOT_GROUPS):
-            return group
+        # ``taskrunner:unique:<task>:<key>`` of a task named ``progress`` is a lock, not
+        # group ``unique``'s progress: a head of NOT_GROUPS rules out the group too.
+        if found and group and task_id and ":" not in task_id:
+            if not f"{group}:".startswith(NOT_GROUPS):
+                return group
     return None
 
 
@@ -203,7 +224,7 @@ def _queue_named(text: str, layout: KeyLayout = "go") -> str | None:
         return None
     if text in _keys._GROUP_KEY_NAMES or text.startswith(_keys._GROUP_KEY_HEADS):
         return None
-    if layout == "cluster" and text == "leader":  # the group's own lease there
+    if layout == "cluster" and text in _keys._CLUSTER_KEY_NAMES:  # the lease, shard count
         return None
     return text
 

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import trio
 
 from taskrunner import _wire, admin
+from taskrunner._fleet.shard_counts import queue_sizes, read_shard_counts, shard_queues
 from taskrunner._fleet.stats import Stats, compute_stats
 from taskrunner._flow.limits import Paused
 from taskrunner._keys import KEY_LAYOUTS
@@ -174,9 +175,14 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
     paused = await backend.paused(group)
     own = backend.stream_keys(group).queue
     every = {own: queue}
-    for name in await admin.queues(backend, group):
+    # A sharded group's entries are in its shards too: each queue's count is the sum.
+    shards = (await admin.shards_of(backend, group)).count
+    found = [*await admin.queues(backend, group), *await shard_queues(backend, group, shards)]
+    for name in dict.fromkeys(found):
         if name != own:
             every[name] = await backend.get_metrics(group, queue=name)
+    sizes = await queue_sizes(backend, group, shards, {n: m.queue_size for n, m in every.items()})
+    per_shard = await read_shard_counts(backend, group, shards, list(every))
 
     if published is not None:
         workers, source = published, "published"
@@ -189,7 +195,7 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
         metrics=metrics,
         group=group,
         task_names=names,
-        queue_len=queue.queue_size,
+        queue_len=sizes[own],
         workers=workers,
         replication=replication,
     )
@@ -220,11 +226,13 @@ async def collect(backend: RedisBackend, group: str, workers_option: int | None)
             "tps": stats.tps,
         },
         "queues": {
-            name: {"size": m.queue_size, "claim_delay_ms": _delays_ms(m)}
+            name: {"size": sizes[name], "claim_delay_ms": _delays_ms(m)}
             for name, m in every.items()
         },
+        "shard_count": shards,
+        "shards": [row.document() for row in per_shard],
         "queue": {
-            "size": queue.queue_size,
+            "size": sizes[own],
             "claim_delay_ms": _delays_ms(queue),
             "groups": [
                 {
@@ -315,6 +323,7 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  group {g['name']}: pending {g['pending']}, lag {g['lag']}")
         for c in g["consumers"]:
             lines.append(f"    {c['name']:<40} pending {c['pending']:>6}  idle {c['idle']:.1f}s")
+    lines.extend(shards_text(doc["shards"]))
     if len(doc["queues"]) > 1:
         lines.append("every queue of the group:")
         for name, each in doc["queues"].items():
@@ -324,6 +333,20 @@ def render(doc: dict[str, Any]) -> str:
                 f"max {d['max']:.1f}, last {d['last']:.1f}"
             )
     return "\n".join(lines)
+
+
+def shards_text(rows: list[dict[str, Any]]) -> list[str]:
+    """The lines of a sharded group's per-shard counts (none for an unsharded group)."""
+    if not rows:
+        return []
+    lines = [f"shards:    {len(rows)} (queued, delayed and dead messages of each)"]
+    lines.append(f"  {'SHARD':>5} {'QUEUED':>10} {'DELAYED':>10} {'DEAD':>8}  TAG")
+    for row in rows:
+        lines.append(
+            f"  {row['shard']:>5} {row['queued']:>10} {row['delayed']:>10} {row['dead']:>8}"
+            f"  {row['tag']}"
+        )
+    return lines
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

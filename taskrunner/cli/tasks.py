@@ -1,4 +1,5 @@
-"""``taskrunner inspect ID`` and ``taskrunner cancel ID``: one task, by its id.
+"""``taskrunner inspect ID`` and ``taskrunner cancel ID``: one task (or, for ``inspect``,
+one workflow: :mod:`taskrunner.cli.workflows`), by its id.
 
 Theory of operation: like the other operator commands (see
 :mod:`taskrunner.cli.stats`), these need no user code, only the Redis URL and
@@ -20,8 +21,11 @@ from typing import Any
 
 from taskrunner import admin
 from taskrunner._dispatch.handle import TaskInfo
+from taskrunner._dispatch.workflows import WorkflowStatus
+from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import Command, fail
 from taskrunner.cli.stats import redis_arguments, run_on_redis
+from taskrunner.cli.workflows import render_workflow, workflow_document
 
 __all__ = ["CANCEL", "INSPECT", "info_document", "render_info"]
 
@@ -46,6 +50,15 @@ def info_document(info: TaskInfo) -> dict[str, Any]:
         "entry_id": info.entry_id,
         "consumer": info.consumer,
         "cancelling": info.cancelling,
+        "progress": (
+            None
+            if info.progress is None
+            else {
+                "fraction": info.progress.fraction,
+                "note": info.progress.note,
+                "at": info.progress.at,
+            }
+        ),
     }
 
 
@@ -70,6 +83,8 @@ def render_info(info: TaskInfo) -> str:
         moment = getattr(info, name)
         if moment is not None:
             rows.append((name, _when(moment)))
+    if info.progress is not None:
+        rows.append(("progress", f"{info.progress} at {_when(info.progress.at)}"))
     if info.error is not None:
         rows.append(("error", str(info.error)))
     if info.state.value == "succeeded":
@@ -82,24 +97,41 @@ def render_info(info: TaskInfo) -> str:
 
 def _id_arguments(parser: argparse.ArgumentParser, *, json_option: bool) -> None:
     parser.add_argument(
-        "id", metavar="ID", help="the task id (what dispatch printed: a stream id or a uuid)"
+        "id",
+        metavar="ID",
+        help="the task id (what dispatch printed: a stream id or a uuid) or a workflow id",
     )
     redis_arguments(parser, json_option=json_option, every_queue=True)
 
 
+async def _task_or_workflow(
+    backend: RedisBackend, args: argparse.Namespace
+) -> TaskInfo | WorkflowStatus | None:
+    # The workflow first: its end is kept as a result under its id, a "task" too.
+    flow = await admin.get_workflow(backend, args.group, args.id)
+    if flow is not None:
+        return flow
+    return await admin.get_task(backend, args.group, args.id, queue=args.queue)
+
+
 def _inspect(args: argparse.Namespace) -> int:
     prog = "taskrunner inspect"
-    found, code = run_on_redis(
-        prog, args, lambda backend: admin.get_task(backend, args.group, args.id, queue=args.queue)
-    )
+    found, code = run_on_redis(prog, args, lambda backend: _task_or_workflow(backend, args))
     if code:
         return code
     if found is None:
         return fail(
             prog,
-            f"no task {args.id!r} in group {args.group!r} (never dispatched, finished "
-            "without keep_result, or its result expired)",
+            f"no task or workflow {args.id!r} in group {args.group!r} (never dispatched, "
+            "finished without keep_result, or its result expired)",
         )
+    if isinstance(found, WorkflowStatus):
+        print(
+            json.dumps(workflow_document(found), indent=2, sort_keys=True)
+            if args.json
+            else render_workflow(found)
+        )
+        return 0
     print(
         json.dumps(info_document(found), indent=2, sort_keys=True)
         if args.json
@@ -125,7 +157,10 @@ def _cancel(args: argparse.Namespace) -> int:
 
 INSPECT = Command(
     name="inspect",
-    help="show where a task is (queued, scheduled, running, or how it ended) by its id",
+    help=(
+        "show where a task is (queued, scheduled, running, or how it ended), or a "
+        "workflow's steps and their states, by its id"
+    ),
     add_arguments=lambda parser: _id_arguments(parser, json_option=True),
     run=_inspect,
 )

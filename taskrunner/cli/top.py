@@ -26,9 +26,11 @@ import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from taskrunner import _wire, admin
+from taskrunner._fleet.shard_counts import ShardCounts, queue_sizes, read_shard_counts
 from taskrunner._fleet.stats import compute_stats
 from taskrunner.backends.redis import RedisBackend
 from taskrunner.cli.base import (
@@ -77,6 +79,13 @@ async def read_snapshot(
     owner = await backend.lease_owner(group)
     queue = await backend.get_metrics(group)
     paused = await backend.paused(group)
+    count = (await admin.shards_of(backend, group)).count
+    shards: tuple[ShardCounts, ...] = ()
+    if count > 1:  # its entries are in its shards too
+        own = backend.stream_keys(group).queue
+        size = await queue_sizes(backend, group, count, {own: queue.queue_size})
+        queue = attrs.evolve(queue, queue_size=size[own])
+        shards = await read_shard_counts(backend, group, count, await admin.queues(backend, group))
     pool = published if published is not None else (workers or DEFAULT_WORKERS)
     stats = compute_stats(
         metrics=metrics,
@@ -101,6 +110,7 @@ async def read_snapshot(
         workers=pool,
         paused=paused,
         schedules=tuple(await admin.schedules(backend, group)),
+        shards=shards,
     )
 
 

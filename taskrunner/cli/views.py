@@ -24,12 +24,14 @@ from rich.table import Table
 from rich.text import Text
 
 from taskrunner import _wire
+from taskrunner._fleet.shard_counts import ShardCounts
 from taskrunner._fleet.stats import Stats
 from taskrunner._flow.limits import Paused
 from taskrunner._runner import RunnerStatistics
 from taskrunner._schedules.view import ScheduleRow
 from taskrunner.backends import KeyInfo, QueueMetrics
 from taskrunner.cli.base import paused_text
+from taskrunner.cli.shard_table import shards_table
 
 __all__ = [
     "DemoFrame",
@@ -280,6 +282,9 @@ class FleetSnapshot:
     """The group's periodic schedules (``taskrunner.admin.schedules``)."""
     desired_instances: int | None = None
     """The instance count the leader publishes for an autoscaler (``target_wait``)."""
+    shards: tuple[ShardCounts, ...] = ()
+    """A sharded group's messages per shard (none when unsharded); ``queue`` then counts
+    the entries of every shard's stream of the queue with the group's own."""
 
     @property
     def runs(self) -> dict[str, int]:
@@ -411,6 +416,8 @@ def top_view(snapshot: FleetSnapshot, history: History, *, width: int = 60) -> R
         stats_table(snapshot.stats, runs=snapshot.runs),
         queue_table(snapshot.queue),
     ]
+    if snapshot.shards:
+        parts.append(shards_table(snapshot.shards))
     if snapshot.schedules:
         parts.append(schedules_table(snapshot.schedules))
     return Group(*parts)

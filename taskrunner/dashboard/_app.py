@@ -43,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.guards import require_inspection
 from taskrunner.backends import Backend
-from taskrunner.dashboard import _charts, _data, _features
+from taskrunner.dashboard import _charts, _data, _features, _workflows
 from taskrunner.dashboard._safety import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -73,6 +73,8 @@ DONE = {
     "resumed": "Queue resumed.",
     "task-paused": "Task paused: runners park its runs within about a second.",
     "task-resumed": "Task resumed: its parked runs are due again.",
+    "workflow-cancelled": "Workflow cancelled: its steps stop within about a second.",
+    "workflow-not-cancelled": "Nothing to cancel: the workflow is over or unknown.",
     "logged-in": "Logged in: actions are enabled.",
     "logged-out": "Logged out.",
 }
@@ -330,6 +332,42 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
         )
 
     # Dead letters
+    # A workflow
+    async def workflow_data(request: Request) -> _workflows.WorkflowView | None:
+        workflow_id = str(request.path_params["id"])
+        return await _workflows.read_workflow(d.backend, group_of(request), workflow_id)
+
+    async def workflow(request: Request) -> Response:
+        group, workflow_id = group_of(request), str(request.path_params["id"])
+        try:
+            value = await workflow_data(request)
+        except BackendError as exc:
+            return d.problem(request, 503, str(exc))
+        return d.page(
+            request,
+            "workflow.html",
+            api=_path("groups", group, "workflows", workflow_id) if value else None,
+            status=200 if value else 404,
+            group=group,
+            workflow_id=workflow_id,
+            w=value,
+        )
+
+    async def cancel_workflow(request: Request) -> Response:
+        group, workflow_id = group_of(request), str(request.path_params["id"])
+        try:
+            await d.form(request)
+            done = await _workflows.cancel_workflow(d.backend, group, workflow_id)
+        except _Forbidden as exc:
+            return d.problem(request, 403, str(exc))
+        except BackendError as exc:
+            return d.problem(request, 503, str(exc))
+        return d.back(
+            request,
+            _path("groups", group, "workflows", workflow_id),
+            "workflow-cancelled" if done else "workflow-not-cancelled",
+        )
+
     async def dead_data(request: Request) -> _data.DeadPage:
         return await _data.read_dead(d.backend, group_of(request))
 
@@ -438,6 +476,9 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
         Route(g + "/tasks/{id}", task),
         Route("/api" + g + "/tasks/{id}", api(task_data)),
         Route(g + "/tasks/{id}/cancel", cancel, methods=["POST"]),
+        Route(g + "/workflows/{id}", workflow),
+        Route("/api" + g + "/workflows/{id}", api(workflow_data)),
+        Route(g + "/workflows/{id}/cancel", cancel_workflow, methods=["POST"]),
         Route(g + "/dead", dead),
         Route("/api" + g + "/dead", api(dead_data)),
         Route(g + "/dead/replay", dead_action(_features.replay_dead, "replayed"), methods=["POST"]),

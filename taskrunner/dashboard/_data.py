@@ -36,10 +36,16 @@ import attrs
 
 from taskrunner import _wire
 from taskrunner._config import TaskRunnerConfig
+from taskrunner._fleet.shard_counts import (
+    ShardCounts,
+    queue_sizes,
+    read_shard_counts,
+    shard_tags,
+)
 from taskrunner._fleet.stats import compute_stats
 from taskrunner._wire import CatalogDocument
-from taskrunner.admin import DeadLetterInfo
-from taskrunner.backends import Backend, Heartbeat, Inspection
+from taskrunner.admin import DeadLetterInfo, list_groups, shards_of
+from taskrunner.backends import Backend, Heartbeat, Inspection, Paused
 from taskrunner.dashboard import _features, _queues
 from taskrunner.dashboard._queues import QueueRead
 from taskrunner.dashboard._sampler import Sample, Sampler, rates
@@ -99,6 +105,9 @@ class GroupRow:
     """The lease holder's instance id."""
     leader_host: str | None
     """Its host, from its heartbeat."""
+    shards: int = 1
+    """Its recorded shard count (1: not sharded); a sharded group's row counts every
+    shard's queues besides its own stream's (docs/sharding.md)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -128,20 +137,24 @@ async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -
     beats = await inspection.list_heartbeats()
     host_of_instance = {b.instance_id: b.host for b in beats}
     rows = []
-    for name in await inspection.list_groups():
+    for listed in await list_groups(backend):
+        name = listed.name
         queues = await _queues.read_group_queues(backend, name, claim_delays=False)
+        # A sharded group's queues are in every shard too (each shard named as a group).
+        everywhere = [*queues, *await _shard_queues(backend, name, listed.shards, queues)]
         lease = await inspection.read_lease(name)
         rows.append(
             GroupRow(
                 name=name,
                 queues=len(queues),
-                queue_length=sum(q.length for q in queues),
-                pending=sum(q.info.pending for q in queues),
-                lag=sum(q.info.lag for q in queues),
-                consumers=len({c.name for q in queues for c in q.info.consumers}),
+                queue_length=sum(q.length for q in everywhere),
+                pending=sum(q.info.pending for q in everywhere),
+                lag=sum(q.info.lag for q in everywhere),
+                consumers=len({c.name for q in everywhere for c in q.info.consumers}),
                 paused=tuple(q.name for q in queues if q.paused),
                 leader=None if lease is None else lease.owner,
                 leader_host=None if lease is None else host_of_instance.get(lease.owner),
+                shards=listed.shards,
             )
         )
     return FleetPage(
@@ -152,6 +165,22 @@ async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -
             InstanceRow(host=b.host, instance_id=b.instance_id, ttl=b.ttl) for b in beats
         ),
     )
+
+
+async def _shard_queues(
+    backend: Backend, group: str, count: int, queues: Sequence[QueueRead]
+) -> list[QueueRead]:
+    """The summaries of ``queues`` (the group's own) in each of its ``count`` shards
+    (none when unsharded): their lengths, pending entries, lag and consumers."""
+    if count <= 1:
+        return []
+    paused = Paused(queues=frozenset(q.name for q in queues if q.paused), tasks=frozenset())
+    names = [q.name for q in queues]
+    out = []
+    for tag in shard_tags(group, count):
+        read = await _queues.read_queues(backend, tag, (), paused, claim_delays=False, stored=names)
+        out += [q for q in read if q.name in names]
+    return out
 
 
 # A group -------------------------------------------------------------------------
@@ -279,6 +308,9 @@ class GroupPage:
     while none is published."""
     live_instances: int = 0
     """The group's instances with a live heartbeat (to set beside it)."""
+    shards: tuple[ShardCounts, ...] = ()
+    """A sharded group's messages per shard (none when unsharded); each queue's
+    ``length`` then counts its entries in every shard with the group's own."""
 
 
 def capacity_changes(samples: Sequence[Sample]) -> list[CapacityChange]:
@@ -376,6 +408,13 @@ async def read_group(
     # Not metrics.groups: on Redis those come from XINFO GROUPS alone, without consumers.
     stored = await sampler.stored_queues(group)
     queues = await _queues.read_queues(backend, group, catalog, paused, stored=stored)
+    count = (await shards_of(backend, group)).count
+    shards: tuple[ShardCounts, ...] = ()
+    if count > 1:  # a sharded group's entries are in its shards too
+        queue_names = [q.name for q in queues]
+        sizes = await queue_sizes(backend, group, count, {q.name: q.length for q in queues})
+        queues = [attrs.evolve(q, length=sizes[q.name]) for q in queues]
+        shards = await read_shard_counts(inspection, group, count, queue_names)
     pool = published if published is not None else DEFAULT_WORKERS
     consumers = consumer_rows(queues, group)
     instances = instances_of(
@@ -443,6 +482,7 @@ async def read_group(
         tuner=tuple(capacity_changes(samples)),
         desired_instances=desired,
         live_instances=sum(1 for i in instances if i.alive),
+        shards=shards,
     )
 
 

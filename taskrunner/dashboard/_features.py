@@ -69,7 +69,14 @@ class TaskView:
     consumer: str | None
     cancelling: bool
     cancellable: bool
+    progress: str | None = None
+    """Its last ``ctx.progress`` report, ``42% (the note)``."""
+    progress_at: float | None = None
     """Queued, scheduled or running: a cancel can still stop it."""
+    workflow: str | None = None
+    """The workflow it is a step of (its page links there), if any."""
+    step: str | None = None
+    """Its step id in :attr:`workflow`."""
 
 
 DONE_STATES = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
@@ -92,6 +99,10 @@ def task_view(info: TaskInfo) -> TaskView:
         consumer=info.consumer,
         cancelling=info.cancelling,
         cancellable=info.state not in DONE_STATES,
+        progress=None if info.progress is None else str(info.progress),
+        progress_at=None if info.progress is None else info.progress.at,
+        workflow=info.workflow,
+        step=info.step,
     )
 
 

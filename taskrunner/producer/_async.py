@@ -16,6 +16,7 @@ sockets), so the producer refuses calls in the child, saying so.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -28,11 +29,15 @@ import attrs
 import redis.asyncio
 import redis.exceptions
 
-from taskrunner import _keys
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
+from taskrunner._workflows import StepSpec, Workflow
+from taskrunner._workflows.graph import Canvas
 from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
+from taskrunner.backends.redis._errors import ClusterCommandError
 from taskrunner.backends.redis._sentinel_config import is_sentinel_url
+from taskrunner.backends.redis._step_cancel import step_cancellation
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
@@ -40,6 +45,7 @@ from taskrunner.producer._core import (
     CONNECT_TIMEOUT,
     SOCKET_TIMEOUT,
     TRACK_SOURCE,
+    WAIT_SOURCE,
     ProducerCore,
     ask_is_cluster_async,
     check_cluster_url,
@@ -48,6 +54,7 @@ from taskrunner.producer._core import (
     lock_px,
     log_kept_lock,
     raw_bytes,
+    registration_ms,
     socket_timeout_of,
     text,
     translated,
@@ -56,7 +63,17 @@ from taskrunner.producer._core import (
 )
 from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sentinel import async_master
+from taskrunner.producer._sharding import producer_layout, wanted_layout
 from taskrunner.producer._sync import RELEASE_SOURCE
+from taskrunner.producer._workflow_handles import AsyncProducerWorkflow
+from taskrunner.producer._workflows import (
+    FINISH_SOURCE,
+    START_WORKFLOW_SOURCE,
+    plan_workflow,
+    producer_step,
+    step_cancel_call,
+    task_names,
+)
 
 log = logging.getLogger("taskrunner.producer")
 
@@ -108,7 +125,8 @@ class AsyncProducer:
 
     Raises:
         TypeError: ``client`` is not a redis.asyncio client.
-        ValueError: a name is empty, holds spaces, or collides with the key layout.
+        ValueError: a name is empty, holds spaces, or collides with the key layout;
+            a bad ``shards`` (see ``Producer``).
 
     Cancellation: a cancelled call may or may not have queued its task; a unique
     task's lock is then kept until it expires (or the worker releases it).
@@ -123,6 +141,7 @@ class AsyncProducer:
         queue: str = "tasks",
         strict: bool = False,
         key_layout: KeyLayout | None = None,
+        shards: int | None = None,
     ) -> None:
         self._setup(
             client,
@@ -132,6 +151,7 @@ class AsyncProducer:
             queue=queue,
             strict=strict,
             key_layout=key_layout,
+            shards=shards,
         )
 
     def _setup(
@@ -144,6 +164,7 @@ class AsyncProducer:
         queue: str,
         strict: bool,
         key_layout: KeyLayout | None = None,
+        shards: int | None = None,
     ) -> None:
         if not isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             raise TypeError(
@@ -156,7 +177,10 @@ class AsyncProducer:
             prefix=prefix,
             queue=queue,
             strict=bool(strict),
-            key_layout=_keys.resolve_layout(key_layout, cluster=is_cluster_client(client)),
+            key_layout=producer_layout(
+                key_layout, shards, prefix, cluster=is_cluster_client(client)
+            ),
+            shards=shards,
         )
         self._client = client
         self._connect = connect
@@ -169,6 +193,9 @@ class AsyncProducer:
         self._release = client.register_script(RELEASE_SOURCE)
         self._track = client.register_script(TRACK_SOURCE)
         self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
+        self._wait_script = client.register_script(WAIT_SOURCE)
+        self._start_workflow = client.register_script(START_WORKFLOW_SOURCE)
+        self._finish = client.register_script(FINISH_SOURCE)
 
     @classmethod
     def from_url(
@@ -181,6 +208,7 @@ class AsyncProducer:
         strict: bool = False,
         key_layout: KeyLayout | None = None,
         cluster: bool | None = None,
+        shards: int | None = None,
         **redis_options: Any,
     ) -> AsyncProducer:
         """A producer on a client of its own,
@@ -227,22 +255,57 @@ class AsyncProducer:
             queue=queue,
             strict=strict,
             key_layout=key_layout,
+            shards=shards,
         )
         if cluster is None:
+            deciding: asyncio.Future[None] | None = None
 
             async def choose() -> None:
+                nonlocal cluster, deciding
+                # Asked once, at the first call: from_url opens no connection. First
+                # calls made at once (an app's first requests) wait for that answer:
+                # each asking and replacing the client leaked the cluster clients the
+                # others had just made, and closed the ones they were using.
+                loop = asyncio.get_running_loop()
+                if deciding is not None and deciding.get_loop() is loop:
+                    await asyncio.shield(deciding)
+                    return  # decided, or failed: _redis() asks again if it must
+                deciding = loop.create_future()
+                try:
+                    await decide()
+                finally:
+                    deciding.set_result(None)
+                    deciding = None
+
+            async def decide() -> None:
                 nonlocal cluster
-                # Asked once, at the first call: from_url opens no connection.
                 with translated():
                     on_cluster = await ask_is_cluster_async(url, redis_options)
-                producer._choose = None
-                if on_cluster:
+                if not on_cluster:
+                    producer._choose = None
+                    return
+                try:
                     check_cluster_url(url)
-                    await producer._client.aclose()
-                    cluster = True  # connect() now makes cluster clients (after a fork too)
-                    producer._client = connect()
-                    producer._scripts(producer._client)
-                    producer._core.on_cluster(key_layout)  # its keys in the cluster layout
+                except ClusterCommandError:
+                    producer._choose = None  # refused once, at this call
+                    raise
+                standalone = producer._client
+                cluster = True  # connect() now makes cluster clients (after a fork too)
+                client = connect()
+                try:
+                    # Before any call uses it: redis-py's asyncio RedisCluster fails
+                    # commands sent at once to a client that has not initialized yet.
+                    with translated():
+                        await client.initialize()
+                except BaseException:
+                    await client.aclose()
+                    raise
+                producer._client = client
+                producer._scripts(client)
+                # Its keys in the cluster layout (and its shard count read again).
+                producer._core.on_cluster(wanted_layout(shards, key_layout))
+                producer._choose = None
+                await standalone.aclose()
 
             producer._choose = choose
         return producer
@@ -280,8 +343,13 @@ class AsyncProducer:
             self._client = self._connect()
             self._scripts(self._client)
             self._core.catalog = CatalogView()
-        if self._choose is not None:
+        while self._choose is not None:  # again if the call that was asking failed
             await self._choose()
+        record = self._core.shard_count_key
+        if record is not None:  # the first call: the group's shard count
+            with translated():
+                reply = await self._client.get(record)
+            self._core.take_shard_count(reply)
         return self._client
 
     async def _read_catalog(self, client: AsyncClient, name: str | None) -> None:
@@ -307,15 +375,17 @@ class AsyncProducer:
         unique_key: str | None = None,
         unique_for: float | None = None,
         queue: str | None = None,
+        shard_key: object = None,
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` (see ``Producer.dispatch``)."""
         client = await self._redis()
         await self._read_catalog(client, name)
         destination = self._core.route(name, queue)
-        entry = self._core.one(name, payload, unique_key, unique_for, destination)
-        return AsyncProducerHandle(
-            await self._send(client, name, entry, destination.stream), name, self
+        entry, shard, stream = self._core.one(
+            name, payload, unique_key, unique_for, destination, shard_key
         )
+        inner = await self._send(client, name, entry, stream)
+        return AsyncProducerHandle(self._core.shards.task_id(shard, inner), name, self)
 
     async def _send(self, client: AsyncClient, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
@@ -347,23 +417,71 @@ class AsyncProducer:
             )
 
     async def dispatch_many(
-        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+        self,
+        name: str,
+        payloads: Iterable[Any],
+        *,
+        queue: str | None = None,
+        shard_keys: Iterable[object] | None = None,
     ) -> list[AsyncProducerHandle]:
         """Queue one run of task ``name`` per payload, pipelined (see
         ``Producer.dispatch_many``)."""
         client = await self._redis()
         await self._read_catalog(client, name)
         destination = self._core.route(name, queue)
-        data = self._core.many(name, payloads, destination)
-        stream = destination.stream
+        data, shards, streams = self._core.many(name, payloads, destination, shard_keys)
         ids: list[str] = []
         for start in range(0, len(data), ADD_CHUNK):
             with translated():
                 pipe = client.pipeline(transaction=False)
-                for item in data[start : start + ADD_CHUNK]:
-                    pipe.execute_command("XADD", stream, "*", "payload", item)
+                for at in range(start, min(start + ADD_CHUNK, len(data))):
+                    pipe.execute_command("XADD", streams[at], "*", "payload", data[at])
                 ids.extend(text(reply) for reply in await pipe.execute())
-        return [AsyncProducerHandle(entry_id, name, self) for entry_id in ids]
+        task_id = self._core.shards.task_id
+        return [
+            AsyncProducerHandle(task_id(s, i), name, self) for s, i in zip(shards, ids, strict=True)
+        ]
+
+    step = staticmethod(producer_step)
+    """``producer.step(task, payload, *, id=, queue=, on_failure=)``: one step of a
+    workflow, as ``runner.step``."""
+
+    async def dispatch_workflow(
+        self, work: Workflow | Canvas | StepSpec, *, keep: float = DEFAULT_KEEP
+    ) -> str:
+        """Dispatch a workflow, chain, group or chord built of :meth:`step` specs: its record
+        is written and its first steps queued in one call of the runner's
+        ``lua/start_workflow.lua``, as ``runner.dispatch_workflow`` does.
+
+        Args:
+            keep: Seconds its record and its steps' results live once it is over.
+
+        Returns:
+            The workflow's id: :meth:`workflow` of it (its ``result``, ``status``,
+            ``cancel``), ``runner.get_workflow(id)`` or ``taskrunner.admin.get_workflow``
+            follow it. (:meth:`result` of it waits for its end but gives no value.)
+
+        Raises:
+            InvalidWorkflow: a cycle, an unknown parent, a duplicate step id.
+            TaskNotFound: strict, and a step's task is served by no live runner.
+            InvalidTaskPayload: a step's payload cannot be encoded.
+            ValueError: a step's task is unique, or ``keep`` is not seconds > 0.
+            BackendError: Redis could not be reached (the workflow may have started).
+        """
+        client = await self._redis()
+        for name in task_names(work):
+            await self._read_catalog(client, name)
+        workflow_id, calls = plan_workflow(self._core, work, keep)
+        with translated():
+            for keys, args in calls:  # one call up to START_CHUNK steps, in chunks past it
+                await self._start_workflow(keys=[str(k) for k in keys], args=args, client=client)
+        return workflow_id
+
+    def workflow(self, workflow_id: str) -> AsyncProducerWorkflow:
+        """The handle of workflow ``workflow_id`` (as :meth:`dispatch_workflow` returns, or
+        any runner or producer of the group dispatched): its ``result(timeout)``,
+        ``status()`` and ``cancel()``, as the runner's ``WorkflowHandle``."""
+        return AsyncProducerWorkflow(workflow_id, self)
 
     async def dispatch_delayed(
         self,
@@ -372,27 +490,37 @@ class AsyncProducer:
         delay: float | timedelta = 0.0,
         *,
         queue: str | None = None,
+        shard_key: object = None,
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` after ``delay`` (see ``Producer.dispatch_delayed``)."""
-        return await self._add_delayed(name, payload, self._core.run_at_after(delay), queue)
+        run_at = self._core.run_at_after(delay)
+        return await self._add_delayed(name, payload, run_at, queue, shard_key)
 
     async def schedule_for(
-        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+        self,
+        name: str,
+        payload: Any,
+        when: datetime | float,
+        *,
+        queue: str | None = None,
+        shard_key: object = None,
     ) -> AsyncProducerHandle:
         """Queue one run of task ``name`` at ``when`` (see ``Producer.schedule_for``)."""
-        return await self._add_delayed(name, payload, self._core.run_at(when), queue)
+        return await self._add_delayed(name, payload, self._core.run_at(when), queue, shard_key)
 
     async def _add_delayed(
-        self, name: str, payload: Any, run_at: float, queue: str | None
+        self, name: str, payload: Any, run_at: float, queue: str | None, shard_key: object
     ) -> AsyncProducerHandle:
         client = await self._redis()
         await self._read_catalog(client, name)
         destination = self._core.route(name, queue)
-        member_id, member = self._core.delayed(name, payload, run_at, destination)
-        keys, args = self._core.add_delayed_call(member_id, member, run_at)
+        member_id, member, shard, at = self._core.delayed(
+            name, payload, run_at, destination, shard_key
+        )
+        keys, args = self._core.add_delayed_call(member_id, member, run_at, at)
         with translated():
             await self._add_delayed_script(keys=keys, args=args, client=client)
-        return AsyncProducerHandle(member_id, name, self)
+        return AsyncProducerHandle(self._core.shards.task_id(shard, member_id), name, self)
 
     # Results and cancellation -----------------------------------------------
     async def result(
@@ -404,8 +532,9 @@ class AsyncProducer:
         task_name: str = "",
     ) -> Any:
         """Wait for the outcome of task ``task_id`` and return its value, as
-        ``Producer.result`` does: a ``GET``, then ``BLMOVE`` of its notice, which
-        writes nothing (a wait that times out or is cancelled leaves nothing behind).
+        ``Producer.result`` does: ``lua/wait.lua``, then ``BLMOVE`` of its notice, which
+        the runner pushes for a registered task only (a wait that times out or is
+        cancelled leaves only its registration, which ends by itself).
 
         Raises:
             TaskFailed: its last attempt failed (the error it records).
@@ -416,23 +545,40 @@ class AsyncProducer:
             ValueError: a bad ``timeout``.
         """
         limit = check_timeout(timeout)
+        raw = await self._wait_document(task_id, limit)
+        if raw is None:
+            raise ResultTimeout(task_id, task_name, limit)
+        return self._core.outcome(task_id, raw, type)
+
+    async def _wait_document(self, task_id: str, limit: float) -> bytes | None:
+        """The result document kept under ``task_id``, waited for up to ``limit``
+        seconds (``None``: none came); see :meth:`result`."""
         client = await self._redis()
-        key, notice = self._core.result_keys(task_id)
+        key, notice, waiters, inner = self._core.result_keys(task_id)
         deadline = time.monotonic() + limit
         socket_timeout = socket_timeout_of(client)
+        raw = None
         with translated():
-            raw = raw_bytes(await client.get(key))
-            while raw is None and (left := deadline - time.monotonic()) > 0:
+            while (left := deadline - time.monotonic()) > 0:
                 wait = min(left, wait_slice(socket_timeout))
+                # The result, else registered as its waiter in the same step: a runner
+                # that finishes the task after this pushes its notice.
+                raw = raw_bytes(
+                    await self._wait_script(
+                        keys=[key, waiters], args=[inner, registration_ms(wait)], client=client
+                    )
+                )
+                if raw is not None:
+                    break
                 reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
                     "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
                 )
                 raw = raw_bytes(reply)
+                if raw is not None:
+                    break
             if raw is None:  # one last look: a notice can expire before a slow waiter blocks
                 raw = raw_bytes(await client.get(key))
-        if raw is None:
-            raise ResultTimeout(task_id, task_name, limit)
-        return self._core.outcome(task_id, raw, type)
+        return raw
 
     async def cancel(self, task_id: str) -> bool:
         """Cancel task ``task_id`` wherever it is (see ``Producer.cancel``).
@@ -448,11 +594,19 @@ class AsyncProducer:
         lock: str | None = None
         with translated():
             for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
-                keys, args = self._core.cancel_call(task_id, lock)
+                call = self._core.cancel_call(task_id, lock)
+                if call is None:  # an id naming no shard of the group
+                    return False
+                keys, args = call
                 reply = await self._track(keys=keys, args=args, client=client)
                 lock = lock_to_give(reply)
                 if lock is None:
-                    return was_cancelled(reply)
+                    step = step_cancel_call(self._core, task_id, reply)
+                    if step is None:
+                        return was_cancelled(reply)
+                    # A queued or delayed step: removed and counted in its workflow.
+                    done = await self._finish(keys=step[0], args=step[1], client=client)
+                    return step_cancellation(done, None).state is not None
         raise BackendError(
             f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
             maybe_applied=False,

@@ -12,10 +12,12 @@ given back.
 
 Results and cancellation use the runner's keys and scripts (see
 docs/redis-key-layout.md, "Results, lookup and cancellation"): a handle's
-``result`` reads the task's result key (``GET``), then blocks on its notice with
-``BLMOVE notice notice RIGHT LEFT`` (in slices shorter than the client's
-socket timeout), which writes nothing, so a waiter that gives up leaves
-nothing behind; ``cancel`` is one call of the runner's ``lua/track.lua``; a
+``result`` reads the task's result key and registers as its waiter in one call
+of the runner's ``lua/wait.lua``, then blocks on its notice with ``BLMOVE
+notice notice RIGHT LEFT`` (in slices shorter than the client's socket
+timeout, each starting with ``lua/wait.lua`` again): runners push a notice only
+for a task someone registered for, and a waiter that gives up leaves only its
+registration, which ends by itself; ``cancel`` is one call of the runner's ``lua/track.lua``; a
 delayed dispatch is one call of ``lua/add_delayed.lua``, which indexes the
 member under its id so that the task can be looked up and cancelled.
 """
@@ -38,7 +40,7 @@ import redis.asyncio
 import redis.exceptions
 from redis.connection import parse_url
 
-from taskrunner import _keys
+from taskrunner import _keys, _shards, _wire
 from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, Planner, delay_seconds, unix_seconds
 from taskrunner._dispatch.results import outcome_of
@@ -48,6 +50,7 @@ from taskrunner.backends._protocols.tracking import CANCELLED_STATES, cancel_arg
 from taskrunner.backends.redis._catalog import live_documents
 from taskrunner.backends.redis._errors import ClusterCommandError
 from taskrunner.backends.redis._pyredis import translate_error
+from taskrunner.backends.redis._step_cancel import STEP_FLAG
 from taskrunner.producer._plan import (
     CATALOG_CACHE,
     DEFAULT_QUEUE,
@@ -60,6 +63,7 @@ from taskrunner.producer._plan import (
     task_settings,
     wire_payload,
 )
+from taskrunner.producer._sharding import ProducerShards, recorded_count, shard_count
 
 log = logging.getLogger("taskrunner.producer")
 
@@ -77,6 +81,11 @@ TRACK_SOURCE = (LUA / "track.lua").read_text()
 """The runner's lookup-and-cancel script (``lua/track.lua``)."""
 ADD_DELAYED_SOURCE = (LUA / "add_delayed.lua").read_text()
 """The runner's add-and-index of a delayed member (``lua/add_delayed.lua``)."""
+WAIT_SOURCE = (LUA / "wait.lua").read_text()
+"""The runner's read-or-register of a result waiter (``lua/wait.lua``)."""
+WAITER_MARGIN = 10.0
+"""Seconds a waiter's registration outlives the ``BLMOVE`` it was made for (as the
+runner's, ``RedisTracking``)."""
 
 
 def wait_slice(socket_timeout: float | None) -> float:
@@ -84,6 +93,11 @@ def wait_slice(socket_timeout: float | None) -> float:
     if socket_timeout is None:
         return WAIT_SLICE
     return max(0.05, min(WAIT_SLICE, socket_timeout / 2))
+
+
+def registration_ms(wait: float) -> int:
+    """How long, in ms, ``lua/wait.lua`` registers a waiter that blocks for ``wait`` s."""
+    return max(1, math.ceil((wait + WAITER_MARGIN) * 1000))
 
 
 def check_timeout(timeout: float | None) -> float:
@@ -233,11 +247,18 @@ class ProducerCore:
         queue: str,
         strict: bool,
         key_layout: KeyLayout = "go",
+        shards: int | None = None,
     ) -> None:
         self.destination = Destination(
             consumer_group=consumer_group, prefix=prefix, queue=queue, key_layout=key_layout
         )
         self.strict = strict
+        self.wanted_shards = shards
+        """The producer's ``shards=`` (``None``: the group's record decides)."""
+        self._shards: ProducerShards | None = None
+        """Known once the record is read (:meth:`take_shard_count`); at once in the go layout."""
+        if key_layout == "go":
+            self._shards = ProducerShards(consumer_group, 1)
         self.catalog = CatalogView()
         self._names: set[str] = set()
         self._tasks: dict[tuple[str, str], CatalogTask] = {}  # by (name, queue), when not strict
@@ -290,8 +311,36 @@ class ProducerCore:
         """
         layout = _keys.resolve_layout(key_layout, cluster=True)
         self.destination = attrs.evolve(self.destination, key_layout=layout)
-        # Every queue's keys are named anew, in that layout.
+        # Every queue's keys are named anew, in that layout, and its shard count read.
         self._destinations = {self.destination.queue: self.destination}
+        self._shards = None
+
+    # Shards -----------------------------------------------------------------
+    @property
+    def shard_count_key(self) -> str | None:
+        """The record to ``GET`` before the first dispatch, or ``None`` when the
+        shard count is known (always, in the go layout: it has no shards)."""
+        if self._shards is not None:
+            return None
+        return _shards.shard_count_key(self.destination.consumer_group)
+
+    def take_shard_count(self, reply: object) -> None:
+        """Take the ``GET`` of :attr:`shard_count_key` (see :mod:`._sharding`).
+
+        Raises:
+            ShardCountError: the producer's ``shards=`` differs from the record.
+            ValueError: the group is sharded and the producer has a ``prefix``.
+        """
+        group, prefix = self.destination.consumer_group, self.destination.prefix
+        count = shard_count(group, self.wanted_shards, recorded_count(reply), prefix)
+        self._shards = ProducerShards(group, count)
+
+    @property
+    def shards(self) -> ProducerShards:
+        """The group's shards (read before any call names a key: see :attr:`shard_count_key`)."""
+        if self._shards is None:
+            raise RuntimeError("the group's shard count was not read yet")
+        return self._shards
 
     def needs_catalog(self, name: str | None) -> bool:
         """Whether a strict producer reads the catalog before dispatching ``name``;
@@ -336,6 +385,10 @@ class ProducerCore:
             self._tasks[name, destination.queue] = task
         return task
 
+    def step_task(self, name: str, destination: Destination) -> CatalogTask:
+        """What is known of task ``name`` run as a workflow step on ``destination``."""
+        return self._task(name, destination)
+
     def one(
         self,
         name: str,
@@ -343,54 +396,96 @@ class ProducerCore:
         unique_key: str | None = None,
         unique_for: float | None = None,
         destination: Destination | None = None,
-    ) -> Enqueue:
-        """The entry (and lock) of one dispatch to ``destination`` (:meth:`route`;
-        ``None``: the producer's own queue).
+        shard_key: object = None,
+    ) -> tuple[Enqueue, int, str]:
+        """``(entry and lock, shard, stream)`` of one dispatch to ``destination``
+        (:meth:`route`; ``None``: the producer's own queue), in the shard the runner's
+        routing picks for ``shard_key`` (else the unique key, else the round-robin).
 
         Raises:
-            TaskNotFound, InvalidTaskPayload, ValueError: see ``Producer.dispatch``.
+            TaskNotFound, InvalidTaskPayload, ValueError, TypeError: see ``Producer.dispatch``.
         """
         destination = self.destination if destination is None else destination
+        shards = self._shards or self.shards  # (the property raises when not read yet)
         if unique_key is None and unique_for is None:
             task = self._task(name, destination)
             if not task.unique:  # the common case, without a lock
-                return self._planner.entry(task, wire_payload(payload))
+                entry = self._planner.entry(task, wire_payload(payload))
+                if shards.count == 1:
+                    return entry, 0, destination.stream
+                shard = shards.pick(shard_key, None)
+                return entry, shard, shards.at(destination, shard).stream
         settings = self.settings(name, unique_key, unique_for, destination)
         if not settings.task.unique:
-            return self._planner.entry(settings.task, wire_payload(payload))
-        return self._planner.entry(
+            shard = shards.pick(shard_key, None)
+            entry = self._planner.entry(settings.task, wire_payload(payload))
+            return entry, shard, shards.at(destination, shard).stream
+        shard = shards.pick(shard_key, settings.unique_key)
+        keys = shards.at(destination, shard)
+        entry = self._planner.entry(
             settings.task,
             wire_payload(payload),
             unique_key=settings.unique_key,
             token=uuid.uuid4().hex,
-            lock_prefix=self.destination.lock_prefix,
+            lock_prefix=keys.lock_prefix,
         )
+        return entry, shard, keys.stream
 
     def many(
-        self, name: str, payloads: Iterable[Any], destination: Destination | None = None
-    ) -> list[bytes]:
-        """The entries of ``dispatch_many`` to ``destination`` (``None``: the producer's
-        queue), every one encoded before any is sent.
+        self,
+        name: str,
+        payloads: Iterable[Any],
+        destination: Destination | None = None,
+        shard_keys: Iterable[object] | None = None,
+    ) -> tuple[list[bytes], list[int], list[str]]:
+        """``(entries, their shards, their streams)`` of ``dispatch_many`` to
+        ``destination`` (``None``: the producer's queue), every one encoded (and
+        routed, by ``shard_keys``, one per payload, as :meth:`one`) before any is sent.
 
         Raises:
-            ValueError: the task is unique (per the catalog).
+            ValueError: the task is unique (per the catalog), or ``shard_keys`` does not
+                give one key per payload.
+            TypeError: a shard key is not a JSON value.
         """
-        task = self._task(name, self.destination if destination is None else destination)
+        destination = self.destination if destination is None else destination
+        task = self._task(name, destination)
         if task.unique:
             raise ValueError(f"task {name!r} is unique; dispatch it with dispatch(), one at a time")
-        return self._planner.entries(task, [wire_payload(p) for p in payloads])
+        data = self._planner.entries(task, [wire_payload(p) for p in payloads])
+        shards = self.shards
+        keys = [None] * len(data) if shard_keys is None else list(shard_keys)
+        if len(keys) != len(data):
+            raise ValueError(
+                f"shard_keys must give one key per payload: {len(data)} payload(s), "
+                f"got {len(keys)} key(s)"
+            )
+        if shards.count == 1:
+            return data, [0] * len(data), [destination.stream] * len(data)
+        picked = [shards.pick(key, None) for key in keys]
+        return data, picked, [shards.at(destination, shard).stream for shard in picked]
 
     def delayed(
-        self, name: str, payload: Any, run_at: float, destination: Destination | None = None
-    ) -> tuple[str, bytes]:
-        """``(id, member)`` of a delayed dispatch at ``run_at`` (unix seconds) to
-        ``destination`` (``None``: the producer's queue).
+        self,
+        name: str,
+        payload: Any,
+        run_at: float,
+        destination: Destination | None = None,
+        shard_key: object = None,
+    ) -> tuple[str, bytes, int, Destination]:
+        """``(id, member, shard, the shard's keys)`` of a delayed dispatch at ``run_at``
+        (unix seconds) to ``destination`` (``None``: the producer's queue).
 
         The lock of a unique task is taken when the group's leader moves the
-        member to the stream, with the settings it registered.
+        member to the stream, with the settings it registered. In a sharded group a
+        strict producer routes a task unique by name by its name, as the runner
+        does; one unique by a key of its payload needs ``shard_key`` to meet the
+        runner's shard (the producer cannot compute the key).
         """
         destination = self.destination if destination is None else destination
         task = served_task(name, destination, self._served(name))
+        shards = self.shards
+        unique = _wire.message_unique_key(name, None) if task.unique and not task.keyed else None
+        shard = shards.pick(shard_key, unique)
         member_id = str(uuid.uuid4())
         # The leader computes a unique task's key from the payload when it moves it.
         plain = attrs.evolve(task, unique=False, unique_for=0.0)
@@ -403,35 +498,85 @@ class ProducerCore:
             # The leader moves it to this queue (no field: the backend's default one).
             queue=None if destination.queue == DEFAULT_QUEUE else destination.queue,
         )
-        return member_id, member
+        return member_id, member, shard, shards.at(destination, shard)
 
-    def result_keys(self, task_id: str) -> tuple[str, str]:
-        """``(result key, notice key)`` of task ``task_id``."""
-        group, layout = self.destination.consumer_group, self.destination.key_layout
-        return _keys.result(group, task_id, layout), _keys.notify(group, task_id, layout)
+    def result_keys(self, task_id: str) -> tuple[str, str, str, str]:
+        """``(result key, notice key, result waiters key, the id in its shard)`` of task
+        ``task_id``, in the shard its id names.
+
+        Raises:
+            ValueError: ``task_id`` names no shard of the group (as ``TaskHandle.result``).
+        """
+        shards = self.shards
+        where = shards.locate(task_id)
+        if where is None:
+            raise ValueError(
+                f"task id {task_id!r} names no shard of group "
+                f"{self.destination.consumer_group!r} (shards={shards.count})"
+            )
+        group, layout = shards.group_of(where[0]), self.destination.key_layout
+        inner = where[1]
+        return (
+            _keys.result(group, inner, layout),
+            _keys.notify(group, inner, layout),
+            _keys.result_waiters(group, layout),
+            inner,
+        )
 
     def cancel_call(
         self, task_id: str, lock: str | None = None
-    ) -> tuple[list[str], list[str | bytes]]:
+    ) -> tuple[list[str], list[str | bytes]] | None:
         """``(KEYS, ARGV)`` of ``lua/track.lua`` cancelling ``task_id`` (now, unix time)
         on every queue this producer knows (its own first, then those it sent to and
-        those the catalog it read serves tasks on), given the unique lock a call before
-        named (``{'lock', key}``), if any."""
+        those the catalog it read serves tasks on), in the shard its id names, given
+        the unique lock a call before named (``{'lock', key}``), if any; ``None`` when
+        the id names no shard of the group (nothing to cancel). A queued or delayed
+        workflow step is named, not removed (``{'step', ...}``):
+        :func:`taskrunner.producer._workflows.step_cancel_call` then counts it, as the
+        runner's cancel does."""
+        shards = self.shards
+        where = shards.locate(task_id)
+        if where is None:
+            return None
         group, layout = self.destination.consumer_group, self.destination.key_layout
-        streams = [d.stream for d in self._destinations.values()]
-        streams += [t.stream for doc in self.catalog.documents for t in doc.tasks]
+        streams = self.cancel_streams()
+        # Steps are counted on an unsharded group (a sharded group's steps are not
+        # named: removed as plain tasks, as before).
+        flag = [STEP_FLAG]
+        if shards.count > 1:  # each queue's stream in the id's shard
+            index, task_id = where
+            group = shards.group_of(index)
+            streams = self._shard_streams(streams, index)
+            flag = []
         return (
             track_keys(list(dict.fromkeys(streams)), group, task_id, layout, lock),
-            cancel_arguments(group, task_id, time.time(), layout),
+            [*cancel_arguments(group, task_id, time.time(), layout), *flag],
         )
 
+    def cancel_streams(self) -> list[str]:
+        """The streams ``cancel`` looks in, in order (see :meth:`cancel_call`)."""
+        streams = [d.stream for d in self._destinations.values()]
+        streams += [t.stream for doc in self.catalog.documents for t in doc.tasks]
+        return list(dict.fromkeys(streams))
+
+    def _shard_streams(self, streams: Iterable[str], index: int) -> list[str]:
+        """The streams of shard ``index`` of the queues ``streams`` (the group's own
+        streams, by the producer's layout) are; a stream naming no queue is left out."""
+        out = []
+        for stream in streams:
+            queue = queue_of_stream(self.destination, stream)
+            if queue is not None:
+                out.append(self.shards.at(self.destination_of(queue), index).stream)
+        return out
+
     def add_delayed_call(
-        self, member_id: str, member: bytes, run_at: float
+        self, member_id: str, member: bytes, run_at: float, keys: Destination | None = None
     ) -> tuple[list[str], list[str | bytes]]:
-        """``(KEYS, ARGV)`` of ``lua/add_delayed.lua`` adding ``member`` at ``run_at``."""
-        group = self.destination.consumer_group
-        keys = [self.destination.delayed, _keys.delayed_index(group, self.destination.key_layout)]
-        return keys, [repr(float(run_at)), member, member_id]
+        """``(KEYS, ARGV)`` of ``lua/add_delayed.lua`` adding ``member`` at ``run_at`` to
+        the delayed set of ``keys`` (a shard's, :meth:`delayed`; ``None``: the group's)."""
+        keys = self.destination if keys is None else keys
+        index = _keys.delayed_index(keys.consumer_group, keys.key_layout)
+        return [keys.delayed, index], [repr(float(run_at)), member, member_id]
 
     @staticmethod
     def outcome(task_id: str, raw: bytes, result_type: type[Any] | None) -> Any:

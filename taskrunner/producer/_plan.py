@@ -112,7 +112,9 @@ def queue_of_stream(destination: Destination, stream: str) -> str | None:
     if not stream.startswith(head) or queue_name_problem(name) is not None:
         return None
     try:
-        same = _keys.stream_keys(destination.prefix, destination.consumer_group, name).stream
+        same = _keys.stream_keys(
+            destination.prefix, destination.consumer_group, name, destination.key_layout
+        ).stream
     except ValueError:
         return None
     return name if same == stream else None

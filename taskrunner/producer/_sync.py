@@ -28,11 +28,14 @@ from typing import Any, Self
 import attrs
 import redis
 
-from taskrunner import _keys
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
+from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
+from taskrunner._workflows import StepSpec, Workflow
+from taskrunner._workflows.graph import Canvas
 from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
 from taskrunner.backends.redis._sentinel_config import is_sentinel_url
+from taskrunner.backends.redis._step_cancel import step_cancellation
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
@@ -40,6 +43,7 @@ from taskrunner.producer._core import (
     CONNECT_TIMEOUT,
     SOCKET_TIMEOUT,
     TRACK_SOURCE,
+    WAIT_SOURCE,
     ProducerCore,
     ask_is_cluster,
     check_cluster_url,
@@ -48,6 +52,7 @@ from taskrunner.producer._core import (
     lock_px,
     log_kept_lock,
     raw_bytes,
+    registration_ms,
     socket_timeout_of,
     text,
     translated,
@@ -56,6 +61,16 @@ from taskrunner.producer._core import (
 )
 from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sentinel import sync_master
+from taskrunner.producer._sharding import producer_layout, wanted_layout
+from taskrunner.producer._workflow_handles import ProducerWorkflow
+from taskrunner.producer._workflows import (
+    FINISH_SOURCE,
+    START_WORKFLOW_SOURCE,
+    plan_workflow,
+    producer_step,
+    step_cancel_call,
+    task_names,
+)
 
 log = logging.getLogger("taskrunner.producer")
 
@@ -71,7 +86,8 @@ class ProducerHandle:
     """A task a :class:`Producer` dispatched. ``str(handle)`` is its id."""
 
     id: str
-    """The task's id: its stream id, or a delayed task's id."""
+    """The task's id: its stream id, or a delayed task's id (``<shard>.<id>`` in a
+    sharded group)."""
     task_name: str
     _producer: Producer = attrs.field(repr=False, eq=False)
 
@@ -106,11 +122,18 @@ class Producer:
             it is told.
         key_layout: The runners' key layout, ``"go"`` or ``"cluster"`` (see
             docs/redis-key-layout.md); ``None`` (the default) is ``"cluster"`` on a
-            Redis Cluster client and ``"go"`` otherwise, as ``RedisBackend`` chooses.
+            Redis Cluster client and ``"go"`` otherwise, as ``RedisBackend`` chooses
+            (``"cluster"`` with ``shards > 1``).
+        shards: The group's shard count (docs/sharding.md), checked against the
+            group's record at the first call (:class:`~taskrunner.ShardCountError`
+            when they differ); ``None`` (the default) takes the record's. In the
+            cluster layout the first call reads the record either way; in the go
+            layout a group has no shards.
 
     Raises:
         TypeError: ``client`` is not a sync redis-py client.
-        ValueError: a name is empty, holds spaces, or collides with the key layout.
+        ValueError: a name is empty, holds spaces, or collides with the key layout;
+            ``shards`` is out of range, or above 1 with ``key_layout="go"`` or a prefix.
 
     Prefer :meth:`from_url`.
     """
@@ -124,6 +147,7 @@ class Producer:
         queue: str = "tasks",
         strict: bool = False,
         key_layout: KeyLayout | None = None,
+        shards: int | None = None,
     ) -> None:
         self._setup(
             client,
@@ -133,6 +157,7 @@ class Producer:
             queue=queue,
             strict=strict,
             key_layout=key_layout,
+            shards=shards,
         )
 
     def _setup(
@@ -145,6 +170,7 @@ class Producer:
         queue: str,
         strict: bool,
         key_layout: KeyLayout | None = None,
+        shards: int | None = None,
     ) -> None:
         if not isinstance(client, redis.Redis | redis.RedisCluster):
             raise TypeError(
@@ -157,7 +183,10 @@ class Producer:
             prefix=prefix,
             queue=queue,
             strict=bool(strict),
-            key_layout=_keys.resolve_layout(key_layout, cluster=is_cluster_client(client)),
+            key_layout=producer_layout(
+                key_layout, shards, prefix, cluster=is_cluster_client(client)
+            ),
+            shards=shards,
         )
         self._client = client
         self._connect = connect  # set when the client is ours
@@ -170,6 +199,9 @@ class Producer:
         self._release = client.register_script(RELEASE_SOURCE)
         self._track = client.register_script(TRACK_SOURCE)
         self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
+        self._wait_script = client.register_script(WAIT_SOURCE)
+        self._start_workflow = client.register_script(START_WORKFLOW_SOURCE)
+        self._finish = client.register_script(FINISH_SOURCE)
 
     @classmethod
     def from_url(
@@ -182,6 +214,7 @@ class Producer:
         strict: bool = False,
         key_layout: KeyLayout | None = None,
         cluster: bool | None = None,
+        shards: int | None = None,
         **redis_options: Any,
     ) -> Producer:
         """A producer on a client of its own, ``redis.Redis.from_url(url, **redis_options)``,
@@ -229,6 +262,7 @@ class Producer:
             queue=queue,
             strict=strict,
             key_layout=key_layout,
+            shards=shards,
         )
         if cluster is None:
 
@@ -244,7 +278,8 @@ class Producer:
                     cluster = True  # connect() now makes cluster clients (after a fork too)
                     producer._client = connect()
                     producer._scripts(producer._client)
-                    producer._core.on_cluster(key_layout)  # its keys in the cluster layout
+                    # Its keys in the cluster layout (and its shard count read again).
+                    producer._core.on_cluster(wanted_layout(shards, key_layout))
 
             producer._choose = choose
         return producer
@@ -274,6 +309,11 @@ class Producer:
             self._after_fork()
         if self._choose is not None:
             self._choose()
+        record = self._core.shard_count_key
+        if record is not None:  # the first call: the group's shard count
+            with translated():
+                reply = self._client.get(record)
+            self._core.take_shard_count(reply)
         return self._client
 
     def _after_fork(self) -> None:
@@ -307,6 +347,7 @@ class Producer:
         unique_key: str | None = None,
         unique_for: float | None = None,
         queue: str | None = None,
+        shard_key: object = None,
     ) -> ProducerHandle:
         """Queue one run of task ``name``: one ``XADD`` (a unique task takes its lock first).
 
@@ -323,9 +364,14 @@ class Producer:
             queue: The queue of the group to add it to (its stream by the producer's
                 prefix). By default: strict, the queue a live runner serves the
                 task on (the catalog's), else the producer's ``queue``.
+            shard_key: In a sharded group, what the task's ``shard_key`` function
+                returns for ``payload`` (the producer cannot run it): the dispatch goes
+                to that key's shard, as the runner's would. ``None``: the unique key's
+                shard for a unique task, else the next shard in turn.
 
         Returns:
-            The task's handle; its id is the stream id.
+            The task's handle; its id is the stream id (``<shard>.<stream id>`` in a
+            sharded group).
 
         Raises:
             TaskNotFound: strict, and no live runner serves ``name`` (on ``queue``,
@@ -337,12 +383,17 @@ class Producer:
                 back only when the add certainly did not happen; otherwise it is
                 kept (no duplicate gets in) and expires after ``unique_for``.
             ValueError: a bad name, ``unique_key``, ``unique_for`` or ``queue``.
+            TypeError: ``shard_key`` is not a JSON value.
+            ShardCountError: at the first call, ``shards=`` differs from the group's record.
         """
         client = self._redis()
         self._read_catalog(client, name)
         destination = self._core.route(name, queue)
-        entry = self._core.one(name, payload, unique_key, unique_for, destination)
-        return ProducerHandle(self._send(client, name, entry, destination.stream), name, self)
+        entry, shard, stream = self._core.one(
+            name, payload, unique_key, unique_for, destination, shard_key
+        )
+        task_id = self._core.shards.task_id(shard, self._send(client, name, entry, stream))
+        return ProducerHandle(task_id, name, self)
 
     def _send(self, client: Client, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
@@ -374,31 +425,82 @@ class Producer:
             )
 
     def dispatch_many(
-        self, name: str, payloads: Iterable[Any], *, queue: str | None = None
+        self,
+        name: str,
+        payloads: Iterable[Any],
+        *,
+        queue: str | None = None,
+        shard_keys: Iterable[object] | None = None,
     ) -> list[ProducerHandle]:
         """Queue one run of task ``name`` per payload, pipelined (one round trip per
         2,000). Every payload is encoded before anything is sent, so an invalid one
         queues none.
 
+        Args:
+            shard_keys: In a sharded group, one ``shard_key`` per payload (see
+                :meth:`dispatch`); ``None``: the shards in turn.
+
         Raises:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
-            ValueError: the task is unique per the catalog (dispatch those one by one).
+            ValueError: the task is unique per the catalog (dispatch those one by one),
+                or ``shard_keys`` does not give one key per payload.
         """
         client = self._redis()
         self._read_catalog(client, name)
         destination = self._core.route(name, queue)
-        data = self._core.many(name, payloads, destination)
-        stream = destination.stream
+        data, shards, streams = self._core.many(name, payloads, destination, shard_keys)
         ids: list[str] = []
         for start in range(0, len(data), ADD_CHUNK):
             with translated():
                 pipe = client.pipeline(transaction=False)
-                for item in data[start : start + ADD_CHUNK]:
+                for at in range(start, min(start + ADD_CHUNK, len(data))):
                     pipe.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
-                        "XADD", stream, "*", "payload", item
+                        "XADD", streams[at], "*", "payload", data[at]
                     )
                 ids.extend(text(reply) for reply in pipe.execute())
-        return [ProducerHandle(entry_id, name, self) for entry_id in ids]
+        task_id = self._core.shards.task_id
+        return [ProducerHandle(task_id(s, i), name, self) for s, i in zip(shards, ids, strict=True)]
+
+    step = staticmethod(producer_step)
+    """``producer.step(task, payload, *, id=, queue=, on_failure=)``: one step of a
+    workflow, as ``runner.step``."""
+
+    def dispatch_workflow(
+        self, work: Workflow | Canvas | StepSpec, *, keep: float = DEFAULT_KEEP
+    ) -> str:
+        """Dispatch a workflow, chain, group or chord built of :meth:`step` specs: its record
+        is written and its first steps queued in one call of the runner's
+        ``lua/start_workflow.lua``, as ``runner.dispatch_workflow`` does.
+
+        Args:
+            keep: Seconds its record and its steps' results live once it is over.
+
+        Returns:
+            The workflow's id: :meth:`workflow` of it (its ``result``, ``status``,
+            ``cancel``), ``runner.get_workflow(id)`` or ``taskrunner.admin.get_workflow``
+            follow it. (:meth:`result` of it waits for its end but gives no value.)
+
+        Raises:
+            InvalidWorkflow: a cycle, an unknown parent, a duplicate step id.
+            TaskNotFound: strict, and a step's task is served by no live runner.
+            InvalidTaskPayload: a step's payload cannot be encoded.
+            ValueError: a step's task is unique, or ``keep`` is not seconds > 0.
+            BackendError: Redis could not be reached (the workflow may have started).
+        """
+        client = self._redis()
+        for name in task_names(work):
+            self._read_catalog(client, name)
+        workflow_id, calls = plan_workflow(self._core, work, keep)
+        with translated():
+            for keys, args in calls:  # one call up to START_CHUNK steps, in chunks past it
+                self._start_workflow(keys=[str(k) for k in keys], args=args, client=client)
+        return workflow_id
+
+    def workflow(self, workflow_id: str) -> ProducerWorkflow:
+        """The handle of workflow ``workflow_id`` (as :meth:`dispatch_workflow` returns, or
+        any runner or producer of the group dispatched): its ``result(timeout)``,
+        ``status()`` and ``cancel()``, as the runner's ``WorkflowHandle``."""
+        return ProducerWorkflow(workflow_id, self)
 
     def dispatch_delayed(
         self,
@@ -407,6 +509,7 @@ class Producer:
         delay: float | timedelta = 0.0,
         *,
         queue: str | None = None,
+        shard_key: object = None,
     ) -> ProducerHandle:
         """Queue one run of task ``name`` after ``delay`` (seconds, or a timedelta):
         one ``ZADD`` to the group's delayed set, which the group's leader moves to
@@ -420,10 +523,16 @@ class Producer:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``delay`` is negative or not finite.
         """
-        return self._add_delayed(name, payload, self._core.run_at_after(delay), queue)
+        return self._add_delayed(name, payload, self._core.run_at_after(delay), queue, shard_key)
 
     def schedule_for(
-        self, name: str, payload: Any, when: datetime | float, *, queue: str | None = None
+        self,
+        name: str,
+        payload: Any,
+        when: datetime | float,
+        *,
+        queue: str | None = None,
+        shard_key: object = None,
     ) -> ProducerHandle:
         """Queue one run of task ``name`` at ``when`` (an aware datetime, or unix
         seconds; a time in the past runs at the leader's next pass).
@@ -432,19 +541,21 @@ class Producer:
             TaskNotFound, InvalidTaskPayload, BackendError: as :meth:`dispatch`.
             ValueError: ``when`` is a naive datetime or not finite.
         """
-        return self._add_delayed(name, payload, self._core.run_at(when), queue)
+        return self._add_delayed(name, payload, self._core.run_at(when), queue, shard_key)
 
     def _add_delayed(
-        self, name: str, payload: Any, run_at: float, queue: str | None
+        self, name: str, payload: Any, run_at: float, queue: str | None, shard_key: object
     ) -> ProducerHandle:
         client = self._redis()
         self._read_catalog(client, name)
         destination = self._core.route(name, queue)
-        member_id, member = self._core.delayed(name, payload, run_at, destination)
-        keys, args = self._core.add_delayed_call(member_id, member, run_at)
+        member_id, member, shard, at = self._core.delayed(
+            name, payload, run_at, destination, shard_key
+        )
+        keys, args = self._core.add_delayed_call(member_id, member, run_at, at)
         with translated():
             self._add_delayed_script(keys=keys, args=args, client=client)
-        return ProducerHandle(member_id, name, self)
+        return ProducerHandle(self._core.shards.task_id(shard, member_id), name, self)
 
     # Results and cancellation -----------------------------------------------
     def result(
@@ -459,9 +570,11 @@ class Producer:
 
         The task must keep results (its runners registered it with
         ``keep_result=seconds``): the runner that runs it keeps its outcome in
-        Redis, where this waits for it. Waiting is a ``GET`` of the result,
-        then a blocking ``BLMOVE`` of its notice (on a connection of the pool),
-        which writes nothing: a wait that times out leaves nothing behind.
+        Redis, where this waits for it. Waiting is one call of the runner's
+        ``lua/wait.lua`` (the result, else this waiter registered for it), then a
+        blocking ``BLMOVE`` of its notice (on a connection of the pool), which the
+        runner pushes for a registered task only; a wait that times out leaves
+        only its registration, which ends by itself.
 
         Args:
             task_id: The task (``handle.id``).
@@ -482,25 +595,42 @@ class Producer:
             ValueError: a bad ``timeout``.
         """
         limit = check_timeout(timeout)
+        raw = self._wait_document(task_id, limit)
+        if raw is None:
+            raise ResultTimeout(task_id, task_name, limit)
+        return self._core.outcome(task_id, raw, type)
+
+    def _wait_document(self, task_id: str, limit: float) -> bytes | None:
+        """The result document kept under ``task_id``, waited for up to ``limit``
+        seconds (``None``: none came); see :meth:`result`."""
         client = self._redis()
-        key, notice = self._core.result_keys(task_id)
+        key, notice, waiters, inner = self._core.result_keys(task_id)
         deadline = time.monotonic() + limit
         socket_timeout = socket_timeout_of(client)
+        raw = None
         with translated():
-            raw = raw_bytes(client.get(key))
-            while raw is None and (left := deadline - time.monotonic()) > 0:
+            while (left := deadline - time.monotonic()) > 0:
                 wait = min(left, wait_slice(socket_timeout))
+                # The result, else registered as its waiter in the same step: a runner
+                # that finishes the task after this pushes its notice.
+                raw = raw_bytes(
+                    self._wait_script(
+                        keys=[key, waiters], args=[inner, registration_ms(wait)], client=client
+                    )
+                )
+                if raw is not None:
+                    break
                 # BLMOVE of the one-element notice onto itself: the document, left
                 # in place for every other waiter. Sub-second timeouts need Redis 6.
                 reply = client.execute_command(  # type: ignore[no-untyped-call]
                     "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
                 )
                 raw = raw_bytes(reply)
+                if raw is not None:
+                    break
             if raw is None:  # one last look: a notice can expire before a slow waiter blocks
                 raw = raw_bytes(client.get(key))
-        if raw is None:
-            raise ResultTimeout(task_id, task_name, limit)
-        return self._core.outcome(task_id, raw, type)
+        return raw
 
     def cancel(self, task_id: str) -> bool:
         """Cancel task ``task_id``, wherever it is, as ``TaskRunner.cancel`` does (one
@@ -523,11 +653,19 @@ class Producer:
         lock: str | None = None
         with translated():
             for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
-                keys, args = self._core.cancel_call(task_id, lock)
+                call = self._core.cancel_call(task_id, lock)
+                if call is None:  # an id naming no shard of the group
+                    return False
+                keys, args = call
                 reply = self._track(keys=keys, args=args, client=client)
                 lock = lock_to_give(reply)
                 if lock is None:
-                    return was_cancelled(reply)
+                    step = step_cancel_call(self._core, task_id, reply)
+                    if step is None:
+                        return was_cancelled(reply)
+                    # A queued or delayed step: removed and counted in its workflow.
+                    done = self._finish(keys=step[0], args=step[1], client=client)
+                    return step_cancellation(done, None).state is not None
         raise BackendError(
             f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
             maybe_applied=False,

@@ -56,7 +56,7 @@ A "not yet" assertion (the lease is still held, the entry is not claimable
 yet) is only made while trio's clock shows that the interval on the server is
 surely below its limit; if a stall (a loaded machine, a slow round trip) pushed
 the run past it, the answer is legitimately either way, so the check starts
-over with fresh names, at most three times, and then fails saying so. Under
+over with fresh names, at most six times, and then fails saying so. Under
 ``MockClock`` this never happens, and nothing is ever silently skipped.
 
 Each check runs under a hang guard of :data:`CHECK_TIMEOUT` seconds (trio's
@@ -86,7 +86,14 @@ from taskrunner.testing._embedded import (
     running_server,
     sync_command,
 )
+from taskrunner.testing._events_checks import (  # noqa: F401 - importing registers the checks
+    check_event_stream_is_capped,
+    check_events_ride_with_their_calls,
+    check_progress,
+    check_read_events_blocks_until_one_comes,
+)
 from taskrunner.testing._flow_checks import (  # noqa: F401 - importing registers the checks
+    check_a_parked_run_is_found_and_cancelled_by_its_task_id,
     check_concurrency_slots,
     check_park_and_resume,
     check_pause_and_resume,
@@ -103,6 +110,8 @@ from taskrunner.testing._inspection_checks import (  # noqa: F401 - importing re
     check_read_lease,
 )
 from taskrunner.testing._inspection_queue_checks import (  # noqa: F401 - importing registers the checks
+    check_count_messages,
+    check_events_progress_and_workflows_in_keys_and_flush,
     check_every_queue_in_keys_and_flush,
 )
 from taskrunner.testing._partition import PartitionedBackend
@@ -132,6 +141,7 @@ from taskrunner.testing._reclaim_checks import (  # noqa: F401 - importing regis
     check_refresh_drops_deleted_entries,
 )
 from taskrunner.testing._schedule_checks import (  # noqa: F401 - importing registers the checks
+    check_add_tick_adds_each_tick_once,
     check_fires_are_fenced_by_the_lease,
     check_fires_only_newer_ticks,
     check_in_flight_marks_and_outcomes,
@@ -180,6 +190,11 @@ from taskrunner.testing._tracking_checks import (  # noqa: F401 - importing regi
     check_replay_dead_letters,
     check_wait_result_wakes_every_waiter,
 )
+from taskrunner.testing._workflow_checks import (  # noqa: F401 - importing registers the checks
+    check_workflow_cancel_removes_queued_steps,
+    check_workflow_failure_cascades,
+    check_workflow_fan_in_counts_each_step_once,
+)
 
 if TYPE_CHECKING:
     import pytest
@@ -216,6 +231,8 @@ _MODULE_ORDER = (
     "_schedule_checks",
     "_tracking_checks",
     "_queue_tracking_checks",
+    "_workflow_checks",
+    "_events_checks",
     "_inspection_checks",
     "_inspection_queue_checks",
 )
@@ -227,7 +244,7 @@ CONTRACT_CHECKS: tuple[ContractCheck, ...] = tuple(
     )
 )  # fmt: skip
 """Every check, in a stable order (stream and queues first, then shared state,
-deferral and flow control, the catalog, schedules, tracking, then inspection)."""
+deferral and flow control, the catalog, schedules, tracking, events, then inspection)."""
 INSPECTION_CHECKS: tuple[ContractCheck, ...] = tuple(
     check
     for check in CONTRACT_CHECKS

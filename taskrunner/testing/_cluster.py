@@ -135,9 +135,20 @@ class ClusterProcess:
             for n in range(count)
         ]
         self.masters_at_start = self.nodes[:masters]
-        self.replicas_of = {
-            master.port: [self.nodes[masters + m * replicas + r] for r in range(replicas)]
-            for m, master in enumerate(self.masters_at_start)
+        self._replicas = [
+            [self.nodes[masters + m * replicas + r] for r in range(replicas)]
+            for m in range(masters)
+        ]
+
+    @property
+    def replicas_of(self) -> dict[int, list[ClusterNode]]:
+        """The replicas each master started with, by the master's port.
+
+        Built on each call: a node whose port was taken at start moves to a
+        new one (:meth:`ClusterNode.start_on_fresh_ports`)."""
+        return {
+            master.port: replicas
+            for master, replicas in zip(self.masters_at_start, self._replicas, strict=True)
         }
 
     @property

@@ -9,7 +9,7 @@ such a backend, each fails at once saying which methods are missing.
 Heartbeats and unique locks are not per group in the go layout: the listings
 include every group's, so the checks look for their own names among them (in
 the cluster layout they are the group's, and the checks make them so). ``check_flush``
-deletes every heartbeat and unique lock, and ``check_count_keys`` compares two
+deletes every heartbeat and unique lock (go layout), and ``check_count_keys`` compares two
 listings: nobody else may use heartbeats or locks on the same store meanwhile.
 """
 
@@ -31,6 +31,7 @@ from taskrunner.testing._harness import (
     _SLACK,
     _contract_check,
     _fresh_group,
+    _heartbeat,
     _lock_key,
     _name,
     _shares_stream,
@@ -106,9 +107,8 @@ async def check_list_groups(backend: Backend) -> None:
     await backend.publish_tuning(tuned, 3, 0.3)
     lock = _lock_key(backend, reader, f"{lookalike}:metrics")
     await backend.acquire_lock(lock, "token", 30.0)
-    await backend.heartbeat(f"{lookalike}:metrics", "instance", 30.0, group=reader)
-
-    groups = await inspection.list_groups()
+    async with _heartbeat(backend, f"{lookalike}:metrics", group=reader):
+        groups = await inspection.list_groups()
     _within(tuned_at, 0.3)
     assert groups == sorted(set(groups)), f"list_groups must be sorted and distinct: {groups!r}"
     missing = [g for g in (reader, waiting, timed, tuned) if g not in groups]
@@ -121,7 +121,6 @@ async def check_list_groups(backend: Backend) -> None:
     assert tuned not in groups, f"{tuned!r} has no key left (its tuning expired): {groups!r}"
     assert reader in groups, f"a consumer group stays listed: {groups!r}"
     await backend.release_lock(lock, "token")
-    await backend.remove_heartbeat(f"{lookalike}:metrics", "instance", group=reader)
 
 
 @_contract_check
@@ -144,15 +143,14 @@ async def check_list_keys(backend: Backend) -> None:
     await backend.publish_schedule_specs(group, {"nightly": b"{}"})
     await _timing(backend, group)
     await backend.acquire_lock(lock, "token", 30.0)
-    await backend.heartbeat(host, "instance", 30.0, group=group)
-    for g in (group, other):
-        await backend.publish_tuning(g, 12, 0.3 if g == group else 30.0)
     await backend.add_delayed(other, b'{"id":"other"}', backend.now() + 60)
     for g, catalog_host in ((group, host), (group, _name("host")), (other, host)):
         await backend.publish_catalog(g, _catalog_document(catalog_host, backend.now()), 30.0)
-    tuned_at = trio.current_time()
-
-    listed = await inspection.list_keys(group)
+    async with _heartbeat(backend, host, group=group):
+        tuned_at = trio.current_time()  # before the 0.3 s key is written: its window
+        for g in (group, other):
+            await backend.publish_tuning(g, 12, 0.3 if g == group else 30.0)
+        listed = await inspection.list_keys(group)
     _within(tuned_at, 0.3)
     by_name = {k.name: k for k in listed}
     assert len(by_name) == len(listed), f"a key listed twice: {[k.name for k in listed]!r}"
@@ -213,7 +211,6 @@ async def check_list_keys(backend: Backend) -> None:
     assert _keys.worker_tuning_capacity(group, layout) not in names, "an expired key was listed"
     assert {keys.stream, _keys.metrics(group, layout), lock} <= names, "live keys went missing"
     await backend.release_lock(lock, "token")
-    await backend.remove_heartbeat(host, "instance", group=group)
     await backend.resign_lease(group, "owner-7")
     await backend.remove_catalog(other, host)
 
@@ -315,8 +312,9 @@ async def check_flush(backend: Backend) -> None:
     groups' keys stay, and heartbeats go only with ``heartbeats=True``. It returns
     the names it deleted, in the order ``list_keys`` lists them.
 
-    ``count_heartbeats`` is global and ``heartbeats=True`` deletes every
-    heartbeat: nobody else may use heartbeats on the same store meanwhile.
+    In the go layout ``count_heartbeats`` is global and ``heartbeats=True`` deletes
+    every heartbeat: nobody else may use heartbeats on the same store meanwhile. In the
+    cluster layout heartbeats are per group: the group's go, another group's stay.
     """
     inspection = _inspection(backend)
     group, other = await _fresh_group(backend), await _fresh_group(backend)
@@ -338,6 +336,7 @@ async def check_flush(backend: Backend) -> None:
     await backend.acquire_lock(lock, "token", 30.0)
     beats = await backend.count_heartbeats()
     await backend.heartbeat(host, "instance", 30.0, group=group)
+    await backend.heartbeat(host, "instance", 30.0, group=other)  # one key in the go layout
     listed: list[KeyInfo] = await inspection.list_keys(group)
 
     deleted = await inspection.flush_group(group, heartbeats=False)
@@ -380,14 +379,29 @@ async def check_flush(backend: Backend) -> None:
     )
     assert await backend.acquire_lock(lock, "other", 1.0) is True, "unique locks must be deleted"
     await backend.release_lock(lock, "other")
-    assert await backend.count_heartbeats() == beats + 1, "heartbeats=False deleted a heartbeat"
+    if backend.key_layout == "go":
+        assert await backend.count_heartbeats() == beats + 1, "heartbeats=False deleted a heartbeat"
+    else:
+        kept_beats = [await backend.count_heartbeats(group=g) for g in (group, other)]
+        assert kept_beats == [1, 1], f"heartbeats=False deleted a heartbeat: {kept_beats!r}"
     assert not any(other in name for name in deleted), f"another group's keys: {deleted!r}"
 
     deleted = await inspection.flush_group(group, heartbeats=True)
-    assert await backend.count_heartbeats() == 0, "heartbeats=True must delete every heartbeat"
+    if backend.key_layout == "go":
+        assert await backend.count_heartbeats() == 0, "heartbeats=True must delete every heartbeat"
+    else:
+        # The group's own: other groups' heartbeats (another check's, say) are not its to
+        # delete, and a global count would depend on them.
+        assert await backend.count_heartbeats(group=group) == 0, (
+            "heartbeats=True must delete the group's heartbeats"
+        )
+        assert await backend.count_heartbeats(group=other) == 1, (
+            "heartbeats=True deleted another group's heartbeat"
+        )
     beat = _keys.replication(host, backend.key_layout, group)
     assert beat in deleted, (
         f"flush_group(heartbeats=True) does not report the heartbeats it deleted: {deleted!r}"
     )
+    await backend.remove_heartbeat(host, "instance", group=other)
     await backend.resign_lease(other, "owner")
     await backend.remove_catalog(other, host)

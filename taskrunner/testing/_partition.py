@@ -16,7 +16,7 @@ link, when the backend behind it implements them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -32,6 +32,7 @@ from taskrunner.backends import (
     Cancellation,
     DeadLetter,
     DelayedMove,
+    EventBatch,
     FireResult,
     GroupInfo,
     Heartbeat,
@@ -39,6 +40,7 @@ from taskrunner.backends import (
     KeyCounts,
     KeyInfo,
     Lease,
+    MessageCounts,
     Outcome,
     ParkOutcome,
     QueueEntry,
@@ -120,9 +122,16 @@ class PartitionedBackend(Backend, Inspection):
 
     # MessageQueue ----------------------------------------------------------------
     async def add(
-        self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+        self,
+        group: str,
+        payloads: Sequence[bytes],
+        *,
+        queue: str | None = None,
+        events: EventBatch | None = None,
     ) -> list[str]:
-        return await self._through("add", partial(self.backend.add, group, payloads, queue=queue))
+        return await self._through(
+            "add", partial(self.backend.add, group, payloads, queue=queue, events=events)
+        )
 
     async def read(
         self, group: str, consumer: str, count: int, block: float, *, queue: str | None = None
@@ -145,8 +154,17 @@ class PartitionedBackend(Backend, Inspection):
             partial(self.backend.read_many, group, consumer, queues, quotas, total, block),
         )
 
-    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
-        return await self._through("ack", partial(self.backend.ack, group, ids, queue=queue))
+    async def ack(
+        self,
+        group: str,
+        ids: Sequence[str],
+        *,
+        queue: str | None = None,
+        events: EventBatch | None = None,
+    ) -> int:
+        return await self._through(
+            "ack", partial(self.backend.ack, group, ids, queue=queue, events=events)
+        )
 
     async def claim_stale(
         self, group: str, consumer: str, min_idle: float, count: int, *, queue: str | None = None
@@ -248,11 +266,19 @@ class PartitionedBackend(Backend, Inspection):
         return await self._through("lease_owner", partial(self.backend.lease_owner, group))
 
     async def add_delayed(
-        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+        self,
+        group: str,
+        member: bytes,
+        run_at: float,
+        *,
+        task_id: str | None = None,
+        events: EventBatch | None = None,
     ) -> None:
         await self._through(
             "add_delayed",
-            partial(self.backend.add_delayed, group, member, run_at, task_id=task_id),
+            partial(
+                self.backend.add_delayed, group, member, run_at, task_id=task_id, events=events
+            ),
         )
 
     async def due_delayed(
@@ -333,6 +359,16 @@ class PartitionedBackend(Backend, Inspection):
             "read_desired_instances", partial(self.backend.read_desired_instances, group)
         )
 
+    async def read_shard_count(self, group: str) -> int | None:
+        return await self._through(
+            "read_shard_count", partial(self.backend.read_shard_count, group)
+        )
+
+    async def record_shard_count(self, group: str, count: int) -> None:
+        await self._through(
+            "record_shard_count", partial(self.backend.record_shard_count, group, count)
+        )
+
     # Deferral ----------------------------------------------------------------------
     async def defer(
         self,
@@ -407,10 +443,20 @@ class PartitionedBackend(Backend, Inspection):
         task: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> ParkOutcome:
         return await self._through(
             "park",
-            partial(self.backend.park, group, entry_id, member, run_at, task, queue=queue),
+            partial(
+                self.backend.park,
+                group,
+                entry_id,
+                member,
+                run_at,
+                task,
+                queue=queue,
+                task_id=task_id,
+            ),
         )
 
     # TaskCatalog -------------------------------------------------------------------
@@ -446,6 +492,9 @@ class PartitionedBackend(Backend, Inspection):
             "fire_ticks", partial(self.backend.fire_ticks, group, owner, fires)
         )
 
+    async def add_tick(self, group: str, fire: TickFire) -> str | None:
+        return await self._through("add_tick", partial(self.backend.add_tick, group, fire))
+
     async def record_run_outcomes(self, group: str, outcomes: Sequence[RunOutcome]) -> None:
         await self._through(
             "record_run_outcomes", partial(self.backend.record_run_outcomes, group, outcomes)
@@ -462,9 +511,11 @@ class PartitionedBackend(Backend, Inspection):
         outcomes: Sequence[Outcome],
         *,
         queue: str | None = None,
+        events: EventBatch | None = None,
     ) -> int:
         return await self._through(
-            "finish", partial(self.backend.finish, group, ids, outcomes, queue=queue)
+            "finish",
+            partial(self.backend.finish, group, ids, outcomes, queue=queue, events=events),
         )
 
     async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
@@ -531,6 +582,11 @@ class PartitionedBackend(Backend, Inspection):
 
     async def list_queues(self, group: str) -> list[str]:
         return await self._through("list_queues", partial(self._inspection().list_queues, group))
+
+    async def count_messages(self, group: str, queues: Iterable[str | None]) -> MessageCounts:
+        return await self._through(
+            "count_messages", partial(self._inspection().count_messages, group, list(queues))
+        )
 
     async def list_heartbeats(self) -> list[Heartbeat]:
         return await self._through("list_heartbeats", self._inspection().list_heartbeats)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import trio
 
 from taskrunner.backends._protocols import Backend
@@ -163,3 +164,40 @@ async def check_schedule_specs(backend: Backend) -> None:
     specs = (await backend.read_schedules(group)).specs
     assert dict(specs) == {"a": b'{"v":3}', "b": b'{"v":2}'}, f"published specs: {specs!r}"
     assert (await backend.read_schedules(other)).specs == {}, "specs are per group"
+
+
+@_contract_check
+async def check_add_tick_adds_each_tick_once(backend: Backend) -> None:
+    """``add_tick`` (a sharded group's first step, in a shard) adds a tick's message
+    once: the same tick again gives the same id and adds nothing; a later tick adds;
+    an earlier one, after it, adds nothing (``None``). ``fire_ticks`` of a fire
+    ``added`` already records its id (as the in-flight run's too) and adds nothing."""
+    shard, consumer = await _fresh_group(backend), _name("c")
+    name, owner = _name("schedule"), _name("o")
+    tick = math.floor(backend.now())
+    first = await backend.add_tick(shard, _fire(name, tick))
+    assert first is not None, "a new tick is added"
+    assert await backend.add_tick(shard, _fire(name, tick)) == first, "a repeat gives its id"
+    later = await backend.add_tick(shard, _fire(name, tick + 1))
+    assert later is not None, "a later tick is added"
+    assert later != first, f"a later tick is added anew: {later!r}"
+    assert await backend.add_tick(shard, _fire(name, tick)) is None, "an earlier tick: added"
+    entries = await _drain(backend, shard, consumer)
+    assert [e.id for e in entries] == [first, later], f"each tick added once: {entries!r}"
+    other = _name("schedule")
+    assert await backend.add_tick(shard, _fire(other, tick)) is not None, "per schedule"
+
+    group = await _fresh_group(backend)  # after the adds: a shared stream holds them too
+    assert await backend.acquire_lease(group, owner, 5.0) is True
+    fire = attrs.evolve(_fire(name, tick, exclusive=True), added=True, message_id=f"3.{first}")
+    (got,) = await backend.fire_ticks(group, owner, [fire])
+    assert (got.status, got.message_id) == (FireStatus.FIRED, f"3.{first}"), got
+    state = (await backend.read_schedules(group)).states[name]
+    assert (state.tick, state.message_id, state.running) == (tick, f"3.{first}", f"3.{first}")
+    unknown = attrs.evolve(_fire(name, tick + 1), added=True)
+    (got,) = await backend.fire_ticks(group, owner, [unknown])
+    assert got.status is FireStatus.FIRED, got
+    state = (await backend.read_schedules(group)).states[name]
+    assert (state.tick, state.message_id) == (tick + 1, f"3.{first}"), f"id kept: {state!r}"
+    assert await _drain(backend, group, consumer) == [], "a fire added already adds nothing"
+    await backend.resign_lease(group, owner)

@@ -397,6 +397,23 @@ async def check_desired_instances(backend: Backend) -> None:
 
 
 @_contract_check
+async def check_shard_count(backend: Backend) -> None:
+    """A recorded shard count is read back, with no expiry, per group, under the group's
+    own hash tag; recording 1 removes it."""
+    group, other = _name("group"), _name("group")
+    assert await backend.read_shard_count(group) is None, "nothing recorded yet"
+    await backend.record_shard_count(group, 16)
+    assert await backend.read_shard_count(group) == 16, "a recorded count must be read back"
+    assert await backend.read_shard_count(other) is None, "the count is per group"
+    await trio.sleep(0.5)
+    assert await backend.read_shard_count(group) == 16, "the count must not expire"
+    await backend.record_shard_count(group, 4)
+    assert await backend.read_shard_count(group) == 4, "a new count replaces the old"
+    await backend.record_shard_count(group, 1)
+    assert await backend.read_shard_count(group) is None, "shards=1 must leave no record"
+
+
+@_contract_check
 async def check_unencodable_text_is_refused(backend: Backend) -> None:
     """A string with no UTF-8 form (a lone surrogate, which JSON allows, so a message
     can carry one) is refused with ``InvalidCommandArgument``, not retryable and

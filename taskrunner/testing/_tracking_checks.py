@@ -310,11 +310,21 @@ async def check_replay_dead_letters(backend: Backend) -> None:
     found = await backend.find_dead_letters(group, [second, "1-1", first])
     assert [d.id for d in found] == [second, first], f"found by id, in order: {found!r}"
     task_id = "1700000000000-0"
-    await backend.finish(
-        group,
-        [],
-        [Outcome(entry_id=task_id, task_id=task_id, document=_result(), keep=30.0, notify=30.0)],
-    )
+    document = _result()
+    waited: list[bytes | None] = []
+
+    async def wait() -> None:
+        waited.append(await backend.wait_result(group, task_id, 5.0))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)  # a waiter, so the finish writes the notice too
+        await trio.sleep(0.2)
+        await backend.finish(
+            group,
+            [],
+            [Outcome(entry_id=task_id, task_id=task_id, document=document, keep=30.0, notify=30.0)],
+        )
+    assert waited == [document], f"the waiter gets the kept result: {waited!r}"
     lock_suffix = _name("lock")
     lock = _wire.unique_lock("t", lock_suffix, _keys.unique_prefix(group, backend.key_layout))
     assert await backend.acquire_lock(lock, "holder", 5.0)

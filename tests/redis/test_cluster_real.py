@@ -8,6 +8,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -31,6 +32,7 @@ from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._scripts import Script
 from taskrunner.backends.redis._state import scan
 from taskrunner.producer import AsyncProducer, Producer
+from taskrunner.producer import _async as producer_async
 from taskrunner.testing import ClusterNode, ClusterProcess, running_cluster
 
 
@@ -388,3 +390,33 @@ def test_a_cluster_with_two_replicas_per_master() -> None:
             assert len(cluster.replicas_of[master.port]) == 2
         ports = {node.port for node in cluster.nodes} | {node.bus_port for node in cluster.nodes}
         assert len(ports) == 18  # every client and bus port its own
+
+
+def test_first_calls_made_at_once_ask_once_and_share_one_cluster_client(
+    shared_cluster: ClusterProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An app's first requests, at once, on an AsyncProducer made with from_url: one of
+    them asks whether the URL is a cluster and the others wait for its answer. Each
+    used to ask and replace the client, leaking the cluster clients the calls before
+    had made (unclosed sockets) or closing the one they were using."""
+    asked: list[str] = []
+    ask = producer_async.ask_is_cluster_async
+
+    async def counted(url: str, options: dict[str, Any]) -> bool:
+        asked.append(url)
+        return await ask(url, options)
+
+    monkeypatch.setattr(producer_async, "ask_is_cluster_async", counted)
+
+    async def dispatch_at_once() -> tuple[list[str], str]:
+        async with AsyncProducer.from_url(shared_cluster.url, consumer_group="prod") as producer:
+            handles = await asyncio.gather(
+                *(producer.dispatch("send_mail", {"to": n}) for n in range(32))
+            )
+            assert isinstance(producer._client, redis.asyncio.RedisCluster)
+            return [h.id for h in handles], producer.stream
+
+    ids, stream = asyncio.run(dispatch_at_once())
+    assert len(asked) == 1, f"32 first calls asked {len(asked)} times whether it is a cluster"
+    owner = shared_cluster.master_of_slot(key_slot(stream))
+    assert set(ids) <= {row[0].decode() for row in owner.command("XRANGE", stream, "-", "+")}

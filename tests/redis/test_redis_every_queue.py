@@ -92,7 +92,9 @@ async def use_everything(backend: RedisBackend, group: str, ran: list[str]) -> N
         await runner.dispatch("broken_order", 1)
         await runner.dispatch_delayed("kept", 2, 3600)
         await admin.pause(backend, group, task="held")
-        await trio.sleep(1.5)  # noticed by the runner
+        # Noticed by the runner (its gate reads the paused set every second: a sleep of
+        # 1.5 s assumed a machine fast enough to keep to it).
+        await wait_until(lambda: "held" in runner._parts.gate.paused.tasks, limit=30)
         await runner.dispatch("held", 1)  # parked
         # Either run of "limited" may be admitted first; the other waits 600 s.
         await wait_until(

@@ -59,7 +59,7 @@ async def test_stats_from_a_known_workload(redis_url: str) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
         await wait_until(lambda: runner.statistics().acked == 16)
-        with trio.fail_after(5):
+        with trio.fail_after(30):  # a hang bound: the flush is about a second away
             while await hash_count(backend, group) < 16:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         stats = await runner.get_timing_statistics()
@@ -91,7 +91,12 @@ async def test_long_queue_hook(redis_url: str, workers: int, threshold: float, f
         await nursery.start(runner.serve)
         await wait_until(lambda: runner.is_leader, limit=5)
         await runner.dispatch_many("slow", [None] * 16)
-        await trio.sleep(1.2)  # first timings reach the hash
+        # The first timings reach the hash (the bulk writer's flush, about a second after
+        # the first acks: a sleep of 1.2 s assumed a machine fast enough to keep to it).
+        group = runner.config.consumer_group
+        with trio.fail_after(30):
+            while not await hash_count(backend, group):  # noqa: ASYNC110
+                await trio.sleep(0.05)
         await runner.dispatch_many("slow", [None] * 16)
         await wait_until(lambda: runner.statistics().acked == 32)
         nursery.cancel_scope.cancel()

@@ -6,6 +6,7 @@ import fnmatch
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -240,8 +241,13 @@ async def test_delayed_unique_and_stats_on_redis(backend: RedisBackend) -> None:
         with pytest.raises(TaskAlreadyDispatched):
             await runner.dispatch("ping")
         await wait_until(lambda: runner.statistics().acked == 2)
-        await trio.sleep(1.2)  # one bulk-writer flush
+        # One bulk-writer flush (about a second after the acks; a sleep of 1.2 s assumed
+        # a machine fast enough to keep to it).
         stats = await runner.get_timing_statistics()
+        with trio.fail_after(30):
+            while "ping" not in stats.per_task_timing:
+                await trio.sleep(0.05)
+                stats = await runner.get_timing_statistics()
         nursery.cancel_scope.cancel()
     assert stats.per_task_timing["ping"] >= 10
     assert stats.avg_timing >= 10
@@ -259,6 +265,7 @@ DOCUMENTED = [
     "taskrunner:{group}:delayed_ids",
     "taskrunner:{group}:entry_ids",
     "taskrunner:{group}:cancelled",
+    "taskrunner:{group}:result_waiters",
     "taskrunner:{group}:result:*",
     "taskrunner:{group}:notify:*",
     "taskrunner:{group}:schedules",
@@ -296,18 +303,21 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
     async def kept(payload: int) -> int:
         if payload == 1:
             await trio.sleep(30)  # moved from the delayed set: in the entry index meanwhile
+        if payload == 2:
+            await trio.sleep(0.5)  # waited for while it runs: its notice is pushed
         return payload
 
     runner.add_schedule("beat", task="work", every=1.0, payload=1)
     await runner.dispatch_many("work", range(50))
     held = await runner.dispatch("unique", 1)
     await runner.dispatch_delayed("work", 99, 60)  # stays in the delayed set
-    done = await runner.dispatch("kept", 0)  # leaves a result and its notice
-    await runner.dispatch_delayed("kept", 1, 0.1)
+    done = await runner.dispatch("kept", 2)  # leaves a result and its notice
+    waited = await runner.dispatch_delayed("kept", 1, 0.1)
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.serve)
+        assert await done.result(timeout=5) == 2
+        nursery.start_soon(partial(waited.result, timeout=30))  # registered: result_waiters
         await wait_until(lambda: runner.statistics().completed >= 50)
-        assert await done.result(timeout=5) == 0
         await trio.sleep(1.5)  # metrics flushed, tuning published
         keys = await _all_keys(backend)
         nursery.cancel_scope.cancel()
@@ -333,6 +343,7 @@ async def test_every_key_is_documented_and_flush_leaves_none(backend: RedisBacke
         "taskrunner:g:delayed_ids",
         "taskrunner:g:entry_ids",
         "taskrunner:g:cancelled",
+        "taskrunner:g:result_waiters",
         f"taskrunner:g:result:{done.id}",
         f"taskrunner:g:notify:{done.id}",
     }

@@ -177,11 +177,13 @@ class FlowControl(Protocol):
         task: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> ParkOutcome:
         """Park a run of a paused task, atomically: if ``task`` is paused and the
         entry pending, ack it (as :meth:`~taskrunner.backends.Deferral.defer`)
         and add ``member`` to the delayed set at ``run_at`` (far ahead), indexed
-        under ``task`` for :meth:`resume`.
+        under ``task`` for :meth:`resume` and, with ``task_id``, under that id as
+        ``defer`` indexes a member (so lookup and cancel find the parked run).
 
         Cancellation: the run may have been parked; a repeat answers
         :attr:`ParkOutcome.NOT_PENDING` then.

@@ -23,6 +23,7 @@ __all__ = [
     "KeyInfo",
     "KeyKind",
     "Lease",
+    "MessageCounts",
 ]
 
 
@@ -54,7 +55,23 @@ class KeyKind(enum.StrEnum):
     RESULT = "result"
     """A task's kept result (``taskrunner:<group>:result:<task id>``); one per task."""
     RESULT_NOTICE = "result_notice"
-    """A task's result notice (``taskrunner:<group>:notify:<task id>``); one per task."""
+    """A task's result notice (``taskrunner:<group>:notify:<task id>``); one per task
+    someone waits for."""
+    RESULT_WAITERS = "result_waiters"
+    """The tasks someone waits for the result of (``taskrunner:<group>:result_waiters``)."""
+    PROGRESS = "progress"
+    """A running task's last reported progress (``taskrunner:<group>:progress:<task id>``,
+    ``ctx.progress``); one per task that reported, for
+    :data:`~taskrunner.backends._protocols.events.PROGRESS_TTL` seconds."""
+    EVENTS = "events"
+    """The group's capped event stream (``taskrunner:<group>:events``,
+    ``TaskRunnerConfig(events=True)``)."""
+    WORKFLOW = "workflow"
+    """A workflow's record (``taskrunner:<group>:workflow:<workflow id>``); one per
+    workflow, kept ``keep`` seconds once it is over."""
+    WORKFLOW_ENDS = "workflow_ends"
+    """How many of the group's workflows ended, by outcome
+    (``taskrunner:<group>:workflow_ends``)."""
     CATALOG = "catalog"
     """The tasks the group's serving runners serve (``taskrunner:<group>:catalog``)."""
     SCHEDULES = "schedules"
@@ -72,6 +89,9 @@ class KeyKind(enum.StrEnum):
     (``taskrunner:<group>:rate_pace:<task>[:<key>]``)."""
     PARKED = "parked"
     """A paused task's parked delayed members (``taskrunner:<group>:parked:<task>``)."""
+    SHARD_COUNT = "shard_count"
+    """A sharded group's recorded shard count (``taskrunner:{<group>}:shards``, cluster
+    layout only; absent for one shard)."""
     HEARTBEAT = "heartbeat"
     """An instance's heartbeat (``taskrunner:replication:<host>``); not per group."""
     UNIQUE_LOCK = "unique_lock"
@@ -92,6 +112,11 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.METRICS: "timing metrics",
     KeyKind.RESULT: "a task's kept result",
     KeyKind.RESULT_NOTICE: "a task's result notice (for waiters)",
+    KeyKind.RESULT_WAITERS: "tasks whose results are waited for",
+    KeyKind.PROGRESS: "a running task's last progress",
+    KeyKind.EVENTS: "event stream (capped)",
+    KeyKind.WORKFLOW: "a workflow's record",
+    KeyKind.WORKFLOW_ENDS: "workflows ended, by outcome",
     KeyKind.CATALOG: "task catalog (what serving runners serve)",
     KeyKind.SCHEDULES: "periodic schedules' states",
     KeyKind.SCHEDULE_SPECS: "periodic schedules' specs",
@@ -100,6 +125,7 @@ PURPOSES: Mapping[KeyKind, str] = {
     KeyKind.RATE: "a task's rate-limit log",
     KeyKind.RATE_PACE: "a rate-limited task's next start",
     KeyKind.PARKED: "a paused task's parked runs",
+    KeyKind.SHARD_COUNT: "the group's shard count",
     KeyKind.HEARTBEAT: "instance heartbeat",
     KeyKind.UNIQUE_LOCK: "unique-job lock",
 }
@@ -119,6 +145,11 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.METRICS: "hash",
     KeyKind.RESULT: "string",
     KeyKind.RESULT_NOTICE: "list",
+    KeyKind.RESULT_WAITERS: "zset",
+    KeyKind.PROGRESS: "hash",
+    KeyKind.EVENTS: "stream",
+    KeyKind.WORKFLOW: "hash",
+    KeyKind.WORKFLOW_ENDS: "hash",
     KeyKind.CATALOG: "hash",
     KeyKind.SCHEDULES: "hash",
     KeyKind.SCHEDULE_SPECS: "hash",
@@ -127,6 +158,7 @@ REDIS_TYPES: Mapping[KeyKind, str] = {
     KeyKind.RATE: "zset",
     KeyKind.RATE_PACE: "string",
     KeyKind.PARKED: "set",
+    KeyKind.SHARD_COUNT: "string",
     KeyKind.HEARTBEAT: "string",
     KeyKind.UNIQUE_LOCK: "string",
 }
@@ -160,12 +192,34 @@ class KeyInfo:
 
 
 @attrs.frozen(kw_only=True)
+class MessageCounts:
+    """How many messages a group (or one shard of a sharded group) holds, by where they
+    wait: :meth:`Inspection.count_messages`."""
+
+    queued: int = 0
+    """Entries in its queues' streams (``XLEN``: delivered and unacknowledged ones too,
+    and acknowledged ones a backend keeps)."""
+    delayed: int = 0
+    """Members of its delayed set (retries and tasks dispatched for later)."""
+    dead: int = 0
+    """Entries in its queues' dead-letter streams."""
+
+    def __add__(self, other: MessageCounts) -> MessageCounts:
+        return MessageCounts(
+            queued=self.queued + other.queued,
+            delayed=self.delayed + other.delayed,
+            dead=self.dead + other.dead,
+        )
+
+
+@attrs.frozen(kw_only=True)
 class KeyCounts:
     """How many keys of each kind a group has on the store (see :class:`KeyKind`).
 
     ``heartbeat`` and ``unique_lock`` count every group's in the go layout (those keys
     are not per group there), the group's own in the cluster layout; ``result`` and
-    ``result_notice`` are one per task of the group; ``stream``, ``dead_letter`` and
+    ``result_notice`` are one per task of the group, ``progress`` one per task that
+    reported progress lately, ``workflow`` one per workflow; ``stream``, ``dead_letter`` and
     ``claim_delay_ring`` one per queue; ``concurrency``, ``rate``, ``rate_pace`` and
     ``parked`` one per task (and rate key) that uses them; every other count is 0 or 1.
     """
@@ -183,6 +237,11 @@ class KeyCounts:
     metrics: int = 0
     result: int = 0
     result_notice: int = 0
+    result_waiters: int = 0
+    progress: int = 0
+    events: int = 0
+    workflow: int = 0
+    workflow_ends: int = 0
     catalog: int = 0
     schedules: int = 0
     schedule_specs: int = 0
@@ -191,6 +250,7 @@ class KeyCounts:
     rate: int = 0
     rate_pace: int = 0
     parked: int = 0
+    shard_count: int = 0
     heartbeat: int = 0
     unique_lock: int = 0
 
@@ -316,6 +376,16 @@ class Inspection(Protocol):
         """
         ...
 
+    async def count_messages(self, group: str, queues: Iterable[str | None]) -> MessageCounts:
+        """The messages ``group`` holds on ``queues`` (``None``: the backend's own) and in
+        its delayed set. A shard of a sharded group is named as the group of its tag
+        (docs/sharding.md): its keys are all in its slot.
+
+        Cost: one round trip (``XLEN`` of each queue's stream and dead-letter stream,
+        ``ZCARD`` of the delayed set), whatever the lengths.
+        """
+        ...
+
     async def list_heartbeats(self) -> list[Heartbeat]:
         """Every live instance (heartbeat key) of every group, sorted by host,
         with the instance id it holds and its seconds left (in the cluster layout,
@@ -338,10 +408,13 @@ class Inspection(Protocol):
         (an explicit shared prefix), the stream, the dead-letter stream and the
         claim-delay ring are kept for them; otherwise they are deleted too, with
         the group's delayed set and its id indexes, stop requests, lease, tuning
-        value, desired instance count, metrics hash, and its tasks' results and
-        notices. Other groups' keys are never touched. Unique locks and (with
-        ``heartbeats``) heartbeat keys: in the go layout they are not per group, and
-        every one is deleted; in the cluster layout the group's own are.
+        value, desired instance count, metrics hash, catalog, schedules, paused set,
+        flow-control keys, event stream, its tasks' results, notices and progress, its
+        workflows' records and (cluster layout) its recorded shard count (the shards'
+        own keys are flushed by ``taskrunner.admin.flush``). Other groups' keys are
+        never touched. Unique locks and (with ``heartbeats``) heartbeat keys: in the go
+        layout they are not per group, and every one is deleted; in the cluster layout
+        the group's own are.
 
         Returns:
             The names deleted (those :meth:`list_keys` found, less those kept),

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from taskrunner._keys import KeyLayout, StreamKeys
+from taskrunner.backends._protocols.events import EventBatch
 
 
 @attrs.frozen(kw_only=True)
@@ -28,6 +29,15 @@ class QueueEntry:
     queue: str | None = None
     """The queue it was read from (backends always set it; ``None`` is the
     default queue, as a ``queue=`` argument)."""
+    group: str | None = None
+    """The shard it was read in, by its tag (set by the runner's fetcher of a sharded
+    group, :mod:`taskrunner._serve.shard_fetch`); ``None``: the runner's group."""
+    inputs: tuple[bytes, bytes] | None = None
+    """A workflow step's inputs carried in its entry, when its one parent's finish
+    queued it (a chain's next step; Redis: the entry's optional ``step_parent`` and
+    ``step_result`` fields): the parent's header (JSON: its step id, its policy, and
+    whether this step has a payload of its own) and its result document. The worker
+    then reads nothing before the run. ``None``: inputs, if any, are read."""
 
 
 @attrs.frozen(kw_only=True)
@@ -154,9 +164,18 @@ class MessageQueue(Protocol):
         ...
 
     async def add(
-        self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
+        self,
+        group: str,
+        payloads: Sequence[bytes],
+        *,
+        queue: str | None = None,
+        events: EventBatch | None = None,
     ) -> list[str]:
         """Append one entry per payload (field ``payload``) to the group's stream, in order.
+
+        With ``events`` (one ``dispatched`` event per payload), also write them to the
+        group's event stream in the same round trip, each event without a task id
+        taking its entry's id (see :mod:`taskrunner.backends._protocols.events`).
 
         Returns:
             Their ids, in order.
@@ -210,9 +229,17 @@ class MessageQueue(Protocol):
         """
         ...
 
-    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
+    async def ack(
+        self,
+        group: str,
+        ids: Sequence[str],
+        *,
+        queue: str | None = None,
+        events: EventBatch | None = None,
+    ) -> int:
         """Acknowledge entries: drop them from the pending list (and delete them
-        from the stream when the backend deletes on ack).
+        from the stream when the backend deletes on ack); with ``events``, write them
+        to the group's event stream in the same round trip.
 
         Idempotent: unknown or already-acked ids are ignored.
 

@@ -110,6 +110,14 @@ class TickFire:
     queue: str | None = None
     """The queue whose stream the message is added to (the task's); ``None``: the
     backend's queue."""
+    added: bool = False
+    """A sharded group's fire: the message was added already, in a shard
+    (:meth:`Schedules.add_tick`), so :meth:`Schedules.fire_ticks` records the fire
+    and adds nothing."""
+    message_id: str | None = None
+    """With ``added``: the id the message was added under (a sharded id), recorded as
+    the fire's (and as the in-flight run's when ``exclusive``); ``None`` when it is not
+    known (see :meth:`Schedules.add_tick`), and the state's id is left as it was."""
 
 
 class FireStatus(enum.StrEnum):
@@ -224,7 +232,9 @@ class Schedules(Protocol):
         """Atomically: if ``owner`` holds the group's lease (the lease's value is
         ``owner``), apply :func:`apply_fire` to each fire in order, adding the
         message of each FIRED one to the group's stream (and recording its id:
-        as ``message_id``, and as ``running`` when exclusive) in the same step.
+        as ``message_id``, and as ``running`` when exclusive) in the same step;
+        a fire ``added`` already (in a shard) is recorded under its ``message_id``
+        and adds nothing.
         A process that dies mid-call applies all of them or none.
 
         Returns:
@@ -233,6 +243,26 @@ class Schedules(Protocol):
 
         Cancellation: the fires may have been applied; a repeat finds their
         ticks STALE and adds nothing.
+        """
+        ...
+
+    async def add_tick(self, group: str, fire: TickFire) -> str | None:
+        """Atomically, in ``group`` (a shard's tag, docs/sharding.md), unless ``group``
+        added a tick of ``fire.schedule`` at or after ``fire.tick`` already: add
+        ``fire.message`` to the stream of ``fire.queue`` and record the tick and the new
+        entry's id as that schedule's ``tick`` and ``message_id`` in ``group``'s own
+        schedule states. The first step of a sharded group's fire (the second is
+        :meth:`fire_ticks` in the group, with ``added``); no lease is checked here (a
+        script never spans slots), so the add is idempotent instead: a leader re-firing
+        a tick whose record was lost adds nothing.
+
+        Returns:
+            The entry's id in ``group``: the new one, or the one recorded when this
+            very tick was added before; ``None`` when a later tick of the schedule was
+            added (so this one was too, before it: a leader adds one schedule's ticks
+            in order, to the shard routing gives them).
+
+        Cancellation: the message may have been added; a repeat adds nothing.
         """
         ...
 

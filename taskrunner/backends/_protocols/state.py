@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from taskrunner._wire import TimingIncrement
+from taskrunner.backends._protocols.events import EventBatch
 from taskrunner.backends._protocols.queue import DelayedMove
 
 
@@ -54,9 +55,16 @@ class SharedState(Protocol):
 
     # Delayed set --------------------------------------------------------
     async def add_delayed(
-        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+        self,
+        group: str,
+        member: bytes,
+        run_at: float,
+        *,
+        task_id: str | None = None,
+        events: EventBatch | None = None,
     ) -> None:
-        """Add a member (DelayedTask JSON) to the group's delayed set.
+        """Add a member (DelayedTask JSON) to the group's delayed set; with ``events``,
+        write them to the group's event stream in the same round trip.
 
         With ``task_id`` (the member's id), also index it under that id
         (``taskrunner:<group>:delayed_ids``), in the same atomic step, so
@@ -188,4 +196,16 @@ class SharedState(Protocol):
     async def read_desired_instances(self, group: str) -> int | None:
         """The published instance count, if one is live (a value that is not an
         integer counts as none)."""
+        ...
+
+    # Sharding -----------------------------------------------------------
+    async def read_shard_count(self, group: str) -> int | None:
+        """The shard count recorded for ``group`` (``taskrunner:{<group>}:shards``, in the
+        cluster layout whatever the backend's; ours, Go never reads it), or ``None`` when
+        none is (a value that is not an integer counts as none)."""
+        ...
+
+    async def record_shard_count(self, group: str, count: int) -> None:
+        """Record ``count`` as ``group``'s shard count, with no expiry; 1 deletes the
+        record (an unsharded group has none)."""
         ...

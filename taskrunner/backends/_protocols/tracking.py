@@ -32,11 +32,17 @@ task that keeps no results, was not moved and was not cancelled leaves nothing,
 and its runner acknowledges it with :meth:`MessageQueue.ack
 <taskrunner.backends.MessageQueue.ack>` as before.
 
-Waiting for a result (:meth:`Tracking.wait_result`) reads the document, then
-blocks on the task's notice (``taskrunner:<group>:notify:<task id>``, a list
-holding a copy of the document for :data:`~taskrunner._wire.NOTIFY_TTL`):
-``BLMOVE`` of the list onto itself, which leaves the notice in place for every
-other waiter, so a waiter that times out leaves nothing behind.
+Waiting for a result (:meth:`Tracking.wait_result`) reads the document and,
+when there is none yet, registers the task among the group's result waiters
+(``taskrunner:<group>:result_waiters``, each registration ending by itself), in
+one atomic step; then it blocks on the task's notice
+(``taskrunner:<group>:notify:<task id>``, a list holding a copy of the document
+for :data:`~taskrunner._wire.NOTIFY_TTL`): ``BLMOVE`` of the list onto itself,
+which leaves the notice in place for every other waiter. A finish writes the
+notice only for a task that is registered so; a kept result nobody waits for is
+its document alone. Reading and registering in one step is what keeps a waiter
+from missing a result: a finish either came first, and the waiter read the
+document, or it sees the registration.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import attrs
 from taskrunner import _keys, _wire
 from taskrunner._keys import KeyLayout
 from taskrunner._wire import TaskState
+from taskrunner.backends._protocols.events import EventBatch
 
 if TYPE_CHECKING:
     from taskrunner.backends._protocols.queue import DeadLetter
@@ -167,6 +174,15 @@ class Outcome:
     ``id``): that mapping ends."""
     cancelled: bool = False
     """The entry was asked to stop: its stop request ends."""
+    workflow: str | None = None
+    """The workflow the run is a step of: its finish is counted there, keyed by
+    :attr:`step`, in the same atomic step (see :class:`~taskrunner.backends.WorkflowStore`).
+    ``None`` for every other run: nothing of workflows is touched."""
+    step: str = ""
+    """The step's id (with :attr:`workflow`)."""
+    step_state: str = ""
+    """How the step ended (with :attr:`workflow`): ``succeeded``, ``failed`` or
+    ``cancelled``."""
 
 
 @attrs.frozen(kw_only=True)
@@ -253,13 +269,19 @@ class Tracking(Protocol):
         outcomes: Sequence[Outcome],
         *,
         queue: str | None = None,
+        events: EventBatch | None = None,
     ) -> int:
         """Acknowledge ``ids`` (of ``queue``'s stream) as :meth:`MessageQueue.ack
         <taskrunner.backends.MessageQueue.ack>` does, and apply each outcome, in one
-        atomic step (one round trip): keep its document for ``keep`` seconds and
-        push its notice (waking every waiter); end the entry-index mapping of its
+        atomic step (one round trip): keep its document for ``keep`` seconds and,
+        when someone waits for its task (see :meth:`wait_result`), push its notice
+        for ``notify`` seconds (waking every waiter); end the entry-index mapping of its
         task if it still names its entry; end its stop request. Outcomes are
         applied before the acks, whether or not their entry was still pending.
+        ``events`` are written to the group's event stream in the same round trip,
+        after the step. (A backend may push the notices in a second step right after,
+        for the tasks the first found waited for: a waiter registered before the first
+        step is woken by it, and one after reads the document.)
 
         Returns:
             How many of ``ids`` were pending and are now acknowledged.
@@ -271,12 +293,17 @@ class Tracking(Protocol):
 
     async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
         """The task's kept result document, waiting up to ``block`` seconds for one
-        (``0``: do not wait).
+        (``0``: do not wait, and register nothing).
+
+        Before each blocking wait the result is read and the waiter registered in one
+        atomic step, so a result kept at any time during the wait is returned.
 
         Returns:
             The document, or ``None`` if none was kept within ``block``.
 
-        Cancellation: nothing is left behind (no key is written by a waiter).
+        Cancellation: only the registration is left behind, which ends by itself
+        shortly after the wait would have (a finish of the task meanwhile pushes its
+        notice, as for any waiter).
         """
         ...
 

@@ -16,15 +16,17 @@ from types import TracebackType
 from taskrunner._keys import KeyLayout
 from taskrunner.backends.memory._catalog import MemoryCatalog
 from taskrunner.backends.memory._defer import MemoryDefer
+from taskrunner.backends.memory._events import MemoryEvents
 from taskrunner.backends.memory._flow import MemoryFlow
 from taskrunner.backends.memory._inspect import MemoryInspection
 from taskrunner.backends.memory._queue import MemoryStream
 from taskrunner.backends.memory._state import MemoryState
+from taskrunner.backends.memory._workflows import MemoryWorkflows
 
 
-class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
-    """Queue, shared state and task tracking in process memory, and their
-    :class:`~taskrunner.backends.Inspection`.
+class MemoryBackend(MemoryEvents, MemoryWorkflows, MemoryInspection, MemoryDefer, MemoryFlow):
+    """Queue, shared state, task tracking, workflows and the event log in process memory,
+    and their :class:`~taskrunner.backends.Inspection`.
 
     Args:
         prefix: Stream namespace, as on Redis: the stream of a group is
@@ -63,6 +65,8 @@ class MemoryBackend(MemoryInspection, MemoryDefer, MemoryFlow):
         )
         MemoryFlow.__init__(self)
         self._init_tracking()
+        self._init_workflows()
+        self._init_events()
         MemoryCatalog.__init__(self)
         self._init_schedules()
 

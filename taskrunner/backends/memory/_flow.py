@@ -157,14 +157,21 @@ class MemoryFlow(MemoryStream, MemoryState):
         task: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> ParkOutcome:
         await trio.lowlevel.checkpoint()
         check_text("park", "entry_id", entry_id)
+        check_text("park", "task_id", task_id or "")
         if f"task:{task}".encode() not in self._sets.get(_keys.paused(group, self.key_layout), ()):
             return ParkOutcome.NOT_PAUSED
         if not self.is_pending(group, entry_id, queue):
             return ParkOutcome.NOT_PENDING
         self._delayed.setdefault(group, {})[member] = run_at
         self._sets.setdefault(_keys.parked(group, task, self.key_layout), set()).add(member)
+        if task_id is not None:
+            self._delayed_index.setdefault(group, {})[task_id] = member
+            entries = self._entry_index.get(group, {})
+            if entries.get(task_id) == entry_id:
+                del entries[task_id]
         self._ack(group, [entry_id], queue)
         return ParkOutcome.PARKED

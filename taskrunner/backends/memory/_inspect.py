@@ -14,11 +14,14 @@ Nothing here waits: each call is one checkpoint, like one round trip.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any
 
 import trio
 
 from taskrunner import _keys
+from taskrunner._workflows.keys import workflow_ends_key
 from taskrunner.backends._layout import (
     group_head,
     group_key_kind,
@@ -33,6 +36,7 @@ from taskrunner.backends._protocols.inspection import (
     KeyCounts,
     KeyInfo,
     Lease,
+    MessageCounts,
 )
 from taskrunner.backends._protocols.schedules import STATE_FIELDS
 from taskrunner.backends.memory._catalog import MemoryCatalog
@@ -50,6 +54,31 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
     # Kept by MemoryFlow (the backend is both): flow control's sorted sets and sets.
     _zsets: dict[str, dict[str, float]]
     _sets: dict[str, set[bytes]]
+    # Kept by MemoryEvents and MemoryWorkflows: the event streams (by group), each
+    # task's progress (by group and task id) and the workflow records (by key).
+    _event_streams: dict[str, Any]
+    _progress: dict[tuple[str, str], tuple[Any, float]]
+    _flows: dict[str, Any]
+
+    def _event_and_workflow_keys(self) -> dict[str, tuple[str, int, float | None]]:
+        """``{name: (type, size, ttl)}`` of the event streams, progress hashes and
+        workflow records Redis would hold now (a hash's size: its fields there)."""
+        found: dict[str, tuple[str, int, float | None]] = {}
+        layout, now = self.key_layout, trio.current_time()
+        for g, stream in getattr(self, "_event_streams", {}).items():
+            if stream.entries:
+                found[_keys.events(g, layout)] = "stream", len(stream.entries), None
+        for (g, task_id), (progress, expires) in getattr(self, "_progress", {}).items():
+            if expires > now:  # fraction, at (and note): event_commands' HSET
+                fields = 2 if progress.note is None else 3
+                found[_keys.progress(g, task_id, layout)] = "hash", fields, seconds_left(expires)
+        for name, flow in getattr(self, "_flows", {}).items():
+            if flow.expires_at > now:
+                # start_workflow.lua's nine fields and five per step, and each result kept
+                fields = 9 + 5 * len(flow.steps) + len(flow.results)
+                ttl = None if math.isinf(flow.expires_at) else seconds_left(flow.expires_at)
+                found[name] = "hash", fields, ttl
+        return found
 
     async def ping(self) -> float:
         start = trio.current_time()
@@ -96,7 +125,12 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
             for g, specs in self._schedule_specs.items()
             if specs
         ]
-        return names + self.keys()
+        names += [
+            workflow_ends_key(g, self.key_layout)
+            for g, ends in getattr(self, "_workflow_ends", {}).items()
+            if ends
+        ]
+        return names + self.keys() + list(self._event_and_workflow_keys())
 
     def _state_fields(self, group: str) -> int:
         """How many fields the states hash would have on Redis (one per value set)."""
@@ -134,6 +168,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
             (_keys.cancelled, "zset", self._stop_requests),
             (_keys.metrics, "hash", self._metrics),
             (_keys.schedule_specs, "hash", self._schedule_specs),
+            (workflow_ends_key, "hash", getattr(self, "_workflow_ends", {})),  # outcomes
         )
         for name_of, key_type, store in per_group:
             for g, value in store.items():
@@ -161,6 +196,7 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
         for name in list(self._notices):
             if self._live(self._notices, name) is not None:
                 found[name] = "list", 1, seconds_left(self._notices[name][1])
+        found.update(self._event_and_workflow_keys())
         return found
 
     def _key_infos(self, group: str) -> list[KeyInfo]:
@@ -206,6 +242,15 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
                 )
         return found
 
+    async def count_messages(self, group: str, queues: Iterable[str | None]) -> MessageCounts:
+        await trio.lowlevel.checkpoint()
+        streams = [self._stream(group, queue) for queue in dict.fromkeys(queues)]
+        return MessageCounts(
+            queued=sum(len(s.entries) for s in streams),
+            dead=sum(len(s.dead) for s in streams),
+            delayed=len(self._delayed.get(group, {})),
+        )
+
     async def read_lease(self, group: str) -> Lease | None:
         await trio.lowlevel.checkpoint()
         name = _keys.leader(group, self.key_layout)
@@ -238,9 +283,15 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
             (_keys.catalog, self._catalogs),
             (_keys.schedules, self._schedule_states),
             (_keys.schedule_specs, self._schedule_specs),
+            (workflow_ends_key, getattr(self, "_workflow_ends", {})),
         )
         by_name: dict[str, dict[str, Any]] = {
             name_of(group, self.key_layout): store for name_of, store in stores
+        }
+        progress = {
+            _keys.progress(group, task_id, self.key_layout): (g, task_id)
+            for g, task_id in getattr(self, "_progress", {})
+            if g == group
         }
         for name in doomed:
             stream = streams.get(name)
@@ -252,8 +303,15 @@ class MemoryInspection(MemoryTracking, MemorySchedules, MemoryCatalog):
                 stream.entries.clear()
                 stream.seq_of.clear()
                 stream.groups.clear()
+            elif name == _keys.events(group, self.key_layout):
+                # Emptied, not dropped: blocked readers stay parked on its lot.
+                self._event_streams[group].entries.clear()
             elif name in by_name:
                 by_name[name].pop(group, None)
+            elif name in progress:
+                del self._progress[progress[name]]
+            elif name in getattr(self, "_flows", {}):
+                del self._flows[name]
             elif name in self._results:
                 del self._results[name]
             elif name in self._notices:

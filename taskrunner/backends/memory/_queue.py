@@ -76,9 +76,11 @@ class _Stream:
             g = self.groups[name] = _Group()
         return g
 
-    def add(self, payload: bytes | None) -> str:
+    def add(self, payload: bytes | None, now: float | None = None) -> str:
+        """Add one entry at ``now`` (trio's clock, read here when not given)."""
         self.last_seq += 1
-        now = trio.current_time()
+        if now is None:
+            now = trio.current_time()
         entry_id = f"{int(now * 1000)}-{self.last_seq}"
         self.entries[self.last_seq] = (entry_id, payload, now)
         self.seq_of[entry_id] = self.last_seq
@@ -110,6 +112,10 @@ class MemoryStream(KeyLayoutHolder):
         self.delete_on_ack = delete_on_ack
         self._stream_keys: dict[tuple[str, str | None, _keys.KeyLayout], StreamKeys] = {}
         self._streams: dict[str, _Stream] = {}  # by stream key
+        # (group, queue) -> (the layout it was named in, its stream, the queue's name):
+        # every call of the hot path looks its stream up, and naming its keys each
+        # time cost more than the rest of an ack.
+        self._stream_of: dict[tuple[str, str | None], tuple[_keys.KeyLayout, _Stream, str]] = {}
         self._added = trio.lowlevel.ParkingLot()  # every add, to any stream
 
     def stream_keys(self, group: str, queue: str | None = None) -> StreamKeys:
@@ -125,21 +131,44 @@ class MemoryStream(KeyLayoutHolder):
 
     def _stream(self, group: str, queue: str | None = None) -> _Stream:
         """The stream ``group`` reads on ``queue`` (created empty on first use)."""
-        key = self.stream_keys(group, queue).stream
-        stream = self._streams.get(key)
+        return self._stream_named(group, queue)[0]
+
+    def _stream_named(self, group: str, queue: str | None) -> tuple[_Stream, str]:
+        """:meth:`_stream`, and the name of its queue (``queue``, or the default one)."""
+        known = self._stream_of.get((group, queue))
+        if known is not None and known[0] is self._resolved_layout:
+            return known[1], known[2]
+        keys = self.stream_keys(group, queue)
+        stream = self._streams.get(keys.stream)
         if stream is None:
-            stream = self._streams[key] = _Stream()
-        return stream
+            stream = self._streams[keys.stream] = _Stream()
+        if self._resolved_layout is not None:  # named for good (else asked again next time)
+            self._stream_of[group, queue] = (self._resolved_layout, stream, keys.queue)
+        return stream, keys.queue
+
+    def _woken(self, stream: _Stream) -> None:
+        """Wake the readers blocked on ``stream`` (or on every stream), if any."""
+        if stream.lot:
+            stream.lot.unpark_all()
+        if self._added:
+            self._added.unpark_all()
 
     async def add(
         self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
     ) -> list[str]:
         await trio.lowlevel.checkpoint()
+        return self._add(group, payloads, queue)
+
+    def _add(self, group: str, payloads: Sequence[bytes], queue: str | None) -> list[str]:
+        """:meth:`add`, without its checkpoint (for the calls built on it)."""
         stream = self._stream(group, queue)
-        ids = [stream.add(payload) for payload in payloads]
+        if len(payloads) == 1:  # one dispatch: no comprehension
+            ids = [stream.add(payloads[0])]
+        else:
+            now = trio.current_time()  # one time for the batch, as one pipeline has
+            ids = [stream.add(payload, now) for payload in payloads]
         if ids:
-            stream.lot.unpark_all()
-            self._added.unpark_all()
+            self._woken(stream)
         return ids
 
     def add_raw(self, group: str, fields: dict[str, bytes], *, queue: str | None = None) -> str:
@@ -148,45 +177,56 @@ class MemoryStream(KeyLayoutHolder):
         read with ``payload=None``."""
         stream = self._stream(group, queue)
         entry_id = stream.add(fields.get("payload"))
-        stream.lot.unpark_all()
-        self._added.unpark_all()
+        self._woken(stream)
         return entry_id
 
     def _take_new(
-        self, s: _Stream, g: _Group, consumer: str, count: int, queue: str
+        self, s: _Stream, g: _Group, consumer: str, count: int, queue: str, now: float
     ) -> list[QueueEntry]:
         out: list[QueueEntry] = []
-        now = trio.current_time()
-        seq = g.cursor
-        entries = s.entries
-        while len(out) < count and seq < s.last_seq:
+        seq, last = g.cursor, s.last_seq
+        entries, pending, ring = s.entries, g.pending, s.ring
+        while len(out) < count and seq < last:
             seq += 1
             entry = entries.get(seq)
             if entry is None:
                 continue
             entry_id, payload, added_at = entry
-            g.pending[entry_id] = _Pending(consumer, now, 1)
+            pending[entry_id] = _Pending(consumer, now, 1)
             out.append(QueueEntry(id=entry_id, payload=payload, delivery_count=1, queue=queue))
-            s.ring.append((now - added_at) * 1e9)
+            ring.append((now - added_at) * 1e9)
         g.cursor = seq
         return out
 
     async def read(
         self, group: str, consumer: str, count: int, block: float, *, queue: str | None = None
     ) -> list[QueueEntry]:
+        # A checkpoint first, even when it will park: by the time it reads, the next
+        # dispatch has often come, and a park (its cancel scope's deadline entered and
+        # left) costs more than the scheduler pass. For the same reason a read that
+        # found nothing looks once more after one more pass before it parks: a
+        # producer that awaits one dispatch at a time adds once per scheduler batch,
+        # and in half the batches (trio's order within one is random) it runs after
+        # this reader; the second look then finds that entry without the park.
         await trio.lowlevel.checkpoint()
         check_text("read", "consumer", consumer)
-        name = self.stream_keys(group, queue).queue
-        s = self._stream(group, queue)
+        s, name = self._stream_named(group, queue)
         g = s.group(group)
-        deadline = trio.current_time() + block
+        now = trio.current_time()
+        deadline = now + block
+        looked_again = False
         while True:
-            g.consumers[consumer] = trio.current_time()
-            got = self._take_new(s, g, consumer, count, name)
-            if got or trio.current_time() >= deadline:
+            g.consumers[consumer] = now
+            got = self._take_new(s, g, consumer, count, name, now)
+            if got or now >= deadline:
                 return got
-            with trio.move_on_at(deadline):
-                await s.lot.park()
+            if looked_again:
+                with trio.move_on_at(deadline):
+                    await s.lot.park()
+            else:
+                looked_again = True
+                await trio.lowlevel.checkpoint()
+            now = trio.current_time()
 
     async def read_many(
         self,
@@ -202,30 +242,36 @@ class MemoryStream(KeyLayoutHolder):
         if len(quotas) != len(queues):
             raise ValueError(f"quotas must be as long as queues ({len(queues)}), got {quotas!r}")
         streams = [(q, self._stream(group, q)) for q in queues]
-        deadline = trio.current_time() + block
+        now = trio.current_time()
+        deadline = now + block
         out: list[QueueEntry] = []
         # No checkpoint from here to the wait: one step, like the Lua script.
         for (queue, s), quota in zip(streams, quotas, strict=True):
             g = s.group(group)
-            g.consumers[consumer] = trio.current_time()
-            out += self._take_new(s, g, consumer, min(quota, total - len(out)), queue)
+            g.consumers[consumer] = now
+            out += self._take_new(s, g, consumer, min(quota, total - len(out)), queue, now)
         for queue, s in streams:
             if len(out) >= total:
                 break
-            out += self._take_new(s, s.group(group), consumer, total - len(out), queue)
+            out += self._take_new(s, s.group(group), consumer, total - len(out), queue, now)
         waited = streams[: min(len(streams), total)]
         each = total // len(waited) if waited else 0
         while not out and each and trio.current_time() < deadline:
             with trio.move_on_at(deadline):
                 await self._added.park()
+            now = trio.current_time()
             for queue, s in waited:
                 g = s.group(group)
-                g.consumers[consumer] = trio.current_time()
-                out += self._take_new(s, g, consumer, each, queue)
+                g.consumers[consumer] = now
+                out += self._take_new(s, g, consumer, each, queue, now)
         return out
 
     async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
         await trio.lowlevel.checkpoint()
+        return self._checked_ack(group, ids, queue)
+
+    def _checked_ack(self, group: str, ids: Sequence[str], queue: str | None) -> int:
+        """:meth:`ack`, without its checkpoint (for the calls built on it)."""
         check_text("ack", "id", *ids)
         return self._ack(group, ids, queue)
 

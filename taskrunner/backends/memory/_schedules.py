@@ -75,9 +75,14 @@ class MemorySchedules(MemoryState):
             state = states.get(fire.schedule, ScheduleState())
             new, status = apply_fire(state, fire, now)
             if status is FireStatus.FIRED:
-                entry_id = self._add_entry(group, fire.message, fire.queue)
+                if fire.added:
+                    entry_id = fire.message_id
+                else:
+                    entry_id = self._add_entry(group, fire.message, fire.queue)
                 new = attrs.evolve(
-                    new, message_id=entry_id, running=entry_id if fire.exclusive else new.running
+                    new,
+                    message_id=new.message_id if entry_id is None else entry_id,
+                    running=entry_id if fire.exclusive else new.running,
                 )
                 results.append(FireResult(status=status, message_id=entry_id))
             elif status is FireStatus.SKIPPED:
@@ -86,6 +91,17 @@ class MemorySchedules(MemoryState):
                 results.append(FireResult(status=status, watermark=state.tick))
             states[fire.schedule] = new
         return results
+
+    async def add_tick(self, group: str, fire: TickFire) -> str | None:
+        await trio.lowlevel.checkpoint()
+        check_text("add_tick", "schedule", fire.schedule)
+        states = self._schedule_states.setdefault(group, {})
+        state = states.get(fire.schedule, ScheduleState())
+        if state.tick is not None and fire.tick <= state.tick:  # added already
+            return state.message_id if fire.tick == state.tick else None
+        entry_id = self._add_entry(group, fire.message, fire.queue)
+        states[fire.schedule] = ScheduleState(tick=fire.tick, message_id=entry_id)
+        return entry_id
 
     async def record_run_outcomes(self, group: str, outcomes: Sequence[RunOutcome]) -> None:
         await trio.lowlevel.checkpoint()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from taskrunner import _keys, _wire
+from taskrunner import _keys, _shards, _wire
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._key_layout import KeyLayoutHolder
 from taskrunner.backends._protocols.queue import DelayedMove
@@ -125,8 +125,9 @@ class MemoryState(KeyLayoutHolder):
         return [k for k in list(self._strings) if self._get(k) is not None]
 
     def ttl(self, key: str) -> float | None:
-        """Seconds left on a live key, or ``None``."""
-        if self._get(key) is None:
+        """Seconds left on a live key, or ``None`` (no such key, or no expiry, as
+        Redis's ``PTTL`` of -1 reads: the recorded shard count)."""
+        if self._get(key) is None or self._strings[key][1] == math.inf:
             return None
         return seconds_left(self._strings[key][1])
 
@@ -290,3 +291,17 @@ class MemoryState(KeyLayoutHolder):
         await trio.lowlevel.checkpoint()
         value = self._get(_keys.desired_instances(group))
         return int(value) if value is not None else None
+
+    # Sharding -------------------------------------------------------------
+    async def read_shard_count(self, group: str) -> int | None:
+        await trio.lowlevel.checkpoint()
+        value = self._get(_shards.shard_count_key(group))
+        return int(value) if value is not None else None
+
+    async def record_shard_count(self, group: str, count: int) -> None:
+        await trio.lowlevel.checkpoint()
+        key = _shards.shard_count_key(group)
+        if count == 1:
+            self._strings.pop(key, None)
+        else:
+            self._strings[key] = (str(count), math.inf)

@@ -3,10 +3,13 @@
 Theory of operation: the same places as on Redis (see
 :mod:`taskrunner.backends._protocols.tracking`), under the same names: kept results and
 their notices are strings and one-element lists with an expiry (vanishing
-lazily when looked at, as everything in memory does), the id indexes are
+lazily when looked at, as everything in memory does, and swept whenever their
+count doubles, so results nobody looks up do not pile up), the id indexes are
 dicts per group beside the delayed set (:class:`~._memory_state.MemoryState`
 keeps them, since adding and moving a member writes them), and the stop
-requests a dict of stream id -> time per group. Every operation is one
+requests a dict of stream id -> time per group. A waiter registers as on Redis
+(until its wait ends, and a margin), and a finish writes a task's notice only
+while someone is registered for it. Every operation is one
 checkpoint followed by no other, so each is atomic like its Lua script; a
 waiter parks on a per-task :class:`trio.lowlevel.ParkingLot` that recording
 the task's result unparks. What a removed entry or member leaves to undo (its
@@ -36,6 +39,12 @@ from taskrunner.backends._protocols.tracking import (
 from taskrunner.backends.memory._queue import MemoryStream, _Stream
 from taskrunner.backends.memory._state import MemoryState, check_text
 
+WAITER_MARGIN = 10.0
+"""Seconds a waiter's registration outlives its wait (as on Redis)."""
+
+SWEEP_FLOOR = 4096
+"""Kept entries below which expired ones are left to vanish when looked at."""
+
 
 class MemoryTracking(MemoryStream, MemoryState):
     """A :class:`~taskrunner.backends.Tracking` of the in-memory stream and state."""
@@ -44,10 +53,30 @@ class MemoryTracking(MemoryStream, MemoryState):
         self._results: dict[str, tuple[bytes, float]] = {}  # result key -> (doc, expires)
         self._notices: dict[str, tuple[bytes, float]] = {}  # notify key -> (doc, expires)
         self._result_lots: dict[str, trio.lowlevel.ParkingLot] = {}
+        self._heads: dict[str, tuple[_keys.KeyLayout, str, str]] = {}  # group -> its key heads
+        self._waiting: dict[str, float] = {}  # result key -> until when someone waits
         self._stop_requests: dict[str, dict[str, float]] = {}  # group -> entry id -> time
         # The queue of the queued entry _find found last: cancel reads it right after,
         # with no checkpoint between, to delete the entry from that stream.
         self._found_on: str | None = None
+        self._sweep_at = SWEEP_FLOOR  # kept entries (all kinds) at which to sweep
+
+    def _sweep_if_grown(self) -> None:
+        """Drop expired results, notices and waits once their count doubled since
+        the last sweep: amortized O(1) per kept result, and a runner whose results
+        nobody looks up holds at most about twice the live ones (Redis expires keys
+        by itself; here nothing else would)."""
+        count = len(self._results) + len(self._notices) + len(self._waiting)
+        if count < self._sweep_at:
+            return
+        now = trio.current_time()
+        for store in (self._results, self._notices):
+            for key in [k for k, (_, expires) in store.items() if expires <= now]:
+                del store[key]
+        for key in [k for k, until in self._waiting.items() if until < now]:
+            del self._waiting[key]
+        count = len(self._results) + len(self._notices) + len(self._waiting)
+        self._sweep_at = max(SWEEP_FLOOR, 2 * count)
 
     # Expiring values ------------------------------------------------------
     @staticmethod
@@ -60,14 +89,40 @@ class MemoryTracking(MemoryStream, MemoryState):
             return None
         return item[0]
 
-    def _keep(self, group: str, task_id: str, document: bytes, keep: float, notify: float) -> None:
+    def _keep(
+        self,
+        group: str,
+        task_id: str,
+        document: bytes,
+        keep: float,
+        notify: float,
+        *,
+        waited_only: bool = False,
+    ) -> None:
+        """Keep ``document``, and its notice (``waited_only``: only while someone is
+        registered as waiting for the task, as ``lua/finish.lua`` does)."""
         now = trio.current_time()
-        key = _keys.result(group, task_id, self.key_layout)
+        layout = self.key_layout
+        heads = self._heads.get(group)
+        if heads is None or heads[0] != layout:
+            # The keys' heads, named once per group (a finish keeps every result of a
+            # batch): what _keys.result and _keys.notify of ``task_id`` would give.
+            heads = self._heads[group] = (
+                layout,
+                _keys.result(group, "", layout),
+                _keys.notify(group, "", layout),
+            )
+        key = heads[1] + task_id
         self._results[key] = (document, now + keep)
-        self._notices[_keys.notify(group, task_id, self.key_layout)] = (document, now + notify)
-        lot = self._result_lots.pop(key, None)
-        if lot is not None:
-            lot.unpark_all()
+        if len(self._results) >= self._sweep_at:
+            self._sweep_if_grown()
+        until = self._waiting.pop(key, None) if self._waiting else None
+        if not waited_only or (until is not None and until >= now):
+            self._notices[heads[2] + task_id] = (document, now + notify)
+        if self._result_lots:
+            lot = self._result_lots.pop(key, None)
+            if lot is not None:
+                lot.unpark_all()
 
     def result_keys(self, group: str) -> list[str]:
         """Live result keys of ``group`` (for inspection and tests)."""
@@ -101,12 +156,28 @@ class MemoryTracking(MemoryStream, MemoryState):
         stops = self._stop_requests.get(group, {})
         for outcome in outcomes:  # no checkpoint from here on: one atomic step
             if outcome.document is not None:
-                self._keep(group, outcome.task_id, outcome.document, outcome.keep, outcome.notify)
+                self._keep(
+                    group,
+                    outcome.task_id,
+                    outcome.document,
+                    outcome.keep,
+                    outcome.notify,
+                    waited_only=True,
+                )
             if outcome.indexed and index.get(outcome.task_id) == outcome.entry_id:
                 del index[outcome.task_id]
             if outcome.cancelled:
                 stops.pop(outcome.entry_id, None)
+            if outcome.workflow is not None:  # a step of a workflow: counted here
+                self._step_finished(group, outcome)
         return self._ack_now(group, ids, queue)
+
+    def _step_finished(self, group: str, outcome: Outcome) -> None:
+        """Count a workflow step's finish (:class:`~._workflows.MemoryWorkflows`)."""
+
+    def _step_removed(self, group: str, raw: bytes | None) -> None:
+        """Count a queued or delayed workflow step removed by a cancel as cancelled
+        (:class:`~._workflows.MemoryWorkflows`)."""
 
     def _ack_now(self, group: str, ids: Sequence[str], queue: str | None = None) -> int:
         """:meth:`MemoryStream.ack` without its checkpoint."""
@@ -141,6 +212,16 @@ class MemoryTracking(MemoryStream, MemoryState):
                     document = self._live(self._notices, notice)
                 if document is not None:
                     return document
+                if block <= 0:
+                    return None
+                # Registered with the read, no checkpoint between: as lua/wait.lua.
+                now = trio.current_time()
+                if len(self._waiting) > 1000:  # drop the ended ones, as lua/wait.lua does
+                    self._waiting = {k: t for k, t in self._waiting.items() if t >= now}
+                until = now + block + WAITER_MARGIN
+                self._waiting[key] = max(until, self._waiting.get(key, until))
+                if len(self._waiting) >= self._sweep_at:
+                    self._sweep_if_grown()
                 lot = self._result_lots.setdefault(key, trio.lowlevel.ParkingLot())
                 await lot.park()
         return None
@@ -203,6 +284,13 @@ class MemoryTracking(MemoryStream, MemoryState):
     ) -> Cancellation:
         await trio.lowlevel.checkpoint()
         check_text("cancel", "task_id", task_id)
+        return self._cancel_now(group, task_id, queues)
+
+    def _cancel_now(
+        self, group: str, task_id: str, queues: Sequence[str] | None = None
+    ) -> Cancellation:
+        """:meth:`cancel` without its checkpoint (a workflow's cancel cascade runs it
+        inside its own atomic step)."""
         # No checkpoint from here on: the step is atomic, like lua/track.lua.
         found = self._find(group, task_id, queues)
         if found is None or found.result is not None:
@@ -211,6 +299,7 @@ class MemoryTracking(MemoryStream, MemoryState):
             del self._delayed[group][found.member]
             del self._delayed_index[group][task_id]
             self._undo(group, task_id, found.member)
+            self._step_removed(group, found.member)
             return Cancellation(state=TaskState.SCHEDULED, raw=found.member)
         assert found.entry_id is not None
         if found.pending:
@@ -224,6 +313,7 @@ class MemoryTracking(MemoryStream, MemoryState):
         self._delete_entry(self._stream(group, self._found_on), found.entry_id)
         self._entry_index.get(group, {}).pop(task_id, None)
         self._undo(group, task_id, found.payload)
+        self._step_removed(group, found.payload)
         return Cancellation(state=TaskState.QUEUED, raw=found.payload)
 
     def catalog_keep_result(self, group: str, name: str) -> float | None:

@@ -19,6 +19,7 @@ from taskrunner.backends.redis._cluster_client import ClusterRedisClient
 from taskrunner.backends.redis._config import ConnectionConfig
 from taskrunner.backends.redis._defer import RedisDefer
 from taskrunner.backends.redis._detect import DetectingRedisClient
+from taskrunner.backends.redis._events import RedisEvents
 from taskrunner.backends.redis._flow import RedisFlow
 from taskrunner.backends.redis._inspect import RedisInspection
 from taskrunner.backends.redis._protocol import RedisClient
@@ -29,20 +30,21 @@ from taskrunner.backends.redis._schedules import RedisSchedules
 from taskrunner.backends.redis._sentinel import SentinelRedisClient
 from taskrunner.backends.redis._sentinel_config import SentinelConfig, is_sentinel_url
 from taskrunner.backends.redis._state import RedisState
-from taskrunner.backends.redis._tracking import RedisTracking
+from taskrunner.backends.redis._workflows import RedisWorkflows
 
 
 class RedisBackend(
+    RedisEvents,
     RedisInspection,
     RedisDefer,
     RedisFlow,
     RedisCatalog,
     RedisSchedules,
-    RedisTracking,
+    RedisWorkflows,
     RedisReplicas,
 ):
     """Queue, shared state, deferral through the delayed set, flow control, task
-    catalog, periodic schedules and task tracking on Redis (>= 6.2; 7+
+    catalog, periodic schedules, task tracking and the event log on Redis (>= 6.2; 7+
     recommended), and their
     :class:`~taskrunner.backends.Inspection`.
 

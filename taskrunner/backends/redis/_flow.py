@@ -151,6 +151,7 @@ class RedisFlow(RedisQueue, RedisState):
         task: str,
         *,
         queue: str | None = None,
+        task_id: str | None = None,
     ) -> ParkOutcome:
         """One script call: ``park.lua``."""
         keys = [
@@ -158,6 +159,8 @@ class RedisFlow(RedisQueue, RedisState):
             _keys.delayed_tasks(group, self.key_layout),
             _keys.paused(group, self.key_layout),
             _keys.parked(group, task, self.key_layout),
+            _keys.delayed_index(group, self.key_layout),
+            _keys.entry_index(group, self.key_layout),
         ]
         args: list[CommandArg] = [
             group,
@@ -166,6 +169,7 @@ class RedisFlow(RedisQueue, RedisState):
             _float_arg(run_at),
             1 if self.delete_on_ack else 0,
             f"task:{task}",
+            task_id or "",
         ]
         reply = int(await PARK(self._client, keys, args))
         return {1: ParkOutcome.PARKED, 2: ParkOutcome.NOT_PAUSED}.get(

@@ -20,7 +20,7 @@ backend, so both answer alike (the contract suite holds them to it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import trio
 
@@ -46,6 +46,7 @@ from taskrunner.backends._protocols.inspection import (
     KeyInfo,
     KeyKind,
     Lease,
+    MessageCounts,
 )
 from taskrunner.backends.redis._connection import CommandArg, Reply
 from taskrunner.backends.redis._errors import ResponseError, WrongTypeError
@@ -65,7 +66,14 @@ SIZE_COMMANDS = {
 """The command that sizes a key of each Redis type (entries, or bytes of a string)."""
 
 _SCANNED = frozenset(
-    [KeyKind.HEARTBEAT, KeyKind.UNIQUE_LOCK, KeyKind.RESULT, KeyKind.RESULT_NOTICE]
+    [
+        KeyKind.HEARTBEAT,
+        KeyKind.UNIQUE_LOCK,
+        KeyKind.RESULT,
+        KeyKind.RESULT_NOTICE,
+        KeyKind.PROGRESS,
+        KeyKind.WORKFLOW,
+    ]
 )
 """The kinds of key found by pattern (:func:`scanned_patterns`)."""
 
@@ -252,6 +260,21 @@ class RedisInspection(RedisQueue, RedisState):
                 )
             )
         return sorted(out, key=lambda beat: beat.host)
+
+    async def count_messages(self, group: str, queues: Iterable[str | None]) -> MessageCounts:
+        keys = [self.stream_keys(group, queue) for queue in dict.fromkeys(queues)]
+        commands: list[tuple[CommandArg, ...]] = [
+            *(("XLEN", k.stream) for k in keys),
+            *(("XLEN", k.dead_letter) for k in keys),
+            ("ZCARD", _keys.delayed_tasks(group, self.key_layout)),
+        ]
+        replies = await self._client.pipeline(commands)
+        counts = [int(reply) for reply in replies]
+        return MessageCounts(
+            queued=sum(counts[: len(keys)]),
+            dead=sum(counts[len(keys) : 2 * len(keys)]),
+            delayed=counts[-1],
+        )
 
     async def read_lease(self, group: str) -> Lease | None:
         key = _keys.leader(group, self.key_layout)

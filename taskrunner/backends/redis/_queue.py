@@ -40,6 +40,7 @@ from typing import Any
 from taskrunner import _keys
 from taskrunner._keys import StreamKeys
 from taskrunner.backends._key_layout import KeyLayoutHolder
+from taskrunner.backends._protocols.events import EventBatch
 from taskrunner.backends._protocols.queue import (
     ConsumerInfo,
     DeadLetter,
@@ -49,6 +50,11 @@ from taskrunner.backends._protocols.queue import (
 )
 from taskrunner.backends.redis._connection import CommandArg
 from taskrunner.backends.redis._errors import BusyGroupError, NoGroupError, ResponseError
+from taskrunner.backends.redis._event_commands import (
+    Command,
+    event_commands,
+    progress_commands,
+)
 from taskrunner.backends.redis._protocol import DedicatedRedisConnection, RedisClient
 from taskrunner.backends.redis._scripts import load_script
 
@@ -102,6 +108,28 @@ def _entry_payload(fields: Sequence[Any] | None) -> bytes | None:
     return value if isinstance(value, bytes) else None
 
 
+def _entry_inputs(fields: Sequence[Any]) -> tuple[bytes | None, tuple[bytes, bytes] | None]:
+    """The payload of an entry of several fields and a step's inputs carried in it
+    (``step_parent``, ``step_result``: written by ``lua/finish.lua`` when it queues a
+    chain's next step), or ``None``; the fields read once for both."""
+    if (
+        len(fields) == 6
+        and fields[0] == _PAYLOAD
+        and fields[2] == b"step_parent"
+        and fields[4] == b"step_result"
+    ):  # in the order finish.lua writes them
+        payload, header, document = fields[1], fields[3], fields[5]
+        if isinstance(payload, bytes) and isinstance(header, bytes) and isinstance(document, bytes):
+            return payload, (header, document)
+    pairs = _pairs(fields)
+    payload = pairs.get(_PAYLOAD)
+    header, document = pairs.get(b"step_parent"), pairs.get(b"step_result")
+    inputs = None
+    if isinstance(header, bytes) and isinstance(document, bytes):
+        inputs = header, document
+    return (payload if isinstance(payload, bytes) else None), inputs
+
+
 def dead_letter_of(raw_id: bytes, flat: Sequence[Any]) -> DeadLetter:
     """A dead letter from its ``XRANGE`` row (id and flat fields)."""
     fields = _pairs(flat)
@@ -137,7 +165,10 @@ class RedisQueue(KeyLayoutHolder):
         self.delete_on_ack = delete_on_ack
         self._client = client
         self._stream_keys: dict[tuple[str, str | None, _keys.KeyLayout], StreamKeys] = {}
-        self._readers: dict[str, DedicatedRedisConnection] = {}
+        # One per (group, consumer): a sharded group's fetcher reads each shard (a group
+        # of its own, named by its tag) under one consumer name, with blocking reads at
+        # once, and a dedicated connection carries one at a time.
+        self._readers: dict[tuple[str, str], DedicatedRedisConnection] = {}
         # Claim delays (ns) not yet pushed, per ring key.
         self._delays: dict[str, list[int]] = {}
         self._ring_warned_at = -math.inf  # time.monotonic() of the last ring warning
@@ -156,6 +187,19 @@ class RedisQueue(KeyLayoutHolder):
     def _stream(self, group: str, queue: str | None = None) -> str:
         return self.stream_keys(group, queue).stream
 
+    def _events_key(self, group: str) -> str:
+        return _keys.events(group, self.key_layout)
+
+    def _event_commands(self, group: str, batch: EventBatch) -> list[Command]:
+        """The ``XADD`` of each event of ``batch``, for a call to append to its pipeline."""
+        return event_commands(self._events_key(group), batch)
+
+    def _progress_commands(self, group: str, batch: EventBatch) -> list[Command]:
+        """The writes of ``batch``'s progress, for a call to put before its own."""
+        return progress_commands(
+            [_keys.progress(group, u.task_id, self.key_layout) for u in batch.progress], batch
+        )
+
     # Adding -----------------------------------------------------------------
     async def add(
         self, group: str, payloads: Sequence[bytes], *, queue: str | None = None
@@ -172,16 +216,18 @@ class RedisQueue(KeyLayoutHolder):
         return ids
 
     # Reading ----------------------------------------------------------------
-    def _reader(self, consumer: str) -> DedicatedRedisConnection:
-        reader = self._readers.get(consumer)
+    def _reader(self, group: str, consumer: str) -> DedicatedRedisConnection:
+        reader = self._readers.get((group, consumer))
         if reader is None:
-            reader = self._readers[consumer] = self._client.dedicated()
+            reader = self._readers[group, consumer] = self._client.dedicated()
         return reader
 
-    async def _read(self, consumer: str, args: list[CommandArg], limit: float | None) -> Any:
+    async def _read(
+        self, group: str, consumer: str, args: list[CommandArg], limit: float | None
+    ) -> Any:
         if limit is None:  # not blocking: fine on the shared connection
             return await self._client.execute(*args)
-        return await self._reader(consumer).execute(*args, reply_timeout=limit)
+        return await self._reader(group, consumer).execute(*args, reply_timeout=limit)
 
     async def _create_group(self, group: str, queue: str | None = None) -> None:
         try:
@@ -198,14 +244,16 @@ class RedisQueue(KeyLayoutHolder):
         entries = []
         for raw_id, fields in rows:
             entry_id = _text(raw_id)
-            entries.append(
-                QueueEntry(
-                    id=entry_id,
-                    payload=_entry_payload(fields),
-                    delivery_count=1,
-                    queue=keys.queue,
+            if fields is not None and len(fields) > 2:  # a chain's step, its inputs in it
+                payload, inputs = _entry_inputs(fields)
+                entry = QueueEntry(
+                    id=entry_id, payload=payload, delivery_count=1, queue=keys.queue, inputs=inputs
                 )
-            )
+            else:
+                entry = QueueEntry(
+                    id=entry_id, payload=_entry_payload(fields), delivery_count=1, queue=keys.queue
+                )
+            entries.append(entry)
             delays.append(max(0, int((now_ms - _id_ms(entry_id)) * 1e6)))
         if len(delays) > RING_SIZE:
             del delays[:-RING_SIZE]
@@ -222,7 +270,7 @@ class RedisQueue(KeyLayoutHolder):
         keys = self.stream_keys(group, queue)
         args += ["STREAMS", keys.stream, ">"]
         try:
-            reply = await self._read(consumer, args, timeout)
+            reply = await self._read(group, consumer, args, timeout)
         except ResponseError as exc:
             # NOGROUP on Redis; fakeredis answers a plain ERR when the stream
             # itself is missing. Creating the group is idempotent, so try it
@@ -230,7 +278,7 @@ class RedisQueue(KeyLayoutHolder):
             if not isinstance(exc, NoGroupError) and exc.code != "ERR":
                 raise
             await self._create_group(group, queue)
-            reply = await self._read(consumer, args, timeout)
+            reply = await self._read(group, consumer, args, timeout)
         if not reply:
             return []
         return self._entries(keys, reply[0][1], time.time() * 1000)
@@ -273,7 +321,7 @@ class RedisQueue(KeyLayoutHolder):
             *(k.stream for k in waited), *(">" for _ in waited),
         ]  # fmt: skip
         try:
-            answer = await self._read(consumer, args, block + READ_TIMEOUT_MARGIN)
+            answer = await self._read(group, consumer, args, block + READ_TIMEOUT_MARGIN)
         except NoGroupError:
             return []  # destroyed since the script created it: the next call does again
         if not answer:
@@ -317,14 +365,27 @@ class RedisQueue(KeyLayoutHolder):
         return True
 
     # Acknowledging ----------------------------------------------------------
-    async def ack(self, group: str, ids: Sequence[str], *, queue: str | None = None) -> int:
+    async def ack(
+        self,
+        group: str,
+        ids: Sequence[str],
+        *,
+        queue: str | None = None,
+        events: EventBatch | None = None,
+    ) -> int:
         if not ids:
+            if events is not None:
+                writes = self._progress_commands(group, events)
+                await self._client.pipeline(writes + self._event_commands(group, events))
             return 0
         stream = self.stream_keys(group, queue).stream
-        commands: list[tuple[CommandArg, ...]] = [("XACK", stream, group, *ids)]
+        before = [] if events is None else self._progress_commands(group, events)
+        commands: list[tuple[CommandArg, ...]] = [*before, ("XACK", stream, group, *ids)]
         if self.delete_on_ack:
             commands.append(("XDEL", stream, *ids))
-        acked: int = (await self._with_ring(group, commands))[0]
+        if events is not None:  # after the acks, in their round trip
+            commands += self._event_commands(group, events)
+        acked: int = (await self._with_ring(group, commands))[len(before)]
         return acked
 
     async def _with_ring(self, group: str, commands: list[tuple[CommandArg, ...]]) -> list[Any]:
@@ -501,7 +562,7 @@ class RedisQueue(KeyLayoutHolder):
             )
         except NoGroupError:
             return 0
-        await self._close_reader(consumer)
+        await self._close_reader(group, consumer)
         return n
 
     async def delete_idle_consumer(
@@ -514,11 +575,11 @@ class RedisQueue(KeyLayoutHolder):
         )
         if reply != 1:
             return False
-        await self._close_reader(consumer)
+        await self._close_reader(group, consumer)
         return True
 
-    async def _close_reader(self, consumer: str) -> None:
-        reader = self._readers.pop(consumer, None)
+    async def _close_reader(self, group: str, consumer: str) -> None:
+        reader = self._readers.pop((group, consumer), None)
         if reader is not None:
             await reader.aclose()
 

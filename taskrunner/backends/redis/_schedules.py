@@ -7,9 +7,10 @@ each a number written as this process's exact text (``repr``) or an id. The
 fenced steps are Lua scripts beside this module: ``fire_ticks.lua`` (check the
 lease's value is the caller's instance id, compare each tick with the
 watermark, ``XADD`` and record, in one step), ``start_schedules.lua`` and
-``record_outcomes.lua``. The published specs are the hash
-``taskrunner:<group>:schedule_specs``, one JSON document per name, written
-with a plain ``HSET``.
+``record_outcomes.lua``; a sharded group's fire adds its message in a shard first
+(``add_tick.lua``, idempotent: docs/sharding.md) and ``fire_ticks.lua`` records it.
+The published specs are the hash ``taskrunner:<group>:schedule_specs``, one JSON
+document per name, written with a plain ``HSET``.
 
 Redis Cluster: a fire touches the lease, the states and the stream together,
 in different hash slots; like the delayed move it is out of scope there.
@@ -45,6 +46,8 @@ FIRE_TICKS = load_script("fire_ticks.lua")
 """Fire a batch of ticks if the caller holds the lease; two values per fire, or 0."""
 START_SCHEDULES = load_script("start_schedules.lua")
 """Set missing watermarks if the caller holds the lease; the whole state hash, or 0."""
+ADD_TICK = load_script("add_tick.lua")
+"""Add a sharded group's tick to a shard unless that shard added it: the entry id, or nil."""
 RECORD_OUTCOMES = load_script("record_outcomes.lua")
 """Record finished runs' outcomes and drop their in-flight marks."""
 
@@ -130,6 +133,7 @@ class RedisSchedules(RedisState):
                 fire.message,
                 "1" if fire.exclusive else "0",
                 _float_arg(now + fire.in_flight_ttl),
+                f"+{fire.message_id or ''}" if fire.added else "",
             ]
         reply = await FIRE_TICKS(
             self._client,
@@ -150,6 +154,15 @@ class RedisSchedules(RedisState):
             else:
                 results.append(FireResult(status=status, message_id=_text(value)))
         return results
+
+    async def add_tick(self, group: str, fire: TickFire) -> str | None:
+        """One script call (``lua/add_tick.lua``), on keys of ``group``'s slot only."""
+        reply = await ADD_TICK(
+            self._client,
+            [_keys.schedules(group, self.key_layout), self._stream_of(group, fire.queue)],
+            [fire.schedule, _float_arg(fire.tick), fire.message],
+        )
+        return None if reply is None else _text(reply)
 
     async def record_run_outcomes(self, group: str, outcomes: Sequence[RunOutcome]) -> None:
         """One script call (``lua/record_outcomes.lua``); none for no outcomes."""

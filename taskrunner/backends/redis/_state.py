@@ -44,12 +44,15 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from taskrunner import _keys
+from taskrunner import _keys, _shards
 from taskrunner._wire import TimingIncrement
 from taskrunner.backends._key_layout import KeyLayoutHolder
+from taskrunner.backends._protocols.events import EventBatch
 from taskrunner.backends._protocols.queue import DelayedMove
 
 from ._connection import CommandArg
+from ._errors import NoScriptError, ResponseError
+from ._event_commands import event_commands
 from ._protocol import RedisClient
 from ._scripts import load_script
 
@@ -178,15 +181,25 @@ class RedisState(KeyLayoutHolder):
     # Delayed set ----------------------------------------------------------
 
     async def add_delayed(
-        self, group: str, member: bytes, run_at: float, *, task_id: str | None = None
+        self,
+        group: str,
+        member: bytes,
+        run_at: float,
+        *,
+        task_id: str | None = None,
+        events: EventBatch | None = None,
     ) -> None:
         """Add a member to the group's delayed set (``ZADD``; an existing member
         gets the new run-at time); with ``task_id``, also index it under that id, in
-        one script call (``lua/add_delayed.lua``).
+        one script call (``lua/add_delayed.lua``); ``events`` go in the same pipeline,
+        after it.
 
         Cancellation: the member may have been added; a repeat is harmless.
         """
         zset, score = _keys.delayed_tasks(group, self.key_layout), _float_arg(run_at)
+        if events is not None:
+            await self._add_delayed_with_events(group, member, score, task_id, events)
+            return
         if task_id is None:
             await self._client.execute("ZADD", zset, score, member)
             return
@@ -195,6 +208,26 @@ class RedisState(KeyLayoutHolder):
             [zset, _keys.delayed_index(group, self.key_layout)],
             [score, member, task_id],
         )
+
+    async def _add_delayed_with_events(
+        self, group: str, member: bytes, score: str, task_id: str | None, events: EventBatch
+    ) -> None:
+        """:meth:`add_delayed` with ``events``: one pipeline, the add first."""
+        zset = _keys.delayed_tasks(group, self.key_layout)
+        keys: list[CommandArg] = [zset, _keys.delayed_index(group, self.key_layout)]
+        args: list[CommandArg] = [score, member, task_id or ""]
+        add: tuple[CommandArg, ...] = ("ZADD", zset, score, member)
+        if task_id is not None:
+            add = ADD_DELAYED.evalsha_command(keys, args)
+        written = event_commands(_keys.events(group, self.key_layout), events)
+        replies = await self._client.pipeline([add, *written], raise_on_error=False)
+        if isinstance(replies[0], NoScriptError):  # the events landed; the add did not
+            await ADD_DELAYED(self._client, keys, args)
+        elif isinstance(replies[0], ResponseError):
+            raise replies[0]
+        for reply in replies[1:]:
+            if isinstance(reply, ResponseError):
+                raise reply
 
     async def due_delayed(
         self, group: str, until: float, limit: int, offset: int = 0
@@ -408,3 +441,22 @@ class RedisState(KeyLayoutHolder):
         except ValueError:
             logger.warning("ignoring a non-integer desired instance count %r", reply)
             return None
+
+    # Sharding -------------------------------------------------------------
+
+    async def read_shard_count(self, group: str) -> int | None:
+        """The group's recorded shard count, if any (a non-integer value counts as none)."""
+        reply = await self._client.execute("GET", _shards.shard_count_key(group))
+        try:
+            return None if reply is None else int(reply)
+        except ValueError:
+            logger.warning("ignoring a non-integer shard count %r", reply)
+            return None
+
+    async def record_shard_count(self, group: str, count: int) -> None:
+        """Record the group's shard count (1: delete the record)."""
+        key = _shards.shard_count_key(group)
+        if count == 1:
+            await self._client.execute("DEL", key)
+        else:
+            await self._client.execute("SET", key, count)

@@ -9,19 +9,28 @@ dead letters. Only reads that need no atomicity are plain commands:
 ``ZMSCORE`` of the stop requests for a runner's running entries, ``XRANGE``
 of dead letters by id, and the result wait.
 
-Waiting for a result: ``GET`` of the result key, then ``BLMOVE`` of the
+Waiting for a result: ``lua/wait.lua`` reads the result key and, when there is
+none yet, registers the task among the group's result waiters (until the end
+of this wait's next slice and a margin), in one step; then ``BLMOVE`` of the
 task's notice onto itself on a dedicated connection (taken from a small pool,
-so waiters do not hold up the shared, pipelined connection). The notice holds
-a copy of the document: moving the list onto itself hands it to this waiter
-and leaves it for every other one, so any number of processes can wait on one
-task, and a waiter that times out or is cancelled has written nothing. A long
-wait blocks in slices of :data:`WAIT_SLICE`, each bounded on the client side
-by its reply timeout, and looks at the result key once more at the end.
+so waiters do not hold up the shared, pipelined connection). ``finish`` pushes
+a notice only for a task registered so: a kept result nobody waits for costs
+its one ``SET``. The notice holds a copy of the document: moving the list onto
+itself hands it to this waiter and leaves it for every other one, so any
+number of processes can wait on one task. A waiter that times out or is
+cancelled leaves only its registration, which ends by itself when its time is
+over. A long wait blocks in slices of :data:`WAIT_SLICE`, each bounded on the
+client side by its reply timeout and each starting with ``lua/wait.lua`` again,
+and looks at the result key once more at the end.
 
 ``finish`` rides in the ack's pipeline (the claim-delay ring push goes with
 it), and its acknowledgements are inside the script, so an ``EVALSHA`` the
 server does not know (``NOSCRIPT``) acknowledged nothing and is simply sent
-again as ``EVAL``.
+again as ``EVAL``. The common finish, kept results of tasks dispatched without
+an ``id`` and no workflow's steps, needs no script on the native client: it is
+one ``MULTI``/``EXEC`` block instead, and ``lua/finish.lua`` pushes only the
+notices of the tasks that block found waited for (the ordering that keeps every
+waiter woken is in :mod:`~taskrunner.backends.redis._kept_results`).
 
 Redis Cluster: like ``move_delayed``, these scripts touch keys of several
 hash slots (and ``track.lua`` a unique lock it reads from the entry); they
@@ -36,6 +45,7 @@ from typing import Any
 import trio
 
 from taskrunner import _keys
+from taskrunner.backends._protocols.events import EventBatch
 from taskrunner.backends._protocols.queue import DeadLetter
 from taskrunner.backends._protocols.tracking import (
     CANCEL_TRIES,
@@ -50,20 +60,38 @@ from taskrunner.backends._protocols.tracking import (
     lock_to_give,
     track_keys,
 )
+from taskrunner.backends.redis._client import NativeRedisClient
 from taskrunner.backends.redis._connection import CommandArg
+from taskrunner.backends.redis._detect import DetectingRedisClient
 from taskrunner.backends.redis._errors import NoScriptError, ResponseError
+from taskrunner.backends.redis._kept_results import (
+    Keys,
+    plainly_written,
+    transaction,
+    waited_outcomes,
+)
 from taskrunner.backends.redis._protocol import DedicatedRedisConnection
 from taskrunner.backends.redis._queue import READ_TIMEOUT_MARGIN, RedisQueue, dead_letter_of
 from taskrunner.backends.redis._scripts import load_script
 from taskrunner.backends.redis._state import RedisState, _ms
 from taskrunner.errors import BackendError
 
-__all__ = ["FINISH", "PURGE_DEAD", "REPLAY_DEAD", "TRACK", "RedisTracking"]
+__all__ = [
+    "FINISH",
+    "PURGE_DEAD",
+    "REPLAY_DEAD",
+    "TRACK",
+    "WAIT",
+    "RedisTracking",
+    "cancellation_of",
+]
 
 FINISH = load_script("finish.lua")
 """Acknowledge a batch and record each run's result, index and stop-request changes."""
 TRACK = load_script("track.lua")
 """Find a task by id (``lookup``) or cancel it (``cancel``)."""
+WAIT = load_script("wait.lua")
+"""Read a task's result, or register its waiter when there is none yet, in one step."""
 REPLAY_DEAD = load_script("replay_dead.lua")
 """Dispatch dead letters again, each at most once."""
 PURGE_DEAD = load_script("purge_dead.lua")
@@ -71,6 +99,9 @@ PURGE_DEAD = load_script("purge_dead.lua")
 
 WAIT_SLICE = 30.0
 """Longest single blocking wait for a result notice (a longer wait takes several)."""
+WAITER_MARGIN = 10.0
+"""Seconds a waiter's registration outlives the slice it was made for: room for the
+round trips between registering and blocking, on a loaded client or server."""
 IDLE_WAITERS = 4
 """Dedicated connections kept open for result waits between calls."""
 
@@ -84,11 +115,20 @@ def _raw(value: Any) -> bytes | None:
     return bytes(value) if isinstance(value, bytes | bytearray) else None
 
 
+def cancellation_of(reply: Any) -> Cancellation:
+    """What ``lua/track.lua``'s cancel reply (other than ``{'lock', key}``) says."""
+    state = CANCELLED_STATES.get(bytes(reply[0]))
+    if state is None:
+        return Cancellation(state=None)
+    return Cancellation(state=state, raw=_raw(reply[1]))
+
+
 class RedisTracking(RedisQueue, RedisState):
     """A :class:`~taskrunner.backends.Tracking` on Redis (see the module docstring)."""
 
     def _init_tracking(self) -> None:
         self._idle_waiters: list[DedicatedRedisConnection] = []
+        self._transaction_keys: dict[tuple[str, str | None, str], Keys] = {}
 
     def _waiter(self) -> DedicatedRedisConnection:
         return self._idle_waiters.pop() if self._idle_waiters else self._client.dedicated()
@@ -119,51 +159,153 @@ class RedisTracking(RedisQueue, RedisState):
         outcomes: Sequence[Outcome],
         *,
         queue: str | None = None,
+        events: EventBatch | None = None,
     ) -> int:
-        """Acknowledge ``ids`` and apply ``outcomes``: one ``lua/finish.lua`` call, in
-        the pipeline that also pushes the claim delays (one round trip)."""
+        """Acknowledge ``ids`` and apply ``outcomes``: one ``MULTI``/``EXEC`` block where
+        nothing needs a script (:mod:`~taskrunner.backends.redis._kept_results`), else one
+        ``lua/finish.lua`` call, in the pipeline that also pushes the claim delays and
+        writes ``events`` (one round trip; a second only to push the notices of tasks
+        someone waits for)."""
+        if self._transactions() and plainly_written(outcomes):
+            return await self._finish_in_transaction(group, ids, outcomes, queue, events)
+        return await self._finish_by_script(group, ids, outcomes, queue, events)
+
+    async def _finish_by_script(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        queue: str | None,
+        events: EventBatch | None = None,
+    ) -> int:
+        """:meth:`finish` as one ``lua/finish.lua`` call."""
         keys: list[CommandArg] = [
             self.stream_keys(group, queue).stream,
             _keys.entry_index(group, self.key_layout),
             _keys.cancelled(group, self.key_layout),
+            _keys.result_waiters(group, self.key_layout),
         ]
         args: list[CommandArg] = [group, "1" if self.delete_on_ack else "0", len(ids), *ids]
+        # Once per call, not per outcome: the key heads and the (few) lifetimes.
+        result_head = _keys.result(group, "", self.key_layout)
+        notify_head = _keys.notify(group, "", self.key_layout)
+        lifetimes: dict[float, int] = {}
         for outcome in outcomes:
-            keys += [
-                _keys.result(group, outcome.task_id, self.key_layout),
-                _keys.notify(group, outcome.task_id, self.key_layout),
-            ]
-            document = outcome.document
+            task_id, document = outcome.task_id, outcome.document
+            keys += [result_head + task_id, notify_head + task_id]
+            keep = notify = 0
+            if document is not None:
+                keep = lifetimes.get(outcome.keep) or lifetimes.setdefault(
+                    outcome.keep, _ms(outcome.keep)
+                )
+                notify = lifetimes.get(outcome.notify) or lifetimes.setdefault(
+                    outcome.notify, _ms(outcome.notify)
+                )
             args += [
-                outcome.task_id,
+                task_id,
                 outcome.entry_id,
                 b"" if document is None else document,
-                _ms(outcome.keep) if document is not None else 0,
-                _ms(outcome.notify) if document is not None else 0,
+                keep,
+                notify,
                 "1" if outcome.indexed else "0",
                 "1" if outcome.cancelled else "0",
             ]
+        if outcomes and any(o.workflow is not None for o in outcomes):
+            # Steps of workflows: counted in this same script (lua/finish.lua's block).
+            more_keys, more_args = self.step_section(group, outcomes, 6 + len(ids), queue)
+            keys += more_keys
+            args += more_args
+        before = [] if events is None else self._progress_commands(group, events)
+        commands = [*before, FINISH.evalsha_command(keys, args)]
+        if events is not None:  # after the script, in its round trip
+            commands += self._event_commands(group, events)
         try:
-            (acked,) = await self._with_ring(group, [FINISH.evalsha_command(keys, args)])
+            acked = (await self._with_ring(group, commands))[len(before)]
         except NoScriptError:
             # The script (acks included) did not run: send it with its source.
             acked = await FINISH(self._client, keys, args)
         return int(acked)
 
+    def _transactions(self) -> bool:
+        """Whether the client carries a ``MULTI``/``EXEC`` block in a pipeline: the native
+        one (alone or behind Sentinel), which sends a pipeline in one write on one
+        connection; not a cluster's, nor redis-py's."""
+        client: object = self._client
+        if isinstance(client, DetectingRedisClient):
+            client = client.chosen
+        return isinstance(client, NativeRedisClient)
+
+    async def _finish_in_transaction(
+        self,
+        group: str,
+        ids: Sequence[str],
+        outcomes: Sequence[Outcome],
+        queue: str | None,
+        events: EventBatch | None,
+    ) -> int:
+        """:meth:`finish` as one transaction, then the notices of the tasks it found
+        waited for (see :mod:`~taskrunner.backends.redis._kept_results`)."""
+        named = (group, queue, self.key_layout)
+        keys = self._transaction_keys.get(named)
+        if keys is None:
+            keys = self._transaction_keys[named] = Keys(
+                group,
+                self.stream_keys(group, queue).stream,
+                _keys.result(group, "", self.key_layout),
+                _keys.cancelled(group, self.key_layout),
+                _keys.result_waiters(group, self.key_layout),
+            )
+        keep_ms: dict[float, int] = {}
+        for outcome in outcomes:
+            if outcome.keep not in keep_ms:
+                keep_ms[outcome.keep] = _ms(outcome.keep)
+        block = transaction(keys, ids, outcomes, keep_ms, delete=self.delete_on_ack)
+        before = [] if events is None else self._progress_commands(group, events)
+        commands = [*before, *block]
+        if events is not None:  # after the transaction, in its round trip
+            commands += self._event_commands(group, events)
+        executed = (await self._with_ring(group, commands))[len(before) + len(block) - 1]
+        error = next((reply for reply in executed if isinstance(reply, ResponseError)), None)
+        if error is not None:
+            raise error
+        acked, waited = waited_outcomes(ids, outcomes, executed)
+        if waited:
+            await self._finish_by_script(group, [], waited, queue)  # their notices
+        return acked
+
+    def step_section(
+        self, group: str, outcomes: Sequence[Outcome], first_document: int, queue: str | None
+    ) -> tuple[list[CommandArg], list[CommandArg]]:
+        """What ``lua/finish.lua``'s workflow block reads for the steps among
+        ``outcomes`` (:class:`~taskrunner.backends.redis._workflows.RedisWorkflows`)."""
+        return [], []
+
     # Waiting ----------------------------------------------------------------
     async def wait_result(self, group: str, task_id: str, block: float) -> bytes | None:
-        """``GET`` the result; else ``BLMOVE`` its notice onto itself for up to
-        ``block`` seconds (see the module docstring)."""
+        """``GET`` the result; else, registered as its waiter (``lua/wait.lua``),
+        ``BLMOVE`` its notice onto itself for up to ``block`` seconds (see the module
+        docstring)."""
         key = _keys.result(group, task_id, self.key_layout)
-        document = _raw(await self._client.execute("GET", key))
-        if document is not None or block <= 0:
-            return document
+        if block <= 0:
+            return _raw(await self._client.execute("GET", key))
+        waiters = _keys.result_waiters(group, self.key_layout)
         notice = _keys.notify(group, task_id, self.key_layout)
         deadline = trio.current_time() + block
         connection = self._waiter()
         try:
             while (left := deadline - trio.current_time()) > 0:
                 wait = min(left, WAIT_SLICE)
+                # Registered before blocking, with the read in the same step: a finish
+                # either came first (the document is here) or pushes the notice.
+                document = _raw(
+                    await WAIT(self._client, [key, waiters], [task_id, _ms(wait + WAITER_MARGIN)])
+                )
+                if document is not None:
+                    return document
+                wait = deadline - trio.current_time()
+                if wait <= 0:
+                    break
+                wait = min(wait, WAIT_SLICE)
                 reply = await connection.execute(
                     "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}",
                     reply_timeout=wait + READ_TIMEOUT_MARGIN,
@@ -205,24 +347,32 @@ class RedisTracking(RedisQueue, RedisState):
     ) -> Cancellation:
         """One ``lua/track.lua`` call in ``cancel`` mode over every stream of ``queues``;
         two when the task holds a unique lock (the first, which does nothing, names it,
-        so the second has every key it touches in ``KEYS``)."""
+        so the second has every key it touches in ``KEYS``). A workflow's step is
+        removed uncounted here; ``RedisWorkflows.cancel`` counts it."""
+        return cancellation_of(await self._track_cancel(group, task_id, queues, ()))
+
+    async def _track_cancel(
+        self,
+        group: str,
+        task_id: str,
+        queues: Sequence[str] | None,
+        flag: Sequence[CommandArg],
+    ) -> Any:
+        """The reply of ``lua/track.lua`` cancelling ``task_id`` (``flag``: its optional
+        ``ARGV[10]``), the task's unique lock named and given when it holds one."""
         args: list[CommandArg] = list(cancel_arguments(group, task_id, self.now(), self.key_layout))
+        args += flag
         lock: str | None = None
         for _ in range(CANCEL_TRIES):
             keys = self._track_keys(group, task_id, queues, lock)
             reply = await TRACK(self._client, keys, args)
             lock = lock_to_give(reply)
             if lock is None:
-                break
-        else:
-            raise BackendError(
-                f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
-                maybe_applied=False,
-            )
-        state = CANCELLED_STATES.get(bytes(reply[0]))
-        if state is None:
-            return Cancellation(state=None)
-        return Cancellation(state=state, raw=_raw(reply[1]))
+                return reply
+        raise BackendError(
+            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
+            maybe_applied=False,
+        )
 
     async def cancel_requested(self, group: str, entry_ids: Sequence[str]) -> list[str]:
         """``ZMSCORE`` of the stop requests, for all of ``entry_ids`` at once."""

@@ -100,12 +100,20 @@
       if (body.dataset.signature === signature) return;  // keeps open details, ticks
       body.dataset.signature = signature;
       var template = body.querySelector("template");
+      // What the user ticked survives the rebuild (a row is known by its value).
+      var ticked = {};
+      body.querySelectorAll("input[type=checkbox]:checked").forEach(function (box) {
+        ticked[box.value] = true;
+      });
       Array.prototype.slice.call(body.children).forEach(function (child) {
         if (child !== template) body.removeChild(child);
       });
       items.forEach(function (item) {
         var row = template.content.firstElementChild.cloneNode(true);
         bind(row, item);
+        row.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+          if (ticked[box.value]) box.checked = true;
+        });
         body.appendChild(row);
       });
     });

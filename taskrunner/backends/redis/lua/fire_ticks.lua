@@ -5,9 +5,12 @@
 -- KEYS[3]   the group's stream
 -- ARGV[1]   the caller's instance id (the lease's value when it holds the lease)
 -- ARGV[2]   now, in the caller's clock (unix seconds, as text)
--- ARGV[3..] five values per fire, in order:
+-- ARGV[3..] six values per fire, in order:
 --           schedule name, tick (text), message, exclusive ('1' or '0'),
---           when an exclusive run's in-flight mark lapses (text)
+--           when an exclusive run's in-flight mark lapses (text),
+--           '' to add the message here, or '+' and the id it was added under
+--           already (a sharded group's fire, added in a shard by add_tick.lua;
+--           '+' alone: the id is not known, and the recorded id stays)
 --
 -- Nothing happens unless the lease holds ARGV[1]: a deposed or partitioned
 -- leader's late call is refused whole (returns 0). Otherwise, for each fire:
@@ -29,7 +32,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local now = tonumber(ARGV[2])
 local out = {}
-for i = 3, #ARGV, 5 do
+for i = 3, #ARGV, 6 do
     local name, tick = ARGV[i], ARGV[i + 1]
     local exclusive = ARGV[i + 3] == '1'
     local mark = redis.call('HGET', KEYS[2], 'tick:' .. name)
@@ -50,13 +53,21 @@ for i = 3, #ARGV, 5 do
             out[#out + 1] = 'skipped'
             out[#out + 1] = running
         else
-            local id = redis.pcall('XADD', KEYS[3], '*', 'payload', ARGV[i + 2])
-            if type(id) == 'table' and id.err then
-                return redis.error_reply(id.err)
+            local added, id = ARGV[i + 5], nil
+            if added == '' then
+                id = redis.pcall('XADD', KEYS[3], '*', 'payload', ARGV[i + 2])
+                if type(id) == 'table' and id.err then
+                    return redis.error_reply(id.err)
+                end
+            else
+                id = string.sub(added, 2)
             end
             redis.call('HSET', KEYS[2], 'tick:' .. name, tick, 'fired:' .. name, tick,
-                'fired_at:' .. name, ARGV[2], 'id:' .. name, id)
-            if exclusive then
+                'fired_at:' .. name, ARGV[2])
+            if id ~= '' then
+                redis.call('HSET', KEYS[2], 'id:' .. name, id)
+            end
+            if exclusive and id ~= '' then
                 redis.call('HSET', KEYS[2], 'running:' .. name, id,
                     'running_until:' .. name, ARGV[i + 4])
             end

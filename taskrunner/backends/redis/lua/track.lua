@@ -24,6 +24,10 @@
 --         the name as a JSON string and '}')
 -- ARGV[8] the longest a result notice lives, in seconds
 -- ARGV[9] the unique-lock key prefix (taskrunner:unique: or taskrunner:{<group>}:unique:)
+-- ARGV[10] optional: 'steps' to leave a queued or delayed workflow step alone and name
+--         it, {'step', payload or member, workflow id, step id}: the caller cancels it
+--         through lua/finish.lua, which counts it in its workflow's record (its key is
+--         not known here)
 --
 -- Where the task is, first match wins: its kept result; its member of the delayed
 -- set (through the id index); its stream entry (the id index's, else the task id
@@ -240,8 +244,20 @@ local function lock_given(doc)
     end
     return true, token
 end
+-- A step of a workflow, for a caller that counts steps (ARGV[10]): named, not touched.
+local function step_of(doc, raw)
+    if ARGV[10] == 'steps' and doc and type(doc['workflow']) == 'string'
+            and type(doc['step']) == 'string' then
+        return {'step', raw, doc['workflow'], doc['step']}
+    end
+    return nil
+end
 if found[1] == 'delayed' then
     local doc = parse(found[2])
+    local step = step_of(doc, found[2])
+    if step then
+        return step
+    end
     local given, token = lock_given(doc)
     if not given then
         return token
@@ -259,6 +275,10 @@ if found[4] == 1 then
     return {'running', payload}
 end
 local doc = parse(payload)
+local step = step_of(doc, payload)
+if step then
+    return step
+end
 local given, token = lock_given(doc)
 if not given then
     return token
