@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import hiredis
+
 from ._embedded import ServerProcess, find_server_binary, free_port, sync_command
 
 _READY_TIMEOUT = 30.0
@@ -145,11 +147,15 @@ class SentinelDeployment:
 
     def start(self) -> None:
         """Start every server and sentinel, and wait until the sentinels know each other."""
-        for server in self.servers:
-            server.start()
-        for sentinel in self.sentinels:
-            sentinel.start()
-        self.wait_ready()
+        try:
+            for server in self.servers:
+                server.start()
+            for sentinel in self.sentinels:
+                sentinel.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop()  # no process outlives a start that failed
+            raise
 
     def stop(self) -> None:
         for sentinel in self.sentinels:
@@ -158,8 +164,15 @@ class SentinelDeployment:
             server.stop()
 
     def sentinel_command(self, *args: Any, index: int = 0) -> Any:
-        """One command to sentinel ``index``."""
-        return sync_command(self.sentinels[index].port, *args)
+        """One command to sentinel ``index``.
+
+        Raises:
+            hiredis.ReplyError: The sentinel answered with an error.
+        """
+        reply = sync_command(self.sentinels[index].port, *args)
+        if isinstance(reply, hiredis.ReplyError):
+            raise reply
+        return reply
 
     def master_port(self, index: int = 0) -> int:
         """The master's port as sentinel ``index`` names it."""
@@ -196,8 +209,8 @@ class SentinelDeployment:
         try:
             seen = self.sentinel_command("SENTINEL", "replicas", self.service_name, index=index)
             peers = self.sentinel_command("SENTINEL", "sentinels", self.service_name, index=index)
-        except OSError:
-            return False
+        except (OSError, hiredis.ReplyError):
+            return False  # a sentinel still starting may not know the service yet
         up = [_flags(fields) for fields in seen]
         good = [flags for flags in up if "s_down" not in flags and "disconnected" not in flags]
         return len(good) == replicas and len(peers) == others
@@ -219,7 +232,7 @@ class SentinelDeployment:
                 if sentinel.running:
                     try:
                         ports.add(self.master_port(index))
-                    except OSError:
+                    except (OSError, hiredis.ReplyError):
                         ports.add(old_port)
             if len(ports) == 1 and old_port not in ports:
                 return ports.pop()
