@@ -48,6 +48,8 @@ from typing import Any
 
 from ab import checkout, interpreter
 
+from taskrunner import TaskContext  # read by the task's annotations (--features)
+
 HERE = Path(__file__).resolve()
 GROUP = "instr"
 MEMORY = "memory"
@@ -61,8 +63,6 @@ def register(runner: Any, workload: str, action: Callable[[], None]) -> None:
     """Register the ``noop`` task of ``workload`` on ``runner``, calling ``action``
     on each run (the same task in the filling and the serving process: the message
     carries the task's ``keep_result``)."""
-    from taskrunner import TaskContext
-
     keep = None if workload == "plain" else 60.0
     if workload == "features":
 
