@@ -42,7 +42,6 @@ from taskrunner._wire import (
     decode_message,
     keeps_result_alone,
     notify_ttl,
-    result_time,
     unique_lock,
 )
 from taskrunner.backends import Backend, Outcome, QueueEntry, RunOutcome, TaskEvent
@@ -256,8 +255,8 @@ class Finishing:
                 value,
                 attempts=entry.delivery_count,
                 enqueued_at=entry_time(entry.id),
-                started_at=result_time(started_at),
-                finished_at=result_time(now),
+                started_at=started_at,
+                finished_at=now,
             )
             kept = Outcome(
                 entry_id=entry.id,
@@ -276,8 +275,8 @@ class Finishing:
                 value,
                 attempts=attempt_of(entry.delivery_count, message),
                 enqueued_at=enqueued_at(entry.id, message),
-                started_at=result_time(started_at),
-                finished_at=result_time(now),
+                started_at=started_at,
+                finished_at=now,
             )
         if self._config.current.events:
             self.final(

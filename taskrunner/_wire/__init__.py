@@ -200,7 +200,6 @@ from taskrunner._wire.metrics import task_names_in as task_names_in
 from taskrunner._wire.metrics import task_timing as task_timing
 from taskrunner._wire.metrics import timing_increment as timing_increment
 from taskrunner._wire.results import NOTIFY_TTL as NOTIFY_TTL
-from taskrunner._wire.results import RESULT_TIME_RESOLUTION as RESULT_TIME_RESOLUTION
 from taskrunner._wire.results import Removal as Removal
 from taskrunner._wire.results import ResultDocument as ResultDocument
 from taskrunner._wire.results import TaskState as TaskState
@@ -212,15 +211,12 @@ from taskrunner._wire.results import encode_succeeded as encode_succeeded
 from taskrunner._wire.results import failed as failed
 from taskrunner._wire.results import notify_ttl as notify_ttl
 from taskrunner._wire.results import removal_of as removal_of
-from taskrunner._wire.results import result_time as result_time
-from taskrunner._wire.results import seconds_text as seconds_text
 from taskrunner._wire.results import succeeded as succeeded
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "NOTIFY_TTL",
     "PAYLOAD_MARK",
-    "RESULT_TIME_RESOLUTION",
     "SCHEDULE_TIMING_NAME",
     "UNIQUE_LOCK_PREFIX",
     "CatalogDocument",
@@ -261,12 +257,10 @@ __all__ = [
     "removal_of",
     "reservation_ns",
     "reset_fields",
-    "result_time",
     "retry_delayed",
     "schedule_fields",
     "schedule_timing",
     "schedule_timing_name",
-    "seconds_text",
     "served",
     "served_keep_result",
     "succeeded",

@@ -163,42 +163,6 @@ def encode_result(doc: ResultDocument) -> bytes:
     return data
 
 
-RESULT_TIME_RESOLUTION = 1e-6
-"""A kept success's ``started_at`` and ``finished_at`` are rounded to this (whole
-microseconds, :func:`result_time`): the clock's own resolution, and a time that
-:func:`seconds_text` writes without the float's shortest-repr search."""
-
-_WHOLE_MICROSECONDS_BELOW = 2.0**33
-"""Up to here (the year 2242) a float's spacing is under a microsecond, so a time of
-whole microseconds has one shortest decimal form: its microseconds, as
-:func:`seconds_text` writes them."""
-
-
-def result_time(moment: float) -> float:
-    """``moment`` (seconds) rounded to whole microseconds (:data:`RESULT_TIME_RESOLUTION`)."""
-    return round(moment * 1e6) / 1e6
-
-
-def seconds_text(moment: float) -> str:
-    """``repr(moment)``, the JSON a result's time is written as, byte for byte.
-
-    A time of whole microseconds (a kept success's :func:`result_time`, an entry's
-    milliseconds) is written from its microseconds' digits: ``repr`` of a float
-    searches for its shortest decimal form, the most expensive step of a kept
-    result's document. Between 1 s and :data:`_WHOLE_MICROSECONDS_BELOW` two floats
-    are less than a microsecond apart, so the decimal of whole microseconds nearest
-    to ``moment`` is the only one of six decimals or fewer that reads back as it:
-    that is ``repr``'s answer, less its trailing zeros. Any other float is
-    ``repr``'s (tests/test_wire.py holds the two equal).
-    """
-    if 1.0 <= moment < _WHOLE_MICROSECONDS_BELOW:
-        micros = round(moment * 1e6)
-        if micros / 1e6 == moment:
-            digits = str(micros)
-            return f"{digits[:-6]}.{digits[-6:].rstrip('0') or '0'}"
-    return repr(moment)
-
-
 _TASK_NAMES: dict[str, str] = {}
 """Task names as JSON strings, as :func:`encode_succeeded` writes them (a few per process)."""
 _TASK_NAMES_KEPT = 1024
@@ -241,8 +205,8 @@ def encode_succeeded(
         name = _task_name(task)
     data = (
         f'{{"state":"succeeded","task":{name},"value":{body},"attempts":{int(attempts)},'
-        f'"enqueued_at":{seconds_text(enqueued_at)},"started_at":{seconds_text(started_at)},'
-        f'"finished_at":{seconds_text(finished_at)}}}'
+        f'"enqueued_at":{enqueued_at!r},"started_at":{started_at!r},'
+        f'"finished_at":{finished_at!r}}}'
     ).encode()
     if len(data) > MAX_MESSAGE_BYTES:
         raise InvalidTaskResult(
