@@ -20,7 +20,7 @@ Fields of the record: ``state`` (``starting`` while a chunked start writes its s
 ``g:<id>`` (its node: task, parents and their policies, children, policy, whether it
 has a payload, queue), ``f:<id>`` (what ``lua/finish.lua`` reads of it, so a finish
 decodes no JSON and reads no child's field before queueing a chain's next step:
-:func:`finish_field`; emptied once the step is final), ``s:<id>`` (its state),
+:func:`finish_field`; emptied once the children it carries are queued), ``s:<id>`` (its state),
 ``n:<id>`` (parents not finished, read while it is pending: a step's one parent
 queues it without counting it down), ``q:<id>`` (its stream's key), ``m:<id>`` (its
 message, until queued), ``t:<id>`` (its task id once queued), ``r:<id>`` (its result
