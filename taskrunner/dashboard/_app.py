@@ -43,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 from taskrunner._config import queue_name_problem
 from taskrunner._dispatch.guards import require_inspection
 from taskrunner.backends import Backend
-from taskrunner.dashboard import _charts, _data, _features, _workflows
+from taskrunner.dashboard import _charts, _data, _dead, _features, _fleet, _workflows
 from taskrunner.dashboard._safety import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -263,8 +263,8 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
         return None
 
     # The fleet
-    async def fleet_data(request: Request) -> _data.FleetPage:
-        return await _data.read_fleet(d.backend, d.inspection, server=d.server)
+    async def fleet_data(request: Request) -> _fleet.FleetPage:
+        return await _fleet.read_fleet(d.backend, d.inspection, server=d.server)
 
     async def fleet(request: Request) -> Response:
         try:
@@ -368,8 +368,8 @@ def _routes(d: Dashboard) -> list[Route | Mount]:
             "workflow-cancelled" if done else "workflow-not-cancelled",
         )
 
-    async def dead_data(request: Request) -> _data.DeadPage:
-        return await _data.read_dead(d.backend, group_of(request))
+    async def dead_data(request: Request) -> _dead.DeadPage:
+        return await _dead.read_dead(d.backend, group_of(request))
 
     async def dead(request: Request) -> Response:
         try:
