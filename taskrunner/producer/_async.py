@@ -19,13 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
-import attrs
 import redis.asyncio
 import redis.exceptions
 
@@ -34,44 +32,36 @@ from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
 from taskrunner._workflows import StepSpec, Workflow
 from taskrunner._workflows.graph import Canvas
-from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
 from taskrunner.backends.redis._errors import ClusterCommandError
 from taskrunner.backends.redis._sentinel_config import is_sentinel_url
-from taskrunner.backends.redis._step_cancel import step_cancellation
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
     ADD_DELAYED_SOURCE,
-    CONNECT_TIMEOUT,
-    SOCKET_TIMEOUT,
+    RELEASE_SOURCE,
     TRACK_SOURCE,
     WAIT_SOURCE,
-    ProducerCore,
     ask_is_cluster_async,
     check_cluster_url,
     check_timeout,
-    is_cluster_client,
     lock_px,
     log_kept_lock,
-    raw_bytes,
-    registration_ms,
     socket_timeout_of,
     text,
     translated,
-    wait_slice,
-    was_cancelled,
 )
+from taskrunner.producer._handles import AsyncProducerHandle
 from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sentinel import async_master
-from taskrunner.producer._sharding import producer_layout, wanted_layout
-from taskrunner.producer._sync import RELEASE_SOURCE
+from taskrunner.producer._setup import producer_core, url_settings
+from taskrunner.producer._sharding import wanted_layout
+from taskrunner.producer._steps import Plan, cancellation, result_wait
 from taskrunner.producer._workflow_handles import AsyncProducerWorkflow
 from taskrunner.producer._workflows import (
     FINISH_SOURCE,
     START_WORKFLOW_SOURCE,
     plan_workflow,
     producer_step,
-    step_cancel_call,
     task_names,
 )
 
@@ -79,34 +69,6 @@ log = logging.getLogger("taskrunner.producer")
 
 AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
 """The redis.asyncio clients an async producer works on."""
-
-
-@attrs.frozen
-class AsyncProducerHandle:
-    """A task an :class:`AsyncProducer` dispatched. ``str(handle)`` is its id."""
-
-    id: str
-    """The task's id: its stream id, or a delayed task's id."""
-    task_name: str
-    _producer: AsyncProducer = attrs.field(repr=False, eq=False)
-
-    def __str__(self) -> str:
-        return self.id
-
-    # The contract names the bound (``await h.result(timeout=10)``), as TaskHandle's.
-    async def result(
-        self,
-        timeout: float | None = None,  # noqa: ASYNC109
-        *,
-        type: type[Any] | None = None,
-    ) -> Any:
-        """Wait for the task's outcome and return its value (the task must keep
-        results: ``keep_result``): :meth:`AsyncProducer.result`."""
-        return await self._producer.result(self.id, timeout, type=type, task_name=self.task_name)
-
-    async def cancel(self) -> bool:
-        """Cancel the task: :meth:`AsyncProducer.cancel`."""
-        return await self._producer.cancel(self.id)
 
 
 class AsyncProducer:
@@ -172,14 +134,13 @@ class AsyncProducer:
                 f"redis.asyncio.RedisCluster), got "
                 f"{client!r}: from sync code use taskrunner.producer.Producer"
             )
-        self._core = ProducerCore(
+        self._core = producer_core(
+            client,
             consumer_group=consumer_group,
             prefix=prefix,
             queue=queue,
-            strict=bool(strict),
-            key_layout=producer_layout(
-                key_layout, shards, prefix, cluster=is_cluster_client(client)
-            ),
+            strict=strict,
+            key_layout=key_layout,
             shards=shards,
         )
         self._client = client
@@ -228,22 +189,14 @@ class AsyncProducer:
             ClusterCommandError: a cluster and a URL naming a database other
                 than 0 (with ``cluster=None``, raised by the first call).
         """
-        given = dict(redis_options)
-        redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
-        redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
-        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
-        if is_sentinel_url(url):
-            if cluster:
-                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
-            cluster = False
-        if cluster:
-            check_cluster_url(url)
+        settings = url_settings(url, cluster, redis_options)
+        cluster, redis_options = settings.cluster, settings.options
 
         def connect() -> AsyncClient:
             if cluster:
                 return redis.asyncio.RedisCluster.from_url(url, **redis_options)
             if is_sentinel_url(url):
-                return async_master(url, defaults, given)
+                return async_master(url, settings.defaults, settings.given)
             return redis.asyncio.Redis.from_url(url, **redis_options)
 
         producer = cls.__new__(cls)
@@ -554,30 +507,8 @@ class AsyncProducer:
         """The result document kept under ``task_id``, waited for up to ``limit``
         seconds (``None``: none came); see :meth:`result`."""
         client = await self._redis()
-        key, notice, waiters, inner = self._core.result_keys(task_id)
-        deadline = time.monotonic() + limit
-        socket_timeout = socket_timeout_of(client)
-        raw = None
-        with translated():
-            while (left := deadline - time.monotonic()) > 0:
-                wait = min(left, wait_slice(socket_timeout))
-                # The result, else registered as its waiter in the same step: a runner
-                # that finishes the task after this pushes its notice.
-                raw = raw_bytes(
-                    await self._wait_script(
-                        keys=[key, waiters], args=[inner, registration_ms(wait)], client=client
-                    )
-                )
-                if raw is not None:
-                    break
-                reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
-                    "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
-                )
-                raw = raw_bytes(reply)
-                if raw is not None:
-                    break
-            if raw is None:  # one last look: a notice can expire before a slow waiter blocks
-                raw = raw_bytes(await client.get(key))
+        wait = result_wait(self._core, task_id, limit, socket_timeout_of(client))
+        raw: bytes | None = await self._drive(client, wait)
         return raw
 
     async def cancel(self, task_id: str) -> bool:
@@ -591,26 +522,29 @@ class AsyncProducer:
         """
         client = await self._redis()
         await self._read_catalog(client, None)  # the queues its runners serve
-        lock: str | None = None
+        cancelled: bool = await self._drive(client, cancellation(self._core, task_id))
+        return cancelled
+
+    async def _drive(self, client: AsyncClient, plan: Plan) -> Any:
+        """Run ``plan``'s steps on ``client`` (see ``_steps``): its outcome."""
+        reply = None
         with translated():
-            for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
-                call = self._core.cancel_call(task_id, lock)
-                if call is None:  # an id naming no shard of the group
-                    return False
-                keys, args = call
-                reply = await self._track(keys=keys, args=args, client=client)
-                lock = lock_to_give(reply)
-                if lock is None:
-                    step = step_cancel_call(self._core, task_id, reply)
-                    if step is None:
-                        return was_cancelled(reply)
-                    # A queued or delayed step: removed and counted in its workflow.
-                    done = await self._finish(keys=step[0], args=step[1], client=client)
-                    return step_cancellation(done, None).state is not None
-        raise BackendError(
-            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
-            maybe_applied=False,
-        )
+            try:
+                while True:
+                    step = plan.send(reply)
+                    if step.kind == "command":
+                        reply = await client.execute_command(*step.args)  # type: ignore[no-untyped-call, unused-ignore]
+                    elif step.kind == "get":
+                        reply = await client.get(step.args[0])
+                    else:
+                        script = {
+                            "wait": self._wait_script,
+                            "track": self._track,
+                            "finish": self._finish,
+                        }[step.kind]
+                        reply = await script(keys=step.keys, args=step.args, client=client)
+            except StopIteration as done:
+                return done.value
 
     # Closing ----------------------------------------------------------------
     async def aclose(self) -> None:

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from importlib import resources
 from types import TracebackType
 from typing import Any, Self
 
-import attrs
 import redis
 
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
@@ -33,42 +30,35 @@ from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
 from taskrunner._workflows import StepSpec, Workflow
 from taskrunner._workflows.graph import Canvas
-from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
 from taskrunner.backends.redis._sentinel_config import is_sentinel_url
-from taskrunner.backends.redis._step_cancel import step_cancellation
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
     ADD_DELAYED_SOURCE,
-    CONNECT_TIMEOUT,
-    SOCKET_TIMEOUT,
+    RELEASE_SOURCE,
     TRACK_SOURCE,
     WAIT_SOURCE,
-    ProducerCore,
     ask_is_cluster,
     check_cluster_url,
     check_timeout,
-    is_cluster_client,
     lock_px,
     log_kept_lock,
-    raw_bytes,
-    registration_ms,
     socket_timeout_of,
     text,
     translated,
-    wait_slice,
-    was_cancelled,
 )
+from taskrunner.producer._handles import ProducerHandle
 from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sentinel import sync_master
-from taskrunner.producer._sharding import producer_layout, wanted_layout
+from taskrunner.producer._setup import producer_core, url_settings
+from taskrunner.producer._sharding import wanted_layout
+from taskrunner.producer._steps import Plan, cancellation, result_wait
 from taskrunner.producer._workflow_handles import ProducerWorkflow
 from taskrunner.producer._workflows import (
     FINISH_SOURCE,
     START_WORKFLOW_SOURCE,
     plan_workflow,
     producer_step,
-    step_cancel_call,
     task_names,
 )
 
@@ -76,32 +66,6 @@ log = logging.getLogger("taskrunner.producer")
 
 Client = redis.Redis | redis.RedisCluster
 """The redis-py clients a producer works on."""
-
-RELEASE_SOURCE = (resources.files("taskrunner.backends.redis") / "lua" / "release.lua").read_text()
-"""The runner's compare-and-delete of a lock (``lua/release.lua``)."""
-
-
-@attrs.frozen
-class ProducerHandle:
-    """A task a :class:`Producer` dispatched. ``str(handle)`` is its id."""
-
-    id: str
-    """The task's id: its stream id, or a delayed task's id (``<shard>.<id>`` in a
-    sharded group)."""
-    task_name: str
-    _producer: Producer = attrs.field(repr=False, eq=False)
-
-    def __str__(self) -> str:
-        return self.id
-
-    def result(self, timeout: float | None = None, *, type: type[Any] | None = None) -> Any:
-        """Wait for the task's outcome and return its value (the task must keep
-        results: ``keep_result``): :meth:`Producer.result`."""
-        return self._producer.result(self.id, timeout, type=type, task_name=self.task_name)
-
-    def cancel(self) -> bool:
-        """Cancel the task: :meth:`Producer.cancel`."""
-        return self._producer.cancel(self.id)
 
 
 class Producer:
@@ -178,14 +142,13 @@ class Producer:
                 f"got {client!r}: "
                 "from asyncio code use taskrunner.producer.AsyncProducer"
             )
-        self._core = ProducerCore(
+        self._core = producer_core(
+            client,
             consumer_group=consumer_group,
             prefix=prefix,
             queue=queue,
-            strict=bool(strict),
-            key_layout=producer_layout(
-                key_layout, shards, prefix, cluster=is_cluster_client(client)
-            ),
+            strict=strict,
+            key_layout=key_layout,
             shards=shards,
         )
         self._client = client
@@ -235,22 +198,14 @@ class Producer:
             ClusterCommandError: a cluster and a URL naming a database other
                 than 0 (with ``cluster=None``, raised by the first call).
         """
-        given = dict(redis_options)
-        redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
-        redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
-        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
-        if is_sentinel_url(url):
-            if cluster:
-                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
-            cluster = False
-        if cluster:
-            check_cluster_url(url)
+        settings = url_settings(url, cluster, redis_options)
+        cluster, redis_options = settings.cluster, settings.options
 
         def connect() -> Client:
             if cluster:
                 return redis.RedisCluster.from_url(url, **redis_options)
             if is_sentinel_url(url):
-                return sync_master(url, defaults, given)
+                return sync_master(url, settings.defaults, settings.given)
             return redis.Redis.from_url(url, **redis_options)
 
         producer = cls.__new__(cls)
@@ -604,32 +559,8 @@ class Producer:
         """The result document kept under ``task_id``, waited for up to ``limit``
         seconds (``None``: none came); see :meth:`result`."""
         client = self._redis()
-        key, notice, waiters, inner = self._core.result_keys(task_id)
-        deadline = time.monotonic() + limit
-        socket_timeout = socket_timeout_of(client)
-        raw = None
-        with translated():
-            while (left := deadline - time.monotonic()) > 0:
-                wait = min(left, wait_slice(socket_timeout))
-                # The result, else registered as its waiter in the same step: a runner
-                # that finishes the task after this pushes its notice.
-                raw = raw_bytes(
-                    self._wait_script(
-                        keys=[key, waiters], args=[inner, registration_ms(wait)], client=client
-                    )
-                )
-                if raw is not None:
-                    break
-                # BLMOVE of the one-element notice onto itself: the document, left
-                # in place for every other waiter. Sub-second timeouts need Redis 6.
-                reply = client.execute_command(  # type: ignore[no-untyped-call]
-                    "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
-                )
-                raw = raw_bytes(reply)
-                if raw is not None:
-                    break
-            if raw is None:  # one last look: a notice can expire before a slow waiter blocks
-                raw = raw_bytes(client.get(key))
+        wait = result_wait(self._core, task_id, limit, socket_timeout_of(client))
+        raw: bytes | None = self._drive(client, wait)
         return raw
 
     def cancel(self, task_id: str) -> bool:
@@ -650,26 +581,29 @@ class Producer:
         """
         client = self._redis()
         self._read_catalog(client, None)  # the queues its runners serve
-        lock: str | None = None
+        cancelled: bool = self._drive(client, cancellation(self._core, task_id))
+        return cancelled
+
+    def _drive(self, client: Client, plan: Plan) -> Any:
+        """Run ``plan``'s steps on ``client`` (see ``_steps``): its outcome."""
+        reply = None
         with translated():
-            for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
-                call = self._core.cancel_call(task_id, lock)
-                if call is None:  # an id naming no shard of the group
-                    return False
-                keys, args = call
-                reply = self._track(keys=keys, args=args, client=client)
-                lock = lock_to_give(reply)
-                if lock is None:
-                    step = step_cancel_call(self._core, task_id, reply)
-                    if step is None:
-                        return was_cancelled(reply)
-                    # A queued or delayed step: removed and counted in its workflow.
-                    done = self._finish(keys=step[0], args=step[1], client=client)
-                    return step_cancellation(done, None).state is not None
-        raise BackendError(
-            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
-            maybe_applied=False,
-        )
+            try:
+                while True:
+                    step = plan.send(reply)
+                    if step.kind == "command":
+                        reply = client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+                    elif step.kind == "get":
+                        reply = client.get(step.args[0])
+                    else:
+                        script = {
+                            "wait": self._wait_script,
+                            "track": self._track,
+                            "finish": self._finish,
+                        }[step.kind]
+                        reply = script(keys=step.keys, args=step.args, client=client)
+            except StopIteration as done:
+                return done.value
 
     # Closing ----------------------------------------------------------------
     def close(self) -> None:
