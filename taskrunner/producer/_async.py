@@ -8,41 +8,29 @@ two tasks that both find the catalog stale both read it, which is harmless. It
 is not tied to the event loop it was made in until its first call.
 
 A client the producer made is closed by :meth:`AsyncProducer.aclose` (or
-``async with``); one it was given stays open. After a fork (gunicorn
-``--preload``), a client the producer made is replaced by a new one from the
-same URL; a given asyncio client cannot be (its pool keeps the parent's
-sockets), so the producer refuses calls in the child, saying so.
+``async with``); one it was given stays open. What becomes of the client after a
+fork or at the first call of a producer made from a URL is its
+:class:`~taskrunner.producer._async_client.AsyncClient`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
-
-import redis.asyncio
-import redis.exceptions
 
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
 from taskrunner._workflows import StepSpec, Workflow
 from taskrunner._workflows.graph import Canvas
-from taskrunner.backends.redis._errors import ClusterCommandError
-from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
+from taskrunner.producer._async_client import AsyncClient, Client, check_client, url_client
 from taskrunner.producer._core import (
     ADD_CHUNK,
-    ADD_DELAYED_SOURCE,
-    RELEASE_SOURCE,
-    TRACK_SOURCE,
-    WAIT_SOURCE,
-    ask_is_cluster_async,
-    check_cluster_url,
+    ProducerCore,
     check_timeout,
     lock_px,
     log_kept_lock,
@@ -51,24 +39,16 @@ from taskrunner.producer._core import (
     translated,
 )
 from taskrunner.producer._handles import AsyncProducerHandle
-from taskrunner.producer._plan import CatalogView
-from taskrunner.producer._sentinel import async_master
 from taskrunner.producer._setup import producer_core, url_settings
-from taskrunner.producer._sharding import wanted_layout
 from taskrunner.producer._steps import Plan, cancellation, result_wait
 from taskrunner.producer._workflow_handles import AsyncProducerWorkflow
 from taskrunner.producer._workflows import (
-    FINISH_SOURCE,
-    START_WORKFLOW_SOURCE,
     plan_workflow,
     producer_step,
     task_names,
 )
 
 log = logging.getLogger("taskrunner.producer")
-
-AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
-"""The redis.asyncio clients an async producer works on."""
 
 
 class AsyncProducer:
@@ -96,7 +76,7 @@ class AsyncProducer:
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: Client,
         *,
         consumer_group: str,
         prefix: str | None = None,
@@ -105,36 +85,8 @@ class AsyncProducer:
         key_layout: KeyLayout | None = None,
         shards: int | None = None,
     ) -> None:
-        self._setup(
-            client,
-            None,
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=strict,
-            key_layout=key_layout,
-            shards=shards,
-        )
-
-    def _setup(
-        self,
-        client: Any,
-        connect: Callable[[], AsyncClient] | None,
-        *,
-        consumer_group: str,
-        prefix: str | None,
-        queue: str,
-        strict: bool,
-        key_layout: KeyLayout | None = None,
-        shards: int | None = None,
-    ) -> None:
-        if not isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster):
-            raise TypeError(
-                f"AsyncProducer needs a redis.asyncio client (redis.asyncio.Redis or "
-                f"redis.asyncio.RedisCluster), got "
-                f"{client!r}: from sync code use taskrunner.producer.Producer"
-            )
-        self._core = producer_core(
+        check_client(client)
+        core = producer_core(
             client,
             consumer_group=consumer_group,
             prefix=prefix,
@@ -143,20 +95,11 @@ class AsyncProducer:
             key_layout=key_layout,
             shards=shards,
         )
-        self._client = client
-        self._connect = connect
-        self._choose: Callable[[], Awaitable[None]] | None = None  # while cluster=None is undecided
-        self._pid = os.getpid()
-        self._scripts(client)
-        self._closed = False
+        self._start(AsyncClient(client, None, core))
 
-    def _scripts(self, client: AsyncClient) -> None:
-        self._release = client.register_script(RELEASE_SOURCE)
-        self._track = client.register_script(TRACK_SOURCE)
-        self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
-        self._wait_script = client.register_script(WAIT_SOURCE)
-        self._start_workflow = client.register_script(START_WORKFLOW_SOURCE)
-        self._finish = client.register_script(FINISH_SOURCE)
+    def _start(self, conn: AsyncClient) -> None:
+        self._conn = conn
+        self._core = conn.core
 
     @classmethod
     def from_url(
@@ -189,78 +132,21 @@ class AsyncProducer:
             ClusterCommandError: a cluster and a URL naming a database other
                 than 0 (with ``cluster=None``, raised by the first call).
         """
+
+        def core_of(client: Client) -> ProducerCore:
+            return producer_core(
+                client,
+                consumer_group=consumer_group,
+                prefix=prefix,
+                queue=queue,
+                strict=strict,
+                key_layout=key_layout,
+                shards=shards,
+            )
+
         settings = url_settings(url, cluster, redis_options)
-        cluster, redis_options = settings.cluster, settings.options
-
-        def connect() -> AsyncClient:
-            if cluster:
-                return redis.asyncio.RedisCluster.from_url(url, **redis_options)
-            if is_sentinel_url(url):
-                return async_master(url, settings.defaults, settings.given)
-            return redis.asyncio.Redis.from_url(url, **redis_options)
-
         producer = cls.__new__(cls)
-        producer._setup(
-            connect(),
-            connect,
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=strict,
-            key_layout=key_layout,
-            shards=shards,
-        )
-        if cluster is None:
-            deciding: asyncio.Future[None] | None = None
-
-            async def choose() -> None:
-                nonlocal cluster, deciding
-                # Asked once, at the first call: from_url opens no connection. First
-                # calls made at once (an app's first requests) wait for that answer:
-                # each asking and replacing the client leaked the cluster clients the
-                # others had just made, and closed the ones they were using.
-                loop = asyncio.get_running_loop()
-                if deciding is not None and deciding.get_loop() is loop:
-                    await asyncio.shield(deciding)
-                    return  # decided, or failed: _redis() asks again if it must
-                deciding = loop.create_future()
-                try:
-                    await decide()
-                finally:
-                    deciding.set_result(None)
-                    deciding = None
-
-            async def decide() -> None:
-                nonlocal cluster
-                with translated():
-                    on_cluster = await ask_is_cluster_async(url, redis_options)
-                if not on_cluster:
-                    producer._choose = None
-                    return
-                try:
-                    check_cluster_url(url)
-                except ClusterCommandError:
-                    producer._choose = None  # refused once, at this call
-                    raise
-                standalone = producer._client
-                cluster = True  # connect() now makes cluster clients (after a fork too)
-                client = connect()
-                try:
-                    # Before any call uses it: redis-py's asyncio RedisCluster fails
-                    # commands sent at once to a client that has not initialized yet.
-                    with translated():
-                        await client.initialize()
-                except BaseException:
-                    await client.aclose()
-                    raise
-                producer._client = client
-                producer._scripts(client)
-                # Its keys in the cluster layout (and its shard count read again).
-                producer._core.on_cluster(wanted_layout(shards, key_layout))
-                producer._choose = None
-                await standalone.aclose()
-
-            producer._choose = choose
+        producer._start(url_client(url, settings, core_of, shards=shards, key_layout=key_layout))
         return producer
 
     def __repr__(self) -> str:
@@ -281,37 +167,16 @@ class AsyncProducer:
         return self._core.destination.stream
 
     # The client -------------------------------------------------------------
-    async def _redis(self) -> AsyncClient:
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        if os.getpid() != self._pid:
-            if self._connect is None:
-                raise RuntimeError(
-                    f"{self!r} was given a redis.asyncio client in process {self._pid}, "
-                    f"which process {os.getpid()} cannot share after a fork: create the client "
-                    "(or the producer, with AsyncProducer.from_url) in each process"
-                )
-            # The parent's sockets are the parent's: dropped, never closed here.
-            self._pid = os.getpid()
-            self._client = self._connect()
-            self._scripts(self._client)
-            self._core.catalog = CatalogView()
-        while self._choose is not None:  # again if the call that was asking failed
-            await self._choose()
-        record = self._core.shard_count_key
-        if record is not None:  # the first call: the group's shard count
-            with translated():
-                reply = await self._client.get(record)
-            self._core.take_shard_count(reply)
-        return self._client
+    async def _redis(self) -> Client:
+        return await self._conn.ready(self)
 
-    async def _read_catalog(self, client: AsyncClient, name: str | None) -> None:
+    async def _read_catalog(self, client: Client, name: str | None) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = await client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    async def _add(self, client: AsyncClient, data: bytes, stream: str) -> str:
+    async def _add(self, client: Client, data: bytes, stream: str) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
             reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
@@ -340,7 +205,7 @@ class AsyncProducer:
         inner = await self._send(client, name, entry, stream)
         return AsyncProducerHandle(self._core.shards.task_id(shard, inner), name, self)
 
-    async def _send(self, client: AsyncClient, name: str, entry: Enqueue, stream: str) -> str:
+    async def _send(self, client: Client, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
         if lock is None:
             return await self._add(client, entry.data, stream)
@@ -360,7 +225,7 @@ class AsyncProducer:
     async def _give_back(self, lock: LockRequest) -> None:
         try:
             with translated():
-                await self._release(keys=[lock.key], args=[lock.token])
+                await self._conn.release(keys=[lock.key], args=[lock.token])
         except BackendError as exc:
             log.warning(
                 "could not release unique lock %s after a failed dispatch (%s); it expires in %ss",
@@ -427,7 +292,9 @@ class AsyncProducer:
         workflow_id, calls = plan_workflow(self._core, work, keep)
         with translated():
             for keys, args in calls:  # one call up to START_CHUNK steps, in chunks past it
-                await self._start_workflow(keys=[str(k) for k in keys], args=args, client=client)
+                await self._conn.start_workflow(
+                    keys=[str(k) for k in keys], args=args, client=client
+                )
         return workflow_id
 
     def workflow(self, workflow_id: str) -> AsyncProducerWorkflow:
@@ -472,7 +339,7 @@ class AsyncProducer:
         )
         keys, args = self._core.add_delayed_call(member_id, member, run_at, at)
         with translated():
-            await self._add_delayed_script(keys=keys, args=args, client=client)
+            await self._conn.add_delayed(keys=keys, args=args, client=client)
         return AsyncProducerHandle(self._core.shards.task_id(shard, member_id), name, self)
 
     # Results and cancellation -----------------------------------------------
@@ -525,7 +392,7 @@ class AsyncProducer:
         cancelled: bool = await self._drive(client, cancellation(self._core, task_id))
         return cancelled
 
-    async def _drive(self, client: AsyncClient, plan: Plan) -> Any:
+    async def _drive(self, client: Client, plan: Plan) -> Any:
         """Run ``plan``'s steps on ``client`` (see ``_steps``): its outcome."""
         reply = None
         with translated():
@@ -538,9 +405,9 @@ class AsyncProducer:
                         reply = await client.get(step.args[0])
                     else:
                         script = {
-                            "wait": self._wait_script,
-                            "track": self._track,
-                            "finish": self._finish,
+                            "wait": self._conn.wait,
+                            "track": self._conn.track,
+                            "finish": self._conn.finish,
                         }[step.kind]
                         reply = await script(keys=step.keys, args=step.args, client=client)
             except StopIteration as done:
@@ -550,11 +417,7 @@ class AsyncProducer:
     async def aclose(self) -> None:
         """Close the client if this producer made it (:meth:`from_url`). Idempotent;
         the producer refuses calls afterwards."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._connect is not None and os.getpid() == self._pid:
-            await self._client.aclose()
+        await self._conn.aclose()
 
     async def __aenter__(self) -> Self:
         return self

@@ -5,41 +5,27 @@ connection pool makes it safe to share across threads: each call borrows a
 connection for its round trips and gives it back. Everything else it holds is
 read-only or replaced whole (the strict catalog), so threads need no lock.
 
-Forks (gunicorn ``--preload`` imports the app, and so creates the producer,
-before it forks its workers): every call first compares ``os.getpid()`` with
-the pid the producer was made in. In a child, a client the producer made
-itself is replaced by a new one from the same URL, and the parent's is dropped
-without being closed (closing would shut the sockets the parent still uses). A
-client that was given keeps working too: redis-py's pool itself starts afresh
-in a child.
+Its client, and what becomes of it after a fork or at the first call of a producer
+made from a URL, is its :class:`~taskrunner.producer._sync_client.SyncClient`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
-
-import redis
 
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
 from taskrunner._workflows import StepSpec, Workflow
 from taskrunner._workflows.graph import Canvas
-from taskrunner.backends.redis._sentinel_config import is_sentinel_url
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
-    ADD_DELAYED_SOURCE,
-    RELEASE_SOURCE,
-    TRACK_SOURCE,
-    WAIT_SOURCE,
-    ask_is_cluster,
-    check_cluster_url,
+    ProducerCore,
     check_timeout,
     lock_px,
     log_kept_lock,
@@ -48,24 +34,17 @@ from taskrunner.producer._core import (
     translated,
 )
 from taskrunner.producer._handles import ProducerHandle
-from taskrunner.producer._plan import CatalogView
-from taskrunner.producer._sentinel import sync_master
 from taskrunner.producer._setup import producer_core, url_settings
-from taskrunner.producer._sharding import wanted_layout
 from taskrunner.producer._steps import Plan, cancellation, result_wait
+from taskrunner.producer._sync_client import Client, SyncClient, check_client, url_client
 from taskrunner.producer._workflow_handles import ProducerWorkflow
 from taskrunner.producer._workflows import (
-    FINISH_SOURCE,
-    START_WORKFLOW_SOURCE,
     plan_workflow,
     producer_step,
     task_names,
 )
 
 log = logging.getLogger("taskrunner.producer")
-
-Client = redis.Redis | redis.RedisCluster
-"""The redis-py clients a producer works on."""
 
 
 class Producer:
@@ -113,36 +92,8 @@ class Producer:
         key_layout: KeyLayout | None = None,
         shards: int | None = None,
     ) -> None:
-        self._setup(
-            client,
-            None,
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=strict,
-            key_layout=key_layout,
-            shards=shards,
-        )
-
-    def _setup(
-        self,
-        client: Any,
-        connect: Callable[[], Client] | None,
-        *,
-        consumer_group: str,
-        prefix: str | None,
-        queue: str,
-        strict: bool,
-        key_layout: KeyLayout | None = None,
-        shards: int | None = None,
-    ) -> None:
-        if not isinstance(client, redis.Redis | redis.RedisCluster):
-            raise TypeError(
-                f"Producer needs a sync redis-py client (redis.Redis or redis.RedisCluster), "
-                f"got {client!r}: "
-                "from asyncio code use taskrunner.producer.AsyncProducer"
-            )
-        self._core = producer_core(
+        check_client(client)
+        core = producer_core(
             client,
             consumer_group=consumer_group,
             prefix=prefix,
@@ -151,20 +102,11 @@ class Producer:
             key_layout=key_layout,
             shards=shards,
         )
-        self._client = client
-        self._connect = connect  # set when the client is ours
-        self._choose: Callable[[], None] | None = None  # set while cluster=None is undecided
-        self._pid = os.getpid()
-        self._scripts(client)
-        self._closed = False
+        self._start(SyncClient(client, None, core))
 
-    def _scripts(self, client: Client) -> None:
-        self._release = client.register_script(RELEASE_SOURCE)
-        self._track = client.register_script(TRACK_SOURCE)
-        self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
-        self._wait_script = client.register_script(WAIT_SOURCE)
-        self._start_workflow = client.register_script(START_WORKFLOW_SOURCE)
-        self._finish = client.register_script(FINISH_SOURCE)
+    def _start(self, conn: SyncClient) -> None:
+        self._conn = conn
+        self._core = conn.core
 
     @classmethod
     def from_url(
@@ -198,45 +140,21 @@ class Producer:
             ClusterCommandError: a cluster and a URL naming a database other
                 than 0 (with ``cluster=None``, raised by the first call).
         """
+
+        def core_of(client: Client) -> ProducerCore:
+            return producer_core(
+                client,
+                consumer_group=consumer_group,
+                prefix=prefix,
+                queue=queue,
+                strict=strict,
+                key_layout=key_layout,
+                shards=shards,
+            )
+
         settings = url_settings(url, cluster, redis_options)
-        cluster, redis_options = settings.cluster, settings.options
-
-        def connect() -> Client:
-            if cluster:
-                return redis.RedisCluster.from_url(url, **redis_options)
-            if is_sentinel_url(url):
-                return sync_master(url, settings.defaults, settings.given)
-            return redis.Redis.from_url(url, **redis_options)
-
         producer = cls.__new__(cls)
-        producer._setup(
-            connect(),
-            connect,
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=strict,
-            key_layout=key_layout,
-            shards=shards,
-        )
-        if cluster is None:
-
-            def choose() -> None:
-                nonlocal cluster
-                # Asked once, at the first call: from_url opens no connection.
-                with translated():
-                    on_cluster = ask_is_cluster(url, redis_options)
-                producer._choose = None
-                if on_cluster:
-                    check_cluster_url(url)
-                    producer._client.close()
-                    cluster = True  # connect() now makes cluster clients (after a fork too)
-                    producer._client = connect()
-                    producer._scripts(producer._client)
-                    # Its keys in the cluster layout (and its shard count read again).
-                    producer._core.on_cluster(wanted_layout(shards, key_layout))
-
-            producer._choose = choose
+        producer._start(url_client(url, settings, core_of, shards=shards, key_layout=key_layout))
         return producer
 
     def __repr__(self) -> str:
@@ -258,26 +176,7 @@ class Producer:
 
     # The client -------------------------------------------------------------
     def _redis(self) -> Client:
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        if os.getpid() != self._pid:
-            self._after_fork()
-        if self._choose is not None:
-            self._choose()
-        record = self._core.shard_count_key
-        if record is not None:  # the first call: the group's shard count
-            with translated():
-                reply = self._client.get(record)
-            self._core.take_shard_count(reply)
-        return self._client
-
-    def _after_fork(self) -> None:
-        # The parent's sockets are the parent's: never closed here (see the module).
-        self._pid = os.getpid()
-        if self._connect is not None:
-            self._client = self._connect()
-            self._scripts(self._client)
-        self._core.catalog = CatalogView()
+        return self._conn.ready(self)
 
     def _read_catalog(self, client: Client, name: str | None) -> None:
         if self._core.needs_catalog(name):
@@ -370,7 +269,7 @@ class Producer:
     def _give_back(self, lock: LockRequest) -> None:
         try:
             with translated():
-                self._release(keys=[lock.key], args=[lock.token])
+                self._conn.release(keys=[lock.key], args=[lock.token])
         except BackendError as exc:
             log.warning(
                 "could not release unique lock %s after a failed dispatch (%s); it expires in %ss",
@@ -448,7 +347,7 @@ class Producer:
         workflow_id, calls = plan_workflow(self._core, work, keep)
         with translated():
             for keys, args in calls:  # one call up to START_CHUNK steps, in chunks past it
-                self._start_workflow(keys=[str(k) for k in keys], args=args, client=client)
+                self._conn.start_workflow(keys=[str(k) for k in keys], args=args, client=client)
         return workflow_id
 
     def workflow(self, workflow_id: str) -> ProducerWorkflow:
@@ -509,7 +408,7 @@ class Producer:
         )
         keys, args = self._core.add_delayed_call(member_id, member, run_at, at)
         with translated():
-            self._add_delayed_script(keys=keys, args=args, client=client)
+            self._conn.add_delayed(keys=keys, args=args, client=client)
         return ProducerHandle(self._core.shards.task_id(shard, member_id), name, self)
 
     # Results and cancellation -----------------------------------------------
@@ -597,9 +496,9 @@ class Producer:
                         reply = client.get(step.args[0])
                     else:
                         script = {
-                            "wait": self._wait_script,
-                            "track": self._track,
-                            "finish": self._finish,
+                            "wait": self._conn.wait,
+                            "track": self._conn.track,
+                            "finish": self._conn.finish,
                         }[step.kind]
                         reply = script(keys=step.keys, args=step.args, client=client)
             except StopIteration as done:
@@ -609,11 +508,7 @@ class Producer:
     def close(self) -> None:
         """Close the client if this producer made it (:meth:`from_url`). Idempotent;
         the producer refuses calls afterwards."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._connect is not None and os.getpid() == self._pid:
-            self._client.close()
+        self._conn.close()
 
     def __enter__(self) -> Self:
         return self
