@@ -32,11 +32,12 @@ never ``KEYS``, on Redis), so they work the same on
 :class:`~taskrunner.backends.redis.RedisBackend`,
 :class:`~taskrunner.backends.memory.MemoryBackend` and any backend of your own
 that implements it.
-
-Where things live: a group's state across its fleet (pausing, schedules, groups and
-shards) in ``_groups``, its keys in ``_group_keys``, tasks and workflows by id in
-``_tasks``, dead letters in ``_dead_letters``; this module is their public face.
 """
+
+# Where things live: a group's state across its fleet (pausing, schedules, groups and
+# shards) in _groups, its keys in _group_keys, tasks and workflows by id in _tasks, dead
+# letters in _dead_letters; this module is their public face (docs/reference/admin.md
+# lists what the API reference shows, in this order).
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ is not tied to the event loop it was made in until its first call.
 A client the producer made is closed by :meth:`AsyncProducer.aclose` (or
 ``async with``); one it was given stays open. What becomes of the client after a
 fork or at the first call of a producer made from a URL is its
-:class:`~taskrunner.producer._async_client.AsyncClient`'s.
+:class:`~taskrunner.producer._async_client.AsyncProducerClient`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from taskrunner._keys import KeyLayout
 from taskrunner._workflows import StepSpec, Workflow
 from taskrunner._workflows.graph import Canvas
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
-from taskrunner.producer._async_client import AsyncClient, Client, check_client, url_client
+from taskrunner.producer._async_client import (
+    AsyncClient,
+    AsyncProducerClient,
+    check_client,
+    url_client,
+)
 from taskrunner.producer._core import (
     ADD_CHUNK,
     ProducerCore,
@@ -76,7 +81,7 @@ class AsyncProducer:
 
     def __init__(
         self,
-        client: Client,
+        client: AsyncClient,
         *,
         consumer_group: str,
         prefix: str | None = None,
@@ -95,9 +100,9 @@ class AsyncProducer:
             key_layout=key_layout,
             shards=shards,
         )
-        self._start(AsyncClient(client, None, core))
+        self._start(AsyncProducerClient(client, None, core))
 
-    def _start(self, conn: AsyncClient) -> None:
+    def _start(self, conn: AsyncProducerClient) -> None:
         self._conn = conn
         self._core = conn.core
 
@@ -133,7 +138,7 @@ class AsyncProducer:
                 than 0 (with ``cluster=None``, raised by the first call).
         """
 
-        def core_of(client: Client) -> ProducerCore:
+        def core_of(client: AsyncClient) -> ProducerCore:
             return producer_core(
                 client,
                 consumer_group=consumer_group,
@@ -167,16 +172,16 @@ class AsyncProducer:
         return self._core.destination.stream
 
     # The client -------------------------------------------------------------
-    async def _redis(self) -> Client:
+    async def _redis(self) -> AsyncClient:
         return await self._conn.ready(self)
 
-    async def _read_catalog(self, client: Client, name: str | None) -> None:
+    async def _read_catalog(self, client: AsyncClient, name: str | None) -> None:
         if self._core.needs_catalog(name):
             with translated():
                 fields = await client.hgetall(self._core.destination.catalog)
             self._core.catalog_read(fields)
 
-    async def _add(self, client: Client, data: bytes, stream: str) -> str:
+    async def _add(self, client: AsyncClient, data: bytes, stream: str) -> str:
         with translated():
             # execute_command: XADD without xadd()'s argument checks (the hot path).
             reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
@@ -205,7 +210,7 @@ class AsyncProducer:
         inner = await self._send(client, name, entry, stream)
         return AsyncProducerHandle(self._core.shards.task_id(shard, inner), name, self)
 
-    async def _send(self, client: Client, name: str, entry: Enqueue, stream: str) -> str:
+    async def _send(self, client: AsyncClient, name: str, entry: Enqueue, stream: str) -> str:
         lock = entry.lock
         if lock is None:
             return await self._add(client, entry.data, stream)
@@ -392,7 +397,7 @@ class AsyncProducer:
         cancelled: bool = await self._drive(client, cancellation(self._core, task_id))
         return cancelled
 
-    async def _drive(self, client: Client, plan: Plan) -> Any:
+    async def _drive(self, client: AsyncClient, plan: Plan) -> Any:
         """Run ``plan``'s steps on ``client`` (see ``_steps``): its outcome."""
         reply = None
         with translated():

@@ -1,6 +1,6 @@
 """The client an :class:`~taskrunner.producer.AsyncProducer` works on, and its scripts.
 
-Theory of operation. An :class:`AsyncClient` is given (``AsyncProducer(client)``: it
+Theory of operation. An :class:`AsyncProducerClient` is given (``AsyncProducer(client)``: it
 stays the caller's) or made from a URL (:func:`url_client`: the producer's own,
 closed with it). It is not tied to the event loop it was made in until its first
 call. After a fork (gunicorn ``--preload``), a client the producer made is replaced
@@ -38,7 +38,7 @@ from taskrunner.producer._setup import UrlSettings
 from taskrunner.producer._sharding import wanted_layout
 from taskrunner.producer._workflows import FINISH_SOURCE, START_WORKFLOW_SOURCE
 
-Client = redis.asyncio.Redis | redis.asyncio.RedisCluster
+AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
 """The redis.asyncio clients an async producer works on."""
 
 
@@ -56,12 +56,12 @@ def check_client(client: object) -> None:
         )
 
 
-class AsyncClient:
+class AsyncProducerClient:
     """The client of one asyncio producer (``client``; ``connect`` makes another when it
     is the producer's own), with the producer's scripts registered on it."""
 
     def __init__(
-        self, client: Client, connect: Callable[[], Client] | None, core: ProducerCore
+        self, client: AsyncClient, connect: Callable[[], AsyncClient] | None, core: ProducerCore
     ) -> None:
         self.client = client
         self.connect = connect
@@ -81,7 +81,7 @@ class AsyncClient:
         self.start_workflow = client.register_script(START_WORKFLOW_SOURCE)
         self.finish = client.register_script(FINISH_SOURCE)
 
-    async def ready(self, owner: object) -> Client:
+    async def ready(self, owner: object) -> AsyncClient:
         """The client for a call of ``owner``: a new one in a forked child (when it is
         ours), the cluster question answered at the first call, and the group's shard
         count read at the first call.
@@ -128,16 +128,16 @@ class AsyncClient:
 def url_client(
     url: str,
     settings: UrlSettings,
-    core_of: Callable[[Client], ProducerCore],
+    core_of: Callable[[AsyncClient], ProducerCore],
     *,
     shards: int | None,
     key_layout: KeyLayout | None,
-) -> AsyncClient:
+) -> AsyncProducerClient:
     """A client of its own on ``url`` (see ``AsyncProducer.from_url``), its core made by
     ``core_of`` from its first client. No connection is opened until the first call."""
     cluster, options = settings.cluster, settings.options
 
-    def connect() -> Client:
+    def connect() -> AsyncClient:
         if cluster:
             return redis.asyncio.RedisCluster.from_url(url, **options)
         if is_sentinel_url(url):
@@ -146,7 +146,7 @@ def url_client(
 
     first = connect()
     check_client(first)
-    made = AsyncClient(first, connect, core_of(first))
+    made = AsyncProducerClient(first, connect, core_of(first))
     if cluster is None:
         deciding: asyncio.Future[None] | None = None
 

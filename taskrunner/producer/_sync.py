@@ -6,7 +6,7 @@ connection for its round trips and gives it back. Everything else it holds is
 read-only or replaced whole (the strict catalog), so threads need no lock.
 
 Its client, and what becomes of it after a fork or at the first call of a producer
-made from a URL, is its :class:`~taskrunner.producer._sync_client.SyncClient`'s.
+made from a URL, is its :class:`~taskrunner.producer._sync_client.ProducerClient`'s.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from taskrunner.producer._core import (
 from taskrunner.producer._handles import ProducerHandle
 from taskrunner.producer._setup import producer_core, url_settings
 from taskrunner.producer._steps import Plan, cancellation, result_wait
-from taskrunner.producer._sync_client import Client, SyncClient, check_client, url_client
+from taskrunner.producer._sync_client import Client, ProducerClient, check_client, url_client
 from taskrunner.producer._workflow_handles import ProducerWorkflow
 from taskrunner.producer._workflows import (
     plan_workflow,
@@ -102,9 +102,9 @@ class Producer:
             key_layout=key_layout,
             shards=shards,
         )
-        self._start(SyncClient(client, None, core))
+        self._start(ProducerClient(client, None, core))
 
-    def _start(self, conn: SyncClient) -> None:
+    def _start(self, conn: ProducerClient) -> None:
         self._conn = conn
         self._core = conn.core
 

@@ -1,6 +1,6 @@
 """The client a :class:`~taskrunner.producer.Producer` works on, and its scripts.
 
-Theory of operation. A :class:`SyncClient` is given (``Producer(client)``: it stays
+Theory of operation. A :class:`ProducerClient` is given (``Producer(client)``: it stays
 the caller's) or made from a URL (:func:`url_client`: the producer's own, closed with
 it). Forks (gunicorn ``--preload`` imports the app, and so creates the producer,
 before it forks its workers): every call first compares ``os.getpid()`` with the pid
@@ -55,7 +55,7 @@ def check_client(client: object) -> None:
         )
 
 
-class SyncClient:
+class ProducerClient:
     """The client of one producer (``client``; ``connect`` makes another when it is the
     producer's own), with the producer's scripts registered on it."""
 
@@ -128,7 +128,7 @@ def url_client(
     *,
     shards: int | None,
     key_layout: KeyLayout | None,
-) -> SyncClient:
+) -> ProducerClient:
     """A client of its own on ``url`` (see ``Producer.from_url``), its core made by
     ``core_of`` from its first client."""
     cluster, options = settings.cluster, settings.options
@@ -142,7 +142,7 @@ def url_client(
 
     first = connect()
     check_client(first)
-    made = SyncClient(first, connect, core_of(first))
+    made = ProducerClient(first, connect, core_of(first))
     if cluster is None:
 
         def choose() -> None:

@@ -21,10 +21,11 @@ histogram is fed on the hot path by :meth:`~taskrunner.TaskRunner.add_observer`
 ``trio.serve_tcp`` answering ``GET /metrics`` (and ``HEAD``), 404 elsewhere.
 Requests are bounded in size and time, and every connection is closed after
 one response, so a stuck or hostile client costs one task for a few seconds.
-
-Where things live: the collector and its updater in ``_collector``, the families read
-from a snapshot in ``_families``, the HTTP shell in ``_http``.
 """
+
+# Where things live: the collector and its updater in _collector, the families read from
+# a snapshot in _families, the HTTP shell in _http (docs/reference/prometheus.md lists
+# what the API reference shows, in this order).
 
 from __future__ import annotations
 
