@@ -45,7 +45,7 @@ from taskrunner.producer._core import (
 )
 from taskrunner.producer._handles import AsyncProducerHandle
 from taskrunner.producer._setup import producer_core, url_settings
-from taskrunner.producer._steps import Plan, cancellation, result_wait
+from taskrunner.producer._steps import cancellation, result_wait
 from taskrunner.producer._workflow_handles import AsyncProducerWorkflow
 from taskrunner.producer._workflows import (
     plan_workflow,
@@ -380,7 +380,7 @@ class AsyncProducer:
         seconds (``None``: none came); see :meth:`result`."""
         client = await self._redis()
         wait = result_wait(self._core, task_id, limit, socket_timeout_of(client))
-        raw: bytes | None = await self._drive(client, wait)
+        raw: bytes | None = await self._conn.run(client, wait)
         return raw
 
     async def cancel(self, task_id: str) -> bool:
@@ -394,29 +394,8 @@ class AsyncProducer:
         """
         client = await self._redis()
         await self._read_catalog(client, None)  # the queues its runners serve
-        cancelled: bool = await self._drive(client, cancellation(self._core, task_id))
+        cancelled: bool = await self._conn.run(client, cancellation(self._core, task_id))
         return cancelled
-
-    async def _drive(self, client: AsyncClient, plan: Plan) -> Any:
-        """Run ``plan``'s steps on ``client`` (see ``_steps``): its outcome."""
-        reply = None
-        with translated():
-            try:
-                while True:
-                    step = plan.send(reply)
-                    if step.kind == "command":
-                        reply = await client.execute_command(*step.args)  # type: ignore[no-untyped-call, unused-ignore]
-                    elif step.kind == "get":
-                        reply = await client.get(step.args[0])
-                    else:
-                        script = {
-                            "wait": self._conn.wait,
-                            "track": self._conn.track,
-                            "finish": self._conn.finish,
-                        }[step.kind]
-                        reply = await script(keys=step.keys, args=step.args, client=client)
-            except StopIteration as done:
-                return done.value
 
     # Closing ----------------------------------------------------------------
     async def aclose(self) -> None:

@@ -1,4 +1,5 @@
-"""The client an :class:`~taskrunner.producer.AsyncProducer` works on, and its scripts.
+"""The client an :class:`~taskrunner.producer.AsyncProducer` works on, its scripts, and
+the steps of a plan (``_steps``) run on it.
 
 Theory of operation. An :class:`AsyncProducerClient` is given (``AsyncProducer(client)``: it
 stays the caller's) or made from a URL (:func:`url_client`: the producer's own,
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import redis.asyncio
 
@@ -36,6 +38,7 @@ from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sentinel import async_master
 from taskrunner.producer._setup import UrlSettings
 from taskrunner.producer._sharding import wanted_layout
+from taskrunner.producer._steps import Plan
 from taskrunner.producer._workflows import FINISH_SOURCE, START_WORKFLOW_SOURCE
 
 AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
@@ -114,6 +117,28 @@ class AsyncProducerClient:
                 reply = await self.client.get(record)
             self.core.take_shard_count(reply)
         return self.client
+
+    async def run(self, client: AsyncClient, plan: Plan) -> Any:
+        """Run ``plan``'s steps on ``client`` (see ``_steps``), redis-py's errors raised as
+        ``BackendError``: its outcome."""
+        reply = None
+        with translated():
+            try:
+                while True:
+                    step = plan.send(reply)
+                    if step.kind == "command":
+                        reply = await client.execute_command(*step.args)  # type: ignore[no-untyped-call, unused-ignore]
+                    elif step.kind == "get":
+                        reply = await client.get(step.args[0])
+                    else:
+                        script = {
+                            "wait": self.wait,
+                            "track": self.track,
+                            "finish": self.finish,
+                        }[step.kind]
+                        reply = await script(keys=step.keys, args=step.args, client=client)
+            except StopIteration as done:
+                return done.value
 
     async def aclose(self) -> None:
         """Close the client if it is ours (and this is the process that made it).

@@ -35,7 +35,7 @@ from taskrunner.producer._core import (
 )
 from taskrunner.producer._handles import ProducerHandle
 from taskrunner.producer._setup import producer_core, url_settings
-from taskrunner.producer._steps import Plan, cancellation, result_wait
+from taskrunner.producer._steps import cancellation, result_wait
 from taskrunner.producer._sync_client import Client, ProducerClient, check_client, url_client
 from taskrunner.producer._workflow_handles import ProducerWorkflow
 from taskrunner.producer._workflows import (
@@ -459,7 +459,7 @@ class Producer:
         seconds (``None``: none came); see :meth:`result`."""
         client = self._redis()
         wait = result_wait(self._core, task_id, limit, socket_timeout_of(client))
-        raw: bytes | None = self._drive(client, wait)
+        raw: bytes | None = self._conn.run(client, wait)
         return raw
 
     def cancel(self, task_id: str) -> bool:
@@ -480,29 +480,8 @@ class Producer:
         """
         client = self._redis()
         self._read_catalog(client, None)  # the queues its runners serve
-        cancelled: bool = self._drive(client, cancellation(self._core, task_id))
+        cancelled: bool = self._conn.run(client, cancellation(self._core, task_id))
         return cancelled
-
-    def _drive(self, client: Client, plan: Plan) -> Any:
-        """Run ``plan``'s steps on ``client`` (see ``_steps``): its outcome."""
-        reply = None
-        with translated():
-            try:
-                while True:
-                    step = plan.send(reply)
-                    if step.kind == "command":
-                        reply = client.execute_command(*step.args)  # type: ignore[no-untyped-call]
-                    elif step.kind == "get":
-                        reply = client.get(step.args[0])
-                    else:
-                        script = {
-                            "wait": self._conn.wait,
-                            "track": self._conn.track,
-                            "finish": self._conn.finish,
-                        }[step.kind]
-                        reply = script(keys=step.keys, args=step.args, client=client)
-            except StopIteration as done:
-                return done.value
 
     # Closing ----------------------------------------------------------------
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""The client a :class:`~taskrunner.producer.Producer` works on, and its scripts.
+"""The client a :class:`~taskrunner.producer.Producer` works on, its scripts, and the
+steps of a plan (``_steps``) run on it.
 
 Theory of operation. A :class:`ProducerClient` is given (``Producer(client)``: it stays
 the caller's) or made from a URL (:func:`url_client`: the producer's own, closed with
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -35,6 +37,7 @@ from taskrunner.producer._plan import CatalogView
 from taskrunner.producer._sentinel import sync_master
 from taskrunner.producer._setup import UrlSettings
 from taskrunner.producer._sharding import wanted_layout
+from taskrunner.producer._steps import Plan
 from taskrunner.producer._workflows import FINISH_SOURCE, START_WORKFLOW_SOURCE
 
 Client = redis.Redis | redis.RedisCluster
@@ -110,6 +113,28 @@ class ProducerClient:
             self.client = self.connect()
             self.register()
         self.core.catalog = CatalogView()
+
+    def run(self, client: Client, plan: Plan) -> Any:
+        """Run ``plan``'s steps on ``client`` (see ``_steps``), redis-py's errors raised as
+        ``BackendError``: its outcome."""
+        reply = None
+        with translated():
+            try:
+                while True:
+                    step = plan.send(reply)
+                    if step.kind == "command":
+                        reply = client.execute_command(*step.args)  # type: ignore[no-untyped-call]
+                    elif step.kind == "get":
+                        reply = client.get(step.args[0])
+                    else:
+                        script = {
+                            "wait": self.wait,
+                            "track": self.track,
+                            "finish": self.finish,
+                        }[step.kind]
+                        reply = script(keys=step.keys, args=step.args, client=client)
+            except StopIteration as done:
+                return done.value
 
     def close(self) -> None:
         """Close the client if it is ours (and this is the process that made it).
