@@ -131,7 +131,8 @@ def _move_empty_slot(cluster: ClusterProcess, slot: int) -> tuple[int, int]:
         source,
         *(m for m in cluster.masters_at_start if m not in (source, target)),
     ):
-        node.command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        reply = node.command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        assert reply == b"OK", f"SETSLOT {slot} NODE on {node.port}: {reply!r}"
     return source.port, target.port
 
 
