@@ -43,7 +43,7 @@ unless the backend is unreachable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import trio
 
@@ -99,6 +99,13 @@ class Acker:
         # (Not an Event, which cost one made per flush, nor a ParkingLot, whose dict and
         # wake-up generator cost as much again: trio's own reschedule of the one task.)
         self._parked: trio.lowlevel.Task | None = None
+        # A backend whose ack can land in the caller's step (in memory: see ack), else
+        # None. Read from its class: a proxy's __getattr__ must not lend it its inner
+        # backend's, which would skip the proxy's own ack.
+        at_once = getattr(type(backend), "ack_at_once", None)
+        self._at_once: Callable[..., int | None] | None = (
+            None if at_once is None else at_once.__get__(backend)
+        )
         self.acked = 0
         self.dropped = 0
 
@@ -128,6 +135,16 @@ class Acker:
         refreshed until its ack lands and dropped then whatever that mark says, which
         only tells a later :meth:`~taskrunner._execution.inflight.InFlight.release`
         (there is none) to keep it."""
+        if (
+            self._parked is not None  # idle: nothing queued, no flush under way
+            and self._at_once is not None
+            and lock is None
+            and outcome is None
+            and tracked is None
+            and not self.reports.holds_anything
+            and self._acked_at_once(entry_id, queue, group)
+        ):
+            return
         entry = ((group, queue), entry_id)
         self._ids.append(entry)
         if not ended:
@@ -143,6 +160,21 @@ class Acker:
         if self._parked is not None:
             parked, self._parked = self._parked, None  # woken once: later acks find None
             trio.lowlevel.reschedule(parked)
+
+    def _acked_at_once(self, entry_id: str, queue: str | None, group: str | None) -> bool:
+        """Ack ``entry_id`` now, in the caller's step, if the backend can (a flush of
+        one with nothing else to send, as :meth:`_flush_simple` would send it a pass
+        later, without waking the loop for it): whether it did."""
+        assert self._at_once is not None
+        try:
+            if self._at_once(self._group if group is None else group, (entry_id,), queue) is None:
+                return False
+        except Exception:  # (a malformed id): the loop's flush decides, as it always did
+            return False
+        self.acked += 1
+        inflight = self._inflight if group is None else self._inflight.of(group)
+        inflight.acked_ids(queue, (entry_id,))
+        return True
 
     @property
     def _queued(self) -> bool:
