@@ -166,6 +166,7 @@ class ServeParts:
         self.worker.middlewares = tuple(middlewares)
         limit = math.inf if sync_threads is None else sync_threads
         self.worker.thread_limiter = trio.CapacityLimiter(limit)
+        self.worker.clock = trio.lowlevel.current_clock().current_time
 
 
 def refresh_tick(tasks: Mapping[str, Task]) -> float:

@@ -146,6 +146,9 @@ class Worker:
         self.middlewares: tuple[Middleware, ...] = ()
         self.state: Mapping[str, Any] = EMPTY_STATE
         self.thread_limiter = trio.CapacityLimiter(math.inf)
+        self.clock: Callable[[], float] = trio.current_time
+        """Trio's clock, read twice per run: serve binds its run's clock's own method,
+        two Python calls fewer than ``trio.current_time`` each time."""
         # The backend steps' inputs were last read from, and it as a WorkflowStore:
         self._steps_from: tuple[object, WorkflowStore | None] = (None, None)
 
@@ -250,7 +253,7 @@ class Worker:
                 return  # parked or deferred: it runs later
             hold = admitted
         timeout = task.timeout if task.timeout is not None else self._config.current.default_timeout
-        started = trio.current_time()
+        started = self.clock()
         thread = Thread() if task.shape.sync else None
         # Nothing to build for a plain async action without middleware: awaited as it is.
         plain = thread is None and task.shape.context is None and not self.middlewares
@@ -356,7 +359,7 @@ class Worker:
             else:  # its outcome is decided now: no stop interrupts what follows
                 inflight.settle(entry.id, queue=entry.queue)
             if not slot.stopped:
-                elapsed = trio.current_time() - started
+                elapsed = self.clock() - started
                 self._timings.record(task.name, elapsed)
                 if self.observers:
                     self._endings.notify(task.name, elapsed, error is None)
