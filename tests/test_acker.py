@@ -11,7 +11,7 @@ from _fleet import wait_until
 
 from taskrunner import TaskRunnerConfig
 from taskrunner._config import ConfigHolder
-from taskrunner._serve.acker import Acker
+from taskrunner._serve.acker import AT_ONCE_RUNNING, Acker
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis._errors import RedisConnectionError, error_from_reply
 
@@ -163,3 +163,29 @@ async def test_an_ack_replaced_on_the_backend_is_awaited_as_it_is(
     assert calls == [ids]
     assert backend.ack_at_once("g", ids) is None
     assert RefusingBackend(set()).ack_at_once("g", ids) is None
+
+
+async def test_an_ack_that_other_runs_acks_would_join_waits_for_the_flush(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While more runs are running than ``AT_ONCE_RUNNING`` (the crew's count), an ack
+    queues for the loop's flush, which their acks join; at that count or fewer, it
+    lands at once."""
+    backend = MemoryBackend()
+    ids = await backend.add("g", [b"a", b"b"])
+    assert len(await backend.read("g", "c1", 2, 0)) == 2
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
+    running = AT_ONCE_RUNNING + 1
+    acker.running = lambda: running
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acker.run)
+        await trio.testing.wait_all_tasks_blocked()
+        acker.ack(ids[0])
+        assert (acker.acked, acker.backlog) == (0, 1)
+        await wait_until(lambda: acker.acked == 1)
+        await trio.testing.wait_all_tasks_blocked()
+        running = AT_ONCE_RUNNING
+        acker.ack(ids[1])
+        assert (acker.acked, acker.backlog) == (2, 0)
+        nursery.cancel_scope.cancel()
+    assert (await backend.group_info("g")).pending == 0

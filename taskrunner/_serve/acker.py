@@ -65,6 +65,13 @@ log = logging.getLogger(__name__)
 
 FINAL_FLUSH_TIMEOUT = 10.0
 
+AT_ONCE_RUNNING = 4
+"""Runs running at once up to which an ack with nothing beside it lands at once, in the
+worker's step, on a backend that can (:meth:`Acker.ack`). One ``await dispatch`` at a
+time keeps one to four workers busy or woken (the fetcher wakes another while the last
+one's step is still to come), and a flush would carry one or two acks for a step of
+the acker's own; a batch keeps the pool busy, and its flushes carry many."""
+
 
 class Acker:
     """Batches a runner's acks (see the module docstring).
@@ -106,6 +113,12 @@ class Acker:
         self._at_once: Callable[..., int | None] | None = (
             None if at_once is None else at_once.__get__(backend)
         )
+        self.running: Callable[[], int] | None = None
+        """How many runs are running (the crew's count, set by
+        :func:`taskrunner._serve.worker.run` while it serves): an ack lands at once
+        only while they are at most :data:`AT_ONCE_RUNNING`, since one that many other
+        runs' acks would join soon costs less in their flush. ``None`` (no crew):
+        whenever the rest allows."""
         self.acked = 0
         self.dropped = 0
 
@@ -142,6 +155,7 @@ class Acker:
             and outcome is None
             and tracked is None
             and not self.reports.holds_anything
+            and (self.running is None or self.running() <= AT_ONCE_RUNNING)
             and self._acked_at_once(entry_id, queue, group)
         ):
             return

@@ -264,7 +264,9 @@ async def run(
                 weights=cfg.queue_weights,
             )
             async with trio.open_nursery() as core:
-                parts.workers_scope = await core.start(worker.run, fetching, stop, grace)
+                parts.workers_scope = await core.start(
+                    partial(worker.run, acker=parts.acker), fetching, stop, grace
+                )
                 ready.set()
             parts.workers_scope = None
             services.cancel_scope.cancel()

@@ -90,6 +90,7 @@ from taskrunner._execution.inflight import InFlight
 from taskrunner._execution.middleware import Middleware
 from taskrunner._fleet.timings import TimingRecorder
 from taskrunner._serve import fetcher, shard_fetch
+from taskrunner._serve.acker import Acker
 from taskrunner._serve.attempt import Thread, attempt_call
 from taskrunner._serve.crew import Crew, Slot
 from taskrunner._serve.ending import Ending, Endings
@@ -407,6 +408,7 @@ async def run(
     stop: trio.Event,
     grace: Callable[[], float],
     *,
+    acker: Acker | None = None,
     task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The workers nursery: the fetchers, and one task per message they read, until
@@ -423,9 +425,13 @@ async def run(
         stop: Set to stop fetching and drain.
         grace: Seconds running tasks get once stopped (read when the drain
             starts, and again to report it).
+        acker: The runner's acker, told by the crew how many runs are running
+            (:attr:`Acker.running <taskrunner._serve.acker.Acker.running>`).
     """
     async with trio.open_nursery() as workers:
         crew = Crew(fetching.execute, workers, fetching.pool)
+        if acker is not None:
+            acker.running = crew.busy
         async with trio.open_nursery() as fetchers:
             for fetcher_id in range(1, fetching.config.num_fetchers + 1):
                 if fetching.config.shards > 1:  # a fetcher per shard, taking turns
