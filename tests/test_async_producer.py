@@ -183,7 +183,7 @@ def test_a_fork_gets_a_fresh_client(redis_url: str) -> None:
 
     async def child() -> bool:
         await producer.dispatch("resize", "child")
-        return producer._client is not parent_client
+        return producer._conn.client is not parent_client
 
     async def parent() -> int:
         async with producer:
@@ -192,7 +192,7 @@ def test_a_fork_gets_a_fresh_client(redis_url: str) -> None:
             await producer.dispatch("resize", "parent again")
             return status
 
-    parent_client = producer._client
+    parent_client = producer._conn.client
     assert run(parent) == 0
     with redis.Redis.from_url(redis_url) as check:
         assert check.xlen(STREAM) == 3
@@ -202,7 +202,7 @@ def test_a_given_asyncio_client_is_refused_after_a_fork(redis_url: str) -> None:
     async def main() -> bool:
         async with redis.asyncio.Redis.from_url(redis_url) as given:
             producer = AsyncProducer(given, consumer_group="shop")
-            producer._pid = -1  # as if made in the parent before the fork
+            producer._conn.pid = -1  # as if made in the parent before the fork
             try:
                 await producer.dispatch("resize", 1)
             except RuntimeError as exc:

@@ -3,6 +3,7 @@ snippet include and API reference resolves) and has its key pages."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -166,3 +167,14 @@ def test_key_layout_lists_every_key() -> None:
         "`taskrunner:unique:<task>:<key>`",
     ]:
         assert key in text, key
+
+
+@pytest.mark.parametrize("module", ["admin", "prometheus"])
+def test_a_reference_page_listing_its_members_lists_every_public_name(module: str) -> None:
+    """The admin and prometheus pages name their members (so that the names their
+    package imports from its private modules, beyond ``__all__``, are shown as before
+    the split): a public name added to ``__all__`` must be added there too."""
+    page = (ROOT / "docs" / "reference" / f"{module}.md").read_text()
+    listed = {line.strip()[2:] for line in page.splitlines() if line.strip().startswith("- ")}
+    public = set(importlib.import_module(f"taskrunner.{module}").__all__)
+    assert public - listed == set()

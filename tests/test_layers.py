@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["cli", "dashboard", "admin.py", "otel.py", "prometheus.py"]
+APPS = ["cli", "dashboard", "admin", "otel.py", "prometheus"]
 
 
 def test_the_declared_layers_and_forbidden_imports_hold() -> None:

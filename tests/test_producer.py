@@ -312,14 +312,14 @@ def test_a_fork_gets_fresh_connections(redis_url: str) -> None:
     dispatches on connections of its own, and the parent's keep working."""
     producer = Producer.from_url(redis_url, consumer_group="shop")
     producer.dispatch("resize", "parent")
-    parent_client = producer._client
+    parent_client = producer._conn.client
     parent_connection = parent_client.client_id()
 
     def child() -> bool:
         producer.dispatch("resize", "child")
         producer.dispatch_many("resize", ["child"] * 3)
-        fresh = producer._client is not parent_client
-        return fresh and producer._client.client_id() != parent_connection
+        fresh = producer._conn.client is not parent_client
+        return fresh and producer._conn.client.client_id() != parent_connection
 
     assert _in_child(child) == 0
     assert _in_child(child) == 0
@@ -340,7 +340,7 @@ def test_a_fork_with_a_given_client(redis_url: str) -> None:
 
         def child() -> bool:
             producer.dispatch("resize", "child")
-            return producer._client is client and client.client_id() != parent_connection
+            return producer._conn.client is client and client.client_id() != parent_connection
 
         assert _in_child(child) == 0
         producer.dispatch("resize", "parent again")

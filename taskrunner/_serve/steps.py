@@ -22,11 +22,19 @@ from taskrunner._execution.context import TaskContext
 from taskrunner._task import Task
 from taskrunner._wire import TaskMessage
 from taskrunner._wire.encoding import json_object
-from taskrunner._workflows.inputs import ParentResult, step_inputs
+from taskrunner._workflows.inputs import MAX_INPUT_BYTES, ParentResult, step_inputs
 from taskrunner.backends import StepSources, WorkflowStore
 from taskrunner.errors import InvalidTaskPayload
 
-__all__ = ["STEP", "carried_sources", "step_context", "step_payload", "workflow_store"]
+__all__ = [
+    "GENERAL",
+    "STEP",
+    "carried_sources",
+    "carried_success",
+    "step_context",
+    "step_payload",
+    "workflow_store",
+]
 
 STEP: Any = object()
 """``_prepare``'s payload of a step: read by :func:`step_payload` before it runs."""
@@ -39,13 +47,49 @@ def workflow_store(backend: object) -> WorkflowStore | None:
     return backend if isinstance(backend, WorkflowStore) else None
 
 
+_HEADERS: dict[bytes, tuple[str, str, bool]] = {}
+"""Carried headers read so far (``step_parent``: a parent's step id, policy and whether
+the child has a payload of its own), by their bytes: a workflow's shape repeats, so a
+chain's headers are few (at most :data:`_HEADERS_KEPT` kept)."""
+_HEADERS_KEPT = 4096
+
+
+def _carried_header(header: bytes) -> tuple[str, str, bool]:
+    parent = _HEADERS.get(header)
+    if parent is None:
+        fields = json_object(header)
+        parent = (fields["step"], fields["policy"], bool(fields["own"]))
+        if len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.clear()
+        _HEADERS[header] = parent
+    return parent
+
+
 def carried_sources(inputs: tuple[bytes, bytes]) -> StepSources:
     """What a step receives from the inputs carried in its entry
     (:attr:`~taskrunner.backends.QueueEntry.inputs`: its one parent's header and result)."""
     header, document = inputs
-    parent = json_object(header)
-    result = ParentResult(step=parent["step"], policy=parent["policy"], document=document)
-    return StepSources(has_payload=bool(parent["own"]), parents=(result,))
+    step, policy, own = _carried_header(header)
+    result = ParentResult(step=step, policy=policy, document=document)
+    return StepSources(has_payload=own, parents=(result,))
+
+
+GENERAL: Any = object()
+""":func:`carried_success`'s answer when the general path decides."""
+
+
+def carried_success(inputs: tuple[bytes, bytes]) -> Any:
+    """The payload of a step given none whose entry carries its one parent's success:
+    that parent's value, as :func:`~taskrunner._workflows.inputs.step_inputs` gives it
+    (the common chain step, read without building its sources), else :data:`GENERAL`
+    (a payload of its own, a failed or cancelled parent, an outsized document)."""
+    header, document = inputs
+    if _carried_header(header)[2] or len(document) > MAX_INPUT_BYTES:
+        return GENERAL
+    fields = json_object(document)
+    if fields.get("state") != "succeeded":
+        return GENERAL
+    return fields.get("value")
 
 
 async def step_payload(
@@ -72,6 +116,11 @@ async def step_payload(
     extras = message.extras
     assert extras is not None
     assert extras.workflow is not None
+    if carried is not None and not with_parents:
+        # (nothing reads ctx.parents: a chain step's parent value is its payload)
+        value = carried_success(carried)
+        if value is not GENERAL:
+            return message, decode_payload(value, task.payload_type, task.name, task.extra_keys)
     if carried is not None:
         sources = carried_sources(carried)
     elif store is None:

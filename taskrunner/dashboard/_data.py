@@ -1,7 +1,9 @@
 """What each page shows, read through the backend: the dashboard's data layer.
 
-Theory of operation. Every page has a reader here that returns a frozen value
-(:class:`FleetPage`, :class:`GroupPage`, :class:`DeadPage`); the HTML pages render
+Theory of operation. Every page has a reader that returns a frozen value
+(:class:`~._fleet.FleetPage`, :class:`GroupPage` here, :class:`~._dead.DeadPage`:
+the fleet's and the dead letters' readers are in :mod:`._fleet` and :mod:`._dead`,
+the group's, the largest, in this module); the HTML pages render
 it and the ``/api/`` twins serve it as JSON (:func:`as_json`), so both always say
 the same thing. The readers use only what main's backends expose to operator
 tools: :class:`~taskrunner.backends.Inspection` (groups, heartbeats, the lease),
@@ -28,7 +30,6 @@ leader's, the same for every instance) or, when none is live, the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -40,34 +41,20 @@ from taskrunner._fleet.shard_counts import (
     ShardCounts,
     queue_sizes,
     read_shard_counts,
-    shard_tags,
 )
 from taskrunner._fleet.stats import compute_stats
 from taskrunner._wire import CatalogDocument
-from taskrunner.admin import DeadLetterInfo, list_groups, shards_of
-from taskrunner.backends import Backend, Heartbeat, Inspection, Paused
+from taskrunner.admin import shards_of
+from taskrunner.backends import Backend, Heartbeat, Inspection
 from taskrunner.dashboard import _features, _queues
 from taskrunner.dashboard._queues import QueueRead
 from taskrunner.dashboard._sampler import Sample, Sampler, rates
 
-__all__ = [
-    "DeadPage",
-    "FleetPage",
-    "GroupPage",
-    "as_json",
-    "host_of",
-    "read_dead",
-    "read_fleet",
-    "read_group",
-]
+__all__ = ["GroupPage", "as_json", "host_of", "read_group"]
 
 DEFAULT_WORKERS = cast(int, attrs.fields(TaskRunnerConfig).num_workers.default)
 """The pool size per instance assumed when no tuning capacity is published (the
 ``num_workers`` default, as ``taskrunner stats`` assumes)."""
-DEAD_SHOWN = 100
-"""Dead letters one page lists."""
-PAYLOAD_SHOWN = 65536
-"""Characters of one payload a page shows (the rest is cut, and says so)."""
 
 
 def as_json(value: Any) -> Any:
@@ -84,103 +71,6 @@ def host_of(consumer: str, group: str) -> str:
         if host and fetcher.isdigit():
             return host
     return consumer
-
-
-# The fleet -----------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class GroupRow:
-    name: str
-    queues: int
-    """How many queues the group has (see :mod:`._queues`)."""
-    queue_length: int
-    """Entries in all its queues' streams together (as the lengths below)."""
-    pending: int
-    lag: int
-    consumers: int
-    paused: tuple[str, ...]
-    """Its paused queues."""
-    leader: str | None
-    """The lease holder's instance id."""
-    leader_host: str | None
-    """Its host, from its heartbeat."""
-    shards: int = 1
-    """Its recorded shard count (1: not sharded); a sharded group's row counts every
-    shard's queues besides its own stream's (docs/sharding.md)."""
-
-
-@attrs.frozen(kw_only=True)
-class InstanceRow:
-    host: str
-    instance_id: str
-    ttl: float | None
-
-
-@attrs.frozen(kw_only=True)
-class FleetPage:
-    server: str
-    """The store, as may be shown (a Redis URL without its password)."""
-    ping_ms: float
-    groups: tuple[GroupRow, ...]
-    instances: tuple[InstanceRow, ...]
-    """Every live heartbeat on the store (of every group)."""
-
-
-async def read_fleet(backend: Backend, inspection: Inspection, *, server: str) -> FleetPage:
-    """The groups on the store with their queue summaries, and every live instance.
-
-    Raises:
-        BackendError: the store could not be read.
-    """
-    ping = await inspection.ping()
-    beats = await inspection.list_heartbeats()
-    host_of_instance = {b.instance_id: b.host for b in beats}
-    rows = []
-    for listed in await list_groups(backend):
-        name = listed.name
-        queues = await _queues.read_group_queues(backend, name, claim_delays=False)
-        # A sharded group's queues are in every shard too (each shard named as a group).
-        everywhere = [*queues, *await _shard_queues(backend, name, listed.shards, queues)]
-        lease = await inspection.read_lease(name)
-        rows.append(
-            GroupRow(
-                name=name,
-                queues=len(queues),
-                queue_length=sum(q.length for q in everywhere),
-                pending=sum(q.info.pending for q in everywhere),
-                lag=sum(q.info.lag for q in everywhere),
-                consumers=len({c.name for q in everywhere for c in q.info.consumers}),
-                paused=tuple(q.name for q in queues if q.paused),
-                leader=None if lease is None else lease.owner,
-                leader_host=None if lease is None else host_of_instance.get(lease.owner),
-                shards=listed.shards,
-            )
-        )
-    return FleetPage(
-        server=server,
-        ping_ms=ping * 1000,
-        groups=tuple(rows),
-        instances=tuple(
-            InstanceRow(host=b.host, instance_id=b.instance_id, ttl=b.ttl) for b in beats
-        ),
-    )
-
-
-async def _shard_queues(
-    backend: Backend, group: str, count: int, queues: Sequence[QueueRead]
-) -> list[QueueRead]:
-    """The summaries of ``queues`` (the group's own) in each of its ``count`` shards
-    (none when unsharded): their lengths, pending entries, lag and consumers."""
-    if count <= 1:
-        return []
-    paused = Paused(queues=frozenset(q.name for q in queues if q.paused), tasks=frozenset())
-    names = [q.name for q in queues]
-    out = []
-    for tag in shard_tags(group, count):
-        read = await _queues.read_queues(backend, tag, (), paused, claim_delays=False, stored=names)
-        out += [q for q in read if q.name in names]
-    return out
 
 
 # A group -------------------------------------------------------------------------
@@ -484,65 +374,3 @@ async def read_group(
         live_instances=sum(1 for i in instances if i.alive),
         shards=shards,
     )
-
-
-# Dead letters --------------------------------------------------------------------
-
-
-@attrs.frozen(kw_only=True)
-class DeadRow:
-    id: str
-    queue: str | None
-    """The queue whose dead letter it is."""
-    ref: str
-    """What the page's replay and purge forms send for it: ``<queue>:<id>``."""
-    task_id: str
-    """The task's id (its page is ``/groups/{group}/tasks/{task_id}``)."""
-    message_id: str
-    task_name: str | None
-    """From the message, when it is one."""
-    error: str
-    dead_at: float
-    payload: str
-    """The task's payload as JSON text when the message decodes, else the raw entry
-    (undecodable bytes replaced); cut at :data:`PAYLOAD_SHOWN` characters."""
-    cut: bool
-
-
-@attrs.frozen(kw_only=True)
-class DeadPage:
-    group: str
-    letters: tuple[DeadRow, ...]
-    shown: int
-    """At most :data:`DEAD_SHOWN`: the oldest ones."""
-
-
-def dead_row(dead: DeadLetterInfo) -> DeadRow:
-    """What a page shows of one dead letter (pure; never raises on a bad payload)."""
-    if dead.task_name is None:  # not a message: the entry as it was
-        text = "" if dead.raw is None else dead.raw.decode("utf-8", "replace")
-    else:
-        text = json.dumps(dead.payload, ensure_ascii=False, indent=2)
-    cut = len(text) > PAYLOAD_SHOWN
-    return DeadRow(
-        id=dead.id,
-        queue=dead.queue,
-        ref=dead.id if dead.queue is None else f"{dead.queue}:{dead.id}",
-        task_id=dead.task_id,
-        message_id=dead.message_id,
-        task_name=dead.task_name,
-        error=dead.reason,
-        dead_at=dead.dead_at,
-        payload=text[:PAYLOAD_SHOWN],
-        cut=cut,
-    )
-
-
-async def read_dead(backend: Backend, group: str) -> DeadPage:
-    """The oldest :data:`DEAD_SHOWN` dead letters of every queue of ``group``.
-
-    Raises:
-        BackendError: the store could not be read.
-    """
-    letters = await _features.dead_letters(backend, group, DEAD_SHOWN)
-    return DeadPage(group=group, letters=tuple(dead_row(d) for d in letters), shown=len(letters))

@@ -18,8 +18,8 @@ See docs/dispatching.md ("Dispatching from your application").
 
 from taskrunner.errors import ResultTimeout as ResultTimeout
 from taskrunner.producer._async import AsyncProducer as AsyncProducer
-from taskrunner.producer._async import AsyncProducerHandle as AsyncProducerHandle
+from taskrunner.producer._handles import AsyncProducerHandle as AsyncProducerHandle
+from taskrunner.producer._handles import ProducerHandle as ProducerHandle
 from taskrunner.producer._sync import Producer as Producer
-from taskrunner.producer._sync import ProducerHandle as ProducerHandle
 
 __all__ = ["AsyncProducer", "AsyncProducerHandle", "Producer", "ProducerHandle", "ResultTimeout"]

@@ -8,105 +8,52 @@ two tasks that both find the catalog stale both read it, which is harmless. It
 is not tied to the event loop it was made in until its first call.
 
 A client the producer made is closed by :meth:`AsyncProducer.aclose` (or
-``async with``); one it was given stays open. After a fork (gunicorn
-``--preload``), a client the producer made is replaced by a new one from the
-same URL; a given asyncio client cannot be (its pool keeps the parent's
-sockets), so the producer refuses calls in the child, saying so.
+``async with``); one it was given stays open. What becomes of the client after a
+fork or at the first call of a producer made from a URL is its
+:class:`~taskrunner.producer._async_client.AsyncProducerClient`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
-
-import attrs
-import redis.asyncio
-import redis.exceptions
 
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
 from taskrunner._workflows import StepSpec, Workflow
 from taskrunner._workflows.graph import Canvas
-from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
-from taskrunner.backends.redis._errors import ClusterCommandError
-from taskrunner.backends.redis._sentinel_config import is_sentinel_url
-from taskrunner.backends.redis._step_cancel import step_cancellation
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
+from taskrunner.producer._async_client import (
+    AsyncClient,
+    AsyncProducerClient,
+    check_client,
+    url_client,
+)
 from taskrunner.producer._core import (
     ADD_CHUNK,
-    ADD_DELAYED_SOURCE,
-    CONNECT_TIMEOUT,
-    SOCKET_TIMEOUT,
-    TRACK_SOURCE,
-    WAIT_SOURCE,
     ProducerCore,
-    ask_is_cluster_async,
-    check_cluster_url,
     check_timeout,
-    is_cluster_client,
     lock_px,
     log_kept_lock,
-    raw_bytes,
-    registration_ms,
     socket_timeout_of,
     text,
     translated,
-    wait_slice,
-    was_cancelled,
 )
-from taskrunner.producer._plan import CatalogView
-from taskrunner.producer._sentinel import async_master
-from taskrunner.producer._sharding import producer_layout, wanted_layout
-from taskrunner.producer._sync import RELEASE_SOURCE
+from taskrunner.producer._handles import AsyncProducerHandle
+from taskrunner.producer._setup import producer_core, url_settings
+from taskrunner.producer._steps import cancellation, result_wait
 from taskrunner.producer._workflow_handles import AsyncProducerWorkflow
 from taskrunner.producer._workflows import (
-    FINISH_SOURCE,
-    START_WORKFLOW_SOURCE,
     plan_workflow,
     producer_step,
-    step_cancel_call,
     task_names,
 )
 
 log = logging.getLogger("taskrunner.producer")
-
-AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
-"""The redis.asyncio clients an async producer works on."""
-
-
-@attrs.frozen
-class AsyncProducerHandle:
-    """A task an :class:`AsyncProducer` dispatched. ``str(handle)`` is its id."""
-
-    id: str
-    """The task's id: its stream id, or a delayed task's id."""
-    task_name: str
-    _producer: AsyncProducer = attrs.field(repr=False, eq=False)
-
-    def __str__(self) -> str:
-        return self.id
-
-    # The contract names the bound (``await h.result(timeout=10)``), as TaskHandle's.
-    async def result(
-        self,
-        timeout: float | None = None,  # noqa: ASYNC109
-        *,
-        type: type[Any] | None = None,
-    ) -> Any:
-        """Wait for the task's outcome and return its value (the task must keep
-        results: ``keep_result``): :meth:`AsyncProducer.result`."""
-        return await self._producer.result(self.id, timeout, type=type, task_name=self.task_name)
-
-    async def cancel(self) -> bool:
-        """Cancel the task: :meth:`AsyncProducer.cancel`."""
-        return await self._producer.cancel(self.id)
 
 
 class AsyncProducer:
@@ -143,9 +90,9 @@ class AsyncProducer:
         key_layout: KeyLayout | None = None,
         shards: int | None = None,
     ) -> None:
-        self._setup(
+        check_client(client)
+        core = producer_core(
             client,
-            None,
             consumer_group=consumer_group,
             prefix=prefix,
             queue=queue,
@@ -153,49 +100,11 @@ class AsyncProducer:
             key_layout=key_layout,
             shards=shards,
         )
+        self._start(AsyncProducerClient(client, None, core))
 
-    def _setup(
-        self,
-        client: Any,
-        connect: Callable[[], AsyncClient] | None,
-        *,
-        consumer_group: str,
-        prefix: str | None,
-        queue: str,
-        strict: bool,
-        key_layout: KeyLayout | None = None,
-        shards: int | None = None,
-    ) -> None:
-        if not isinstance(client, redis.asyncio.Redis | redis.asyncio.RedisCluster):
-            raise TypeError(
-                f"AsyncProducer needs a redis.asyncio client (redis.asyncio.Redis or "
-                f"redis.asyncio.RedisCluster), got "
-                f"{client!r}: from sync code use taskrunner.producer.Producer"
-            )
-        self._core = ProducerCore(
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=bool(strict),
-            key_layout=producer_layout(
-                key_layout, shards, prefix, cluster=is_cluster_client(client)
-            ),
-            shards=shards,
-        )
-        self._client = client
-        self._connect = connect
-        self._choose: Callable[[], Awaitable[None]] | None = None  # while cluster=None is undecided
-        self._pid = os.getpid()
-        self._scripts(client)
-        self._closed = False
-
-    def _scripts(self, client: AsyncClient) -> None:
-        self._release = client.register_script(RELEASE_SOURCE)
-        self._track = client.register_script(TRACK_SOURCE)
-        self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
-        self._wait_script = client.register_script(WAIT_SOURCE)
-        self._start_workflow = client.register_script(START_WORKFLOW_SOURCE)
-        self._finish = client.register_script(FINISH_SOURCE)
+    def _start(self, conn: AsyncProducerClient) -> None:
+        self._conn = conn
+        self._core = conn.core
 
     @classmethod
     def from_url(
@@ -228,86 +137,21 @@ class AsyncProducer:
             ClusterCommandError: a cluster and a URL naming a database other
                 than 0 (with ``cluster=None``, raised by the first call).
         """
-        given = dict(redis_options)
-        redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
-        redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
-        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
-        if is_sentinel_url(url):
-            if cluster:
-                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
-            cluster = False
-        if cluster:
-            check_cluster_url(url)
 
-        def connect() -> AsyncClient:
-            if cluster:
-                return redis.asyncio.RedisCluster.from_url(url, **redis_options)
-            if is_sentinel_url(url):
-                return async_master(url, defaults, given)
-            return redis.asyncio.Redis.from_url(url, **redis_options)
+        def core_of(client: AsyncClient) -> ProducerCore:
+            return producer_core(
+                client,
+                consumer_group=consumer_group,
+                prefix=prefix,
+                queue=queue,
+                strict=strict,
+                key_layout=key_layout,
+                shards=shards,
+            )
 
+        settings = url_settings(url, cluster, redis_options)
         producer = cls.__new__(cls)
-        producer._setup(
-            connect(),
-            connect,
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=strict,
-            key_layout=key_layout,
-            shards=shards,
-        )
-        if cluster is None:
-            deciding: asyncio.Future[None] | None = None
-
-            async def choose() -> None:
-                nonlocal cluster, deciding
-                # Asked once, at the first call: from_url opens no connection. First
-                # calls made at once (an app's first requests) wait for that answer:
-                # each asking and replacing the client leaked the cluster clients the
-                # others had just made, and closed the ones they were using.
-                loop = asyncio.get_running_loop()
-                if deciding is not None and deciding.get_loop() is loop:
-                    await asyncio.shield(deciding)
-                    return  # decided, or failed: _redis() asks again if it must
-                deciding = loop.create_future()
-                try:
-                    await decide()
-                finally:
-                    deciding.set_result(None)
-                    deciding = None
-
-            async def decide() -> None:
-                nonlocal cluster
-                with translated():
-                    on_cluster = await ask_is_cluster_async(url, redis_options)
-                if not on_cluster:
-                    producer._choose = None
-                    return
-                try:
-                    check_cluster_url(url)
-                except ClusterCommandError:
-                    producer._choose = None  # refused once, at this call
-                    raise
-                standalone = producer._client
-                cluster = True  # connect() now makes cluster clients (after a fork too)
-                client = connect()
-                try:
-                    # Before any call uses it: redis-py's asyncio RedisCluster fails
-                    # commands sent at once to a client that has not initialized yet.
-                    with translated():
-                        await client.initialize()
-                except BaseException:
-                    await client.aclose()
-                    raise
-                producer._client = client
-                producer._scripts(client)
-                # Its keys in the cluster layout (and its shard count read again).
-                producer._core.on_cluster(wanted_layout(shards, key_layout))
-                producer._choose = None
-                await standalone.aclose()
-
-            producer._choose = choose
+        producer._start(url_client(url, settings, core_of, shards=shards, key_layout=key_layout))
         return producer
 
     def __repr__(self) -> str:
@@ -329,28 +173,7 @@ class AsyncProducer:
 
     # The client -------------------------------------------------------------
     async def _redis(self) -> AsyncClient:
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        if os.getpid() != self._pid:
-            if self._connect is None:
-                raise RuntimeError(
-                    f"{self!r} was given a redis.asyncio client in process {self._pid}, "
-                    f"which process {os.getpid()} cannot share after a fork: create the client "
-                    "(or the producer, with AsyncProducer.from_url) in each process"
-                )
-            # The parent's sockets are the parent's: dropped, never closed here.
-            self._pid = os.getpid()
-            self._client = self._connect()
-            self._scripts(self._client)
-            self._core.catalog = CatalogView()
-        while self._choose is not None:  # again if the call that was asking failed
-            await self._choose()
-        record = self._core.shard_count_key
-        if record is not None:  # the first call: the group's shard count
-            with translated():
-                reply = await self._client.get(record)
-            self._core.take_shard_count(reply)
-        return self._client
+        return await self._conn.ready(self)
 
     async def _read_catalog(self, client: AsyncClient, name: str | None) -> None:
         if self._core.needs_catalog(name):
@@ -407,7 +230,7 @@ class AsyncProducer:
     async def _give_back(self, lock: LockRequest) -> None:
         try:
             with translated():
-                await self._release(keys=[lock.key], args=[lock.token])
+                await self._conn.release(keys=[lock.key], args=[lock.token])
         except BackendError as exc:
             log.warning(
                 "could not release unique lock %s after a failed dispatch (%s); it expires in %ss",
@@ -474,7 +297,9 @@ class AsyncProducer:
         workflow_id, calls = plan_workflow(self._core, work, keep)
         with translated():
             for keys, args in calls:  # one call up to START_CHUNK steps, in chunks past it
-                await self._start_workflow(keys=[str(k) for k in keys], args=args, client=client)
+                await self._conn.start_workflow(
+                    keys=[str(k) for k in keys], args=args, client=client
+                )
         return workflow_id
 
     def workflow(self, workflow_id: str) -> AsyncProducerWorkflow:
@@ -519,7 +344,7 @@ class AsyncProducer:
         )
         keys, args = self._core.add_delayed_call(member_id, member, run_at, at)
         with translated():
-            await self._add_delayed_script(keys=keys, args=args, client=client)
+            await self._conn.add_delayed(keys=keys, args=args, client=client)
         return AsyncProducerHandle(self._core.shards.task_id(shard, member_id), name, self)
 
     # Results and cancellation -----------------------------------------------
@@ -554,30 +379,8 @@ class AsyncProducer:
         """The result document kept under ``task_id``, waited for up to ``limit``
         seconds (``None``: none came); see :meth:`result`."""
         client = await self._redis()
-        key, notice, waiters, inner = self._core.result_keys(task_id)
-        deadline = time.monotonic() + limit
-        socket_timeout = socket_timeout_of(client)
-        raw = None
-        with translated():
-            while (left := deadline - time.monotonic()) > 0:
-                wait = min(left, wait_slice(socket_timeout))
-                # The result, else registered as its waiter in the same step: a runner
-                # that finishes the task after this pushes its notice.
-                raw = raw_bytes(
-                    await self._wait_script(
-                        keys=[key, waiters], args=[inner, registration_ms(wait)], client=client
-                    )
-                )
-                if raw is not None:
-                    break
-                reply = await client.execute_command(  # type: ignore[no-untyped-call, unused-ignore]
-                    "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
-                )
-                raw = raw_bytes(reply)
-                if raw is not None:
-                    break
-            if raw is None:  # one last look: a notice can expire before a slow waiter blocks
-                raw = raw_bytes(await client.get(key))
+        wait = result_wait(self._core, task_id, limit, socket_timeout_of(client))
+        raw: bytes | None = await self._conn.run(client, wait)
         return raw
 
     async def cancel(self, task_id: str) -> bool:
@@ -591,36 +394,14 @@ class AsyncProducer:
         """
         client = await self._redis()
         await self._read_catalog(client, None)  # the queues its runners serve
-        lock: str | None = None
-        with translated():
-            for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
-                call = self._core.cancel_call(task_id, lock)
-                if call is None:  # an id naming no shard of the group
-                    return False
-                keys, args = call
-                reply = await self._track(keys=keys, args=args, client=client)
-                lock = lock_to_give(reply)
-                if lock is None:
-                    step = step_cancel_call(self._core, task_id, reply)
-                    if step is None:
-                        return was_cancelled(reply)
-                    # A queued or delayed step: removed and counted in its workflow.
-                    done = await self._finish(keys=step[0], args=step[1], client=client)
-                    return step_cancellation(done, None).state is not None
-        raise BackendError(
-            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
-            maybe_applied=False,
-        )
+        cancelled: bool = await self._conn.run(client, cancellation(self._core, task_id))
+        return cancelled
 
     # Closing ----------------------------------------------------------------
     async def aclose(self) -> None:
         """Close the client if this producer made it (:meth:`from_url`). Idempotent;
         the producer refuses calls afterwards."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._connect is not None and os.getpid() == self._pid:
-            await self._client.aclose()
+        await self._conn.aclose()
 
     async def __aenter__(self) -> Self:
         return self

@@ -77,6 +77,8 @@ WAIT_SLICE = 20.0
 """Longest single ``BLMOVE`` of a result wait (a longer wait takes several), below
 :data:`SOCKET_TIMEOUT`."""
 LUA = resources.files("taskrunner.backends.redis") / "lua"
+RELEASE_SOURCE = (LUA / "release.lua").read_text()
+"""The runner's compare-and-delete of a lock (``lua/release.lua``)."""
 TRACK_SOURCE = (LUA / "track.lua").read_text()
 """The runner's lookup-and-cancel script (``lua/track.lua``)."""
 ADD_DELAYED_SOURCE = (LUA / "add_delayed.lua").read_text()

@@ -5,103 +5,46 @@ connection pool makes it safe to share across threads: each call borrows a
 connection for its round trips and gives it back. Everything else it holds is
 read-only or replaced whole (the strict catalog), so threads need no lock.
 
-Forks (gunicorn ``--preload`` imports the app, and so creates the producer,
-before it forks its workers): every call first compares ``os.getpid()`` with
-the pid the producer was made in. In a child, a client the producer made
-itself is replaced by a new one from the same URL, and the parent's is dropped
-without being closed (closing would shut the sockets the parent still uses). A
-client that was given keeps working too: redis-py's pool itself starts afresh
-in a child.
+Its client, and what becomes of it after a fork or at the first call of a producer
+made from a URL, is its :class:`~taskrunner.producer._sync_client.ProducerClient`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from importlib import resources
 from types import TracebackType
 from typing import Any, Self
-
-import attrs
-import redis
 
 from taskrunner._dispatch.enqueue import Enqueue, LockRequest, give_back_lock
 from taskrunner._dispatch.workflows import DEFAULT_KEEP
 from taskrunner._keys import KeyLayout
 from taskrunner._workflows import StepSpec, Workflow
 from taskrunner._workflows.graph import Canvas
-from taskrunner.backends._protocols.tracking import CANCEL_TRIES, lock_to_give
-from taskrunner.backends.redis._sentinel_config import is_sentinel_url
-from taskrunner.backends.redis._step_cancel import step_cancellation
 from taskrunner.errors import BackendError, ResultTimeout, TaskAlreadyDispatched
 from taskrunner.producer._core import (
     ADD_CHUNK,
-    ADD_DELAYED_SOURCE,
-    CONNECT_TIMEOUT,
-    SOCKET_TIMEOUT,
-    TRACK_SOURCE,
-    WAIT_SOURCE,
     ProducerCore,
-    ask_is_cluster,
-    check_cluster_url,
     check_timeout,
-    is_cluster_client,
     lock_px,
     log_kept_lock,
-    raw_bytes,
-    registration_ms,
     socket_timeout_of,
     text,
     translated,
-    wait_slice,
-    was_cancelled,
 )
-from taskrunner.producer._plan import CatalogView
-from taskrunner.producer._sentinel import sync_master
-from taskrunner.producer._sharding import producer_layout, wanted_layout
+from taskrunner.producer._handles import ProducerHandle
+from taskrunner.producer._setup import producer_core, url_settings
+from taskrunner.producer._steps import cancellation, result_wait
+from taskrunner.producer._sync_client import Client, ProducerClient, check_client, url_client
 from taskrunner.producer._workflow_handles import ProducerWorkflow
 from taskrunner.producer._workflows import (
-    FINISH_SOURCE,
-    START_WORKFLOW_SOURCE,
     plan_workflow,
     producer_step,
-    step_cancel_call,
     task_names,
 )
 
 log = logging.getLogger("taskrunner.producer")
-
-Client = redis.Redis | redis.RedisCluster
-"""The redis-py clients a producer works on."""
-
-RELEASE_SOURCE = (resources.files("taskrunner.backends.redis") / "lua" / "release.lua").read_text()
-"""The runner's compare-and-delete of a lock (``lua/release.lua``)."""
-
-
-@attrs.frozen
-class ProducerHandle:
-    """A task a :class:`Producer` dispatched. ``str(handle)`` is its id."""
-
-    id: str
-    """The task's id: its stream id, or a delayed task's id (``<shard>.<id>`` in a
-    sharded group)."""
-    task_name: str
-    _producer: Producer = attrs.field(repr=False, eq=False)
-
-    def __str__(self) -> str:
-        return self.id
-
-    def result(self, timeout: float | None = None, *, type: type[Any] | None = None) -> Any:
-        """Wait for the task's outcome and return its value (the task must keep
-        results: ``keep_result``): :meth:`Producer.result`."""
-        return self._producer.result(self.id, timeout, type=type, task_name=self.task_name)
-
-    def cancel(self) -> bool:
-        """Cancel the task: :meth:`Producer.cancel`."""
-        return self._producer.cancel(self.id)
 
 
 class Producer:
@@ -149,9 +92,9 @@ class Producer:
         key_layout: KeyLayout | None = None,
         shards: int | None = None,
     ) -> None:
-        self._setup(
+        check_client(client)
+        core = producer_core(
             client,
-            None,
             consumer_group=consumer_group,
             prefix=prefix,
             queue=queue,
@@ -159,49 +102,11 @@ class Producer:
             key_layout=key_layout,
             shards=shards,
         )
+        self._start(ProducerClient(client, None, core))
 
-    def _setup(
-        self,
-        client: Any,
-        connect: Callable[[], Client] | None,
-        *,
-        consumer_group: str,
-        prefix: str | None,
-        queue: str,
-        strict: bool,
-        key_layout: KeyLayout | None = None,
-        shards: int | None = None,
-    ) -> None:
-        if not isinstance(client, redis.Redis | redis.RedisCluster):
-            raise TypeError(
-                f"Producer needs a sync redis-py client (redis.Redis or redis.RedisCluster), "
-                f"got {client!r}: "
-                "from asyncio code use taskrunner.producer.AsyncProducer"
-            )
-        self._core = ProducerCore(
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=bool(strict),
-            key_layout=producer_layout(
-                key_layout, shards, prefix, cluster=is_cluster_client(client)
-            ),
-            shards=shards,
-        )
-        self._client = client
-        self._connect = connect  # set when the client is ours
-        self._choose: Callable[[], None] | None = None  # set while cluster=None is undecided
-        self._pid = os.getpid()
-        self._scripts(client)
-        self._closed = False
-
-    def _scripts(self, client: Client) -> None:
-        self._release = client.register_script(RELEASE_SOURCE)
-        self._track = client.register_script(TRACK_SOURCE)
-        self._add_delayed_script = client.register_script(ADD_DELAYED_SOURCE)
-        self._wait_script = client.register_script(WAIT_SOURCE)
-        self._start_workflow = client.register_script(START_WORKFLOW_SOURCE)
-        self._finish = client.register_script(FINISH_SOURCE)
+    def _start(self, conn: ProducerClient) -> None:
+        self._conn = conn
+        self._core = conn.core
 
     @classmethod
     def from_url(
@@ -235,53 +140,21 @@ class Producer:
             ClusterCommandError: a cluster and a URL naming a database other
                 than 0 (with ``cluster=None``, raised by the first call).
         """
-        given = dict(redis_options)
-        redis_options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
-        redis_options.setdefault("socket_timeout", SOCKET_TIMEOUT)
-        defaults = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": SOCKET_TIMEOUT}
-        if is_sentinel_url(url):
-            if cluster:
-                raise ValueError("cluster=True with a Sentinel URL: Sentinel serves no cluster")
-            cluster = False
-        if cluster:
-            check_cluster_url(url)
 
-        def connect() -> Client:
-            if cluster:
-                return redis.RedisCluster.from_url(url, **redis_options)
-            if is_sentinel_url(url):
-                return sync_master(url, defaults, given)
-            return redis.Redis.from_url(url, **redis_options)
+        def core_of(client: Client) -> ProducerCore:
+            return producer_core(
+                client,
+                consumer_group=consumer_group,
+                prefix=prefix,
+                queue=queue,
+                strict=strict,
+                key_layout=key_layout,
+                shards=shards,
+            )
 
+        settings = url_settings(url, cluster, redis_options)
         producer = cls.__new__(cls)
-        producer._setup(
-            connect(),
-            connect,
-            consumer_group=consumer_group,
-            prefix=prefix,
-            queue=queue,
-            strict=strict,
-            key_layout=key_layout,
-            shards=shards,
-        )
-        if cluster is None:
-
-            def choose() -> None:
-                nonlocal cluster
-                # Asked once, at the first call: from_url opens no connection.
-                with translated():
-                    on_cluster = ask_is_cluster(url, redis_options)
-                producer._choose = None
-                if on_cluster:
-                    check_cluster_url(url)
-                    producer._client.close()
-                    cluster = True  # connect() now makes cluster clients (after a fork too)
-                    producer._client = connect()
-                    producer._scripts(producer._client)
-                    # Its keys in the cluster layout (and its shard count read again).
-                    producer._core.on_cluster(wanted_layout(shards, key_layout))
-
-            producer._choose = choose
+        producer._start(url_client(url, settings, core_of, shards=shards, key_layout=key_layout))
         return producer
 
     def __repr__(self) -> str:
@@ -303,26 +176,7 @@ class Producer:
 
     # The client -------------------------------------------------------------
     def _redis(self) -> Client:
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        if os.getpid() != self._pid:
-            self._after_fork()
-        if self._choose is not None:
-            self._choose()
-        record = self._core.shard_count_key
-        if record is not None:  # the first call: the group's shard count
-            with translated():
-                reply = self._client.get(record)
-            self._core.take_shard_count(reply)
-        return self._client
-
-    def _after_fork(self) -> None:
-        # The parent's sockets are the parent's: never closed here (see the module).
-        self._pid = os.getpid()
-        if self._connect is not None:
-            self._client = self._connect()
-            self._scripts(self._client)
-        self._core.catalog = CatalogView()
+        return self._conn.ready(self)
 
     def _read_catalog(self, client: Client, name: str | None) -> None:
         if self._core.needs_catalog(name):
@@ -415,7 +269,7 @@ class Producer:
     def _give_back(self, lock: LockRequest) -> None:
         try:
             with translated():
-                self._release(keys=[lock.key], args=[lock.token])
+                self._conn.release(keys=[lock.key], args=[lock.token])
         except BackendError as exc:
             log.warning(
                 "could not release unique lock %s after a failed dispatch (%s); it expires in %ss",
@@ -493,7 +347,7 @@ class Producer:
         workflow_id, calls = plan_workflow(self._core, work, keep)
         with translated():
             for keys, args in calls:  # one call up to START_CHUNK steps, in chunks past it
-                self._start_workflow(keys=[str(k) for k in keys], args=args, client=client)
+                self._conn.start_workflow(keys=[str(k) for k in keys], args=args, client=client)
         return workflow_id
 
     def workflow(self, workflow_id: str) -> ProducerWorkflow:
@@ -554,7 +408,7 @@ class Producer:
         )
         keys, args = self._core.add_delayed_call(member_id, member, run_at, at)
         with translated():
-            self._add_delayed_script(keys=keys, args=args, client=client)
+            self._conn.add_delayed(keys=keys, args=args, client=client)
         return ProducerHandle(self._core.shards.task_id(shard, member_id), name, self)
 
     # Results and cancellation -----------------------------------------------
@@ -604,32 +458,8 @@ class Producer:
         """The result document kept under ``task_id``, waited for up to ``limit``
         seconds (``None``: none came); see :meth:`result`."""
         client = self._redis()
-        key, notice, waiters, inner = self._core.result_keys(task_id)
-        deadline = time.monotonic() + limit
-        socket_timeout = socket_timeout_of(client)
-        raw = None
-        with translated():
-            while (left := deadline - time.monotonic()) > 0:
-                wait = min(left, wait_slice(socket_timeout))
-                # The result, else registered as its waiter in the same step: a runner
-                # that finishes the task after this pushes its notice.
-                raw = raw_bytes(
-                    self._wait_script(
-                        keys=[key, waiters], args=[inner, registration_ms(wait)], client=client
-                    )
-                )
-                if raw is not None:
-                    break
-                # BLMOVE of the one-element notice onto itself: the document, left
-                # in place for every other waiter. Sub-second timeouts need Redis 6.
-                reply = client.execute_command(  # type: ignore[no-untyped-call]
-                    "BLMOVE", notice, notice, "RIGHT", "LEFT", f"{max(wait, 0.001):.3f}"
-                )
-                raw = raw_bytes(reply)
-                if raw is not None:
-                    break
-            if raw is None:  # one last look: a notice can expire before a slow waiter blocks
-                raw = raw_bytes(client.get(key))
+        wait = result_wait(self._core, task_id, limit, socket_timeout_of(client))
+        raw: bytes | None = self._conn.run(client, wait)
         return raw
 
     def cancel(self, task_id: str) -> bool:
@@ -650,36 +480,14 @@ class Producer:
         """
         client = self._redis()
         self._read_catalog(client, None)  # the queues its runners serve
-        lock: str | None = None
-        with translated():
-            for _ in range(CANCEL_TRIES):  # a unique task's lock is named, then given
-                call = self._core.cancel_call(task_id, lock)
-                if call is None:  # an id naming no shard of the group
-                    return False
-                keys, args = call
-                reply = self._track(keys=keys, args=args, client=client)
-                lock = lock_to_give(reply)
-                if lock is None:
-                    step = step_cancel_call(self._core, task_id, reply)
-                    if step is None:
-                        return was_cancelled(reply)
-                    # A queued or delayed step: removed and counted in its workflow.
-                    done = self._finish(keys=step[0], args=step[1], client=client)
-                    return step_cancellation(done, None).state is not None
-        raise BackendError(
-            f"cancel of task {task_id!r} gave up: its unique lock changed on every try",
-            maybe_applied=False,
-        )
+        cancelled: bool = self._conn.run(client, cancellation(self._core, task_id))
+        return cancelled
 
     # Closing ----------------------------------------------------------------
     def close(self) -> None:
         """Close the client if this producer made it (:meth:`from_url`). Idempotent;
         the producer refuses calls afterwards."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._connect is not None and os.getpid() == self._pid:
-            self._client.close()
+        self._conn.close()
 
     def __enter__(self) -> Self:
         return self

@@ -140,7 +140,7 @@ class ProducerWorkflow:
             return False
         keys, args = _cancel_call(self._producer._core, record)
         with translated():
-            self._producer._finish(keys=keys, args=args, client=self._producer._redis())
+            self._producer._conn.finish(keys=keys, args=args, client=self._producer._redis())
         after = self._record()
         return after is not None and after.state is WorkflowState.CANCELLED
 
@@ -202,6 +202,8 @@ class AsyncProducerWorkflow:
             return False
         keys, args = _cancel_call(self._producer._core, record)
         with translated():
-            await self._producer._finish(keys=keys, args=args, client=await self._producer._redis())
+            await self._producer._conn.finish(
+                keys=keys, args=args, client=await self._producer._redis()
+            )
         after = await self._record()
         return after is not None and after.state is WorkflowState.CANCELLED

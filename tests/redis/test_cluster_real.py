@@ -32,7 +32,7 @@ from taskrunner.backends.redis._pyredis import PyRedisClient
 from taskrunner.backends.redis._scripts import Script
 from taskrunner.backends.redis._state import scan
 from taskrunner.producer import AsyncProducer, Producer
-from taskrunner.producer import _async as producer_async
+from taskrunner.producer import _async_client as producer_async
 from taskrunner.testing import ClusterNode, ClusterProcess, running_cluster
 
 
@@ -131,7 +131,8 @@ def _move_empty_slot(cluster: ClusterProcess, slot: int) -> tuple[int, int]:
         source,
         *(m for m in cluster.masters_at_start if m not in (source, target)),
     ):
-        node.command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        reply = node.command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        assert reply == b"OK", f"SETSLOT {slot} NODE on {node.port}: {reply!r}"
     return source.port, target.port
 
 
@@ -208,7 +209,7 @@ async def test_manual_failover_under_load(own_cluster: ClusterProcess) -> None:
 def test_producers_choose_redis_cluster(shared_cluster: ClusterProcess) -> None:
     with Producer.from_url(shared_cluster.url, consumer_group="prod") as producer:
         handle = producer.dispatch("send_mail", {"to": "a"})
-        assert isinstance(producer._client, redis.RedisCluster)
+        assert isinstance(producer._conn.client, redis.RedisCluster)
         unique = producer.dispatch("send_mail", {"to": "b"}, unique_key="b", unique_for=60)
         assert unique.id
     stream = producer.stream
@@ -220,7 +221,7 @@ def test_producers_choose_redis_cluster(shared_cluster: ClusterProcess) -> None:
     async def dispatch_async() -> str:
         async with AsyncProducer.from_url(shared_cluster.url, consumer_group="prod") as producer:
             handle = await producer.dispatch("send_mail", {"to": "c"})
-            assert isinstance(producer._client, redis.asyncio.RedisCluster)
+            assert isinstance(producer._conn.client, redis.asyncio.RedisCluster)
             return handle.id
 
     async_id = asyncio.run(dispatch_async())
@@ -413,7 +414,7 @@ def test_first_calls_made_at_once_ask_once_and_share_one_cluster_client(
             handles = await asyncio.gather(
                 *(producer.dispatch("send_mail", {"to": n}) for n in range(32))
             )
-            assert isinstance(producer._client, redis.asyncio.RedisCluster)
+            assert isinstance(producer._conn.client, redis.asyncio.RedisCluster)
             return [h.id for h in handles], producer.stream
 
     ids, stream = asyncio.run(dispatch_at_once())

@@ -90,13 +90,13 @@ def test_a_producer_starts_a_wide_workflow_in_chunks(redis_url: str) -> None:
     width = START_CHUNK + 1
     modes: list[str] = []
     with Producer.from_url(redis_url, consumer_group=name) as producer:
-        script = producer._start_workflow
+        script = producer._conn.start_workflow
 
         def counted(*, keys: Any, args: Any, client: Any) -> Any:
             modes.append(args[7])
             return script(keys=keys, args=args, client=client)
 
-        producer._start_workflow = counted  # type: ignore[assignment]
+        producer._conn.start_workflow = counted  # type: ignore[assignment]
         workflow_id = producer.dispatch_workflow(
             chord(group(producer.step("echo", i) for i in range(width)), producer.step("merge"))
         )

@@ -18,11 +18,19 @@ Fields of the record: ``state`` (``starting`` while a chunked start writes its s
 ``name``, ``keep`` (ms), ``created``, ``handler``, ``steps`` and ``sinks`` (JSON lists),
 ``left`` (steps not final), ``failed``, ``reason`` (set by the audit); per step
 ``g:<id>`` (its node: task, parents and their policies, children, policy, whether it
-has a payload, queue), ``s:<id>`` (its state), ``n:<id>`` (parents not finished, read
-while it is pending: a step's one parent queues it without counting it down),
-``q:<id>`` (its stream's key), ``m:<id>`` (its message, until queued), ``t:<id>`` (its
-task id once queued), ``r:<id>`` (its result document once finished) and ``u:<id>``
-(when the audit first found it nowhere).
+has a payload, queue), ``f:<id>`` (what ``lua/finish.lua`` reads of it, so a finish
+decodes no JSON and reads no child's field before queueing a chain's next step:
+:func:`finish_field`; emptied once the children it carries are queued), ``s:<id>`` (its state),
+``n:<id>`` (parents not finished, read while it is pending: a step's one parent
+queues it without counting it down), ``q:<id>`` (its stream's key), ``m:<id>`` (its
+message, until queued), ``t:<id>`` (its task id once queued), ``r:<id>`` (its result
+document once finished) and ``u:<id>`` (when the audit first found it nowhere).
+
+A record written before ``f:`` fields existed is finished by its node's ``children``
+and ``sole`` (``finish.lua``'s ``wf_finish_node``), as it was, so a workflow started
+before an upgrade still ends after it; a worker of that earlier code finishes a
+record written by this one by its node too (every other field is as it was), so a
+fleet can be upgraded one worker at a time.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ __all__ = [
     "STEP_INPUTS",
     "WORKFLOWS_MARK",
     "RedisWorkflows",
+    "finish_field",
     "roots_of",
     "start_workflow_calls",
 ]
@@ -93,7 +102,8 @@ def _node(graph: WorkflowGraph, step_id: str, queue: str | None) -> str:
     node = graph.step(step_id)
     children = graph.children.get(step_id, ())
     # The children whose one parent this step is, by whether they have a payload of
-    # their own: finish.lua carries this step's result in their entries.
+    # their own (a record's finish reads f:<id> instead; this is for a worker of the
+    # code before it, and a record of that code is finished by it: see lua/finish.lua).
     sole = {c: graph.step(c).has_payload for c in children if graph.step(c).parents == (step_id,)}
     return json.dumps(
         {
@@ -108,6 +118,36 @@ def _node(graph: WorkflowGraph, step_id: str, queue: str | None) -> str:
             "queue": queue,
         }
     )
+
+
+def _token(value: bytes) -> bytes:
+    return b"%d:%s" % (len(value), value)
+
+
+def finish_field(
+    graph: WorkflowGraph, step_id: str, messages: Mapping[str, bytes], streams: Mapping[str, str]
+) -> bytes:
+    """What ``lua/finish.lua`` reads of a step (its ``f:<id>`` field, so a finish decodes
+    no JSON): length-prefixed tokens, its policy, then per child ``n`` and the child's
+    id (a child that counts its parents down), or ``s``, the id, its stream's key, the
+    header its entry carries (``step_parent``) and its message (a copy of its
+    ``m:<id>``), for a child whose one parent this step is."""
+    node = graph.step(step_id)
+    parts = [_token(node.on_failure.encode())]
+    for child in graph.children.get(step_id, ()):
+        spec = graph.step(child)
+        if spec.parents != (step_id,):
+            parts += (_token(b"n"), _token(child.encode()))
+            continue
+        header = json.dumps({"step": step_id, "policy": node.on_failure, "own": spec.has_payload})
+        parts += (
+            _token(b"s"),
+            _token(child.encode()),
+            _token(streams[child].encode()),
+            _token(header.encode()),
+            _token(messages[child]),
+        )
+    return b"".join(parts)
 
 
 StartCall = tuple[list[CommandArg], list[CommandArg]]
@@ -150,7 +190,12 @@ def start_workflow_calls(
             roots.append(node.id)
         steps += [
             node.id,
-            _node(graph, node.id, queues.get(node.id)),
+            # its node and its finish field in one value (JSON holds no NUL)
+            b"%s\0%s"
+            % (
+                _node(graph, node.id, queues.get(node.id)).encode(),
+                finish_field(graph, node.id, messages, streams),
+            ),
             messages[node.id],
             "1" if root else "0",
             len(node.parents),

@@ -47,11 +47,13 @@
 --         leaves it), the paused set, the s streams any of these workflows' steps go
 --         to, then three per operation: the workflow's record, its result key and its
 --         notice (the workflow id's)
--- A finish of a step already final is a duplicate and changes nothing; a dependent
--- whose last parent this was is XADDed onto its stream here (its message taken from
--- the record; when this step is its one parent, as in a chain, with this step's result
+-- A finish of a step already final is a duplicate and changes nothing; it reads the
+-- step's finish field (f:<step>: its policy and children, see wf_tokens), not its
+-- node, so it decodes no JSON; a dependent whose last parent this was is XADDed onto
+-- its stream here (its message taken from the record; when this step is its one
+-- parent, as in a chain, from this step's finish field, with this step's result
 -- document in two more fields, step_parent and step_result, which a worker that knows
--- them uses instead of reading the record: the node's 'sole' map names those children); a failure under on_failure='fail' ends the workflow and cancels the
+-- them uses instead of reading the record); a failure under on_failure='fail' ends the workflow and cancels the
 -- rest (pending steps dropped, queued entries XDELed, delayed members removed,
 -- running entries added to the stop requests), then queues the workflow's on_failure
 -- step; 'cancel' ends a running workflow the same way (wf.cancel()); 'cancel_step'
@@ -248,53 +250,26 @@ local wf_cancelled = nil  -- what a 'cancel_step' or 'audit' did, the script's r
 -- The largest parent result carried in its child's entry (bytes); a larger one is read
 -- by the worker (lua/step_inputs.lua), as every step's inputs but a lone parent's are.
 local WF_INLINE = 65536
-local function wf_step(op, wf, result_key, notice, step, state, document, now, delayed, ids)
-    if op ~= 'finish' and redis.call('HGET', wf, 'state') == false then
-        return  -- no such workflow (expired): nothing to count (a finish sees no step)
+-- A finish field's tokens (f:<step>, written by start_workflow.lua): each is its length
+-- in bytes, ':' and its bytes. The first is the step's policy, then per child either 'n'
+-- and its id (a child that counts its parents down) or 's', its id, its stream, the
+-- header its entry carries (step_parent) and its message (a child whose one parent
+-- this step is).
+local function wf_tokens(field)
+    local out, at, size = {}, 1, #field
+    while at <= size do
+        local colon = string.find(field, ':', at, true)
+        local stop = colon + tonumber(string.sub(field, at, colon - 1))
+        out[#out + 1] = string.sub(field, colon + 1, stop)
+        at = stop + 1
     end
-    if op == 'audit' then  -- state holds the grace (seconds)
-        wf_cancelled = wf_audit(wf, result_key, notice, tonumber(state), now, delayed, ids,
-            wf_paused)
-        return
-    end
-    if op == 'cancel' then
-        if redis.call('HGET', wf, 'state') == 'running' then
-            wf_end(wf, result_key, notice, 'cancelled', '', now)
-            wf_cancel_rest(wf, '', delayed, ids, now)
-        end
-        return
-    end
-    if op == 'cancel_step' then
-        -- runner.cancel of a step's task (state holds its task id): off its queue here,
-        -- and counted cancelled below, in this same step, when it is not running.
-        if redis.call('HGET', wf, 's:' .. step) ~= 'queued'
-            or redis.call('HGET', wf, 't:' .. step) ~= state then
-            wf_cancelled = 'none'
-            return
-        end
-        wf_cancelled = wf_cancel_one(wf, step, delayed, ids, now)
-        if wf_cancelled ~= 'scheduled' and wf_cancelled ~= 'queued' then
-            return
-        end
-        state = 'cancelled'
-        document = wf_cancelled_doc(wf, step, now)
-    end
-    -- One read of what a finish looks at (a finish is the hot path: a chain's step,
-    -- each of a wide chord's children).
-    local seen = redis.call('HMGET', wf, 's:' .. step, 'state', 'handler', 'g:' .. step)
-    local current = seen[1]
-    if not current or wf_final(current) then
-        return  -- a duplicate finish (or no such step): counted once already
-    end
-    local mine = {'s:' .. step, state}  -- this step's fields, written below
-    if document then
-        mine[3], mine[4] = 'r:' .. step, document
-    end
-    if seen[2] ~= 'running' or step == seen[3] then
-        redis.call('HSET', wf, unpack(mine))
-        return
-    end
-    local node = cjson.decode(seen[4])
+    return out
+end
+-- A step's finish in a record written before finish fields (f:<step>) existed, by
+-- its node: every step counted in 'left', each sole child's message in m:<child>.
+local function wf_finish_node(wf, result_key, notice, step, state, document, now, delayed,
+        ids, mine)
+    local node = cjson.decode(redis.call('HGET', wf, 'g:' .. step))
     local left = redis.call('HINCRBY', wf, 'left', -1)
     if state == 'succeeded' or node.policy ~= 'fail' then
         -- this step's fields and its queued children's in one HSET (a chain's step: one
@@ -345,6 +320,124 @@ local function wf_step(op, wf, result_key, notice, step, state, document, now, d
     else
         redis.call('HSET', wf, unpack(mine))
         wf_fail(wf, result_key, notice, step, now, delayed, ids, nil)
+    end
+end
+local function wf_step(op, wf, result_key, notice, step, state, document, now, delayed, ids)
+    if op ~= 'finish' and redis.call('HGET', wf, 'state') == false then
+        return  -- no such workflow (expired): nothing to count (a finish sees no step)
+    end
+    if op == 'audit' then  -- state holds the grace (seconds)
+        wf_cancelled = wf_audit(wf, result_key, notice, tonumber(state), now, delayed, ids,
+            wf_paused)
+        return
+    end
+    if op == 'cancel' then
+        if redis.call('HGET', wf, 'state') == 'running' then
+            wf_end(wf, result_key, notice, 'cancelled', '', now)
+            wf_cancel_rest(wf, '', delayed, ids, now)
+        end
+        return
+    end
+    if op == 'cancel_step' then
+        -- runner.cancel of a step's task (state holds its task id): off its queue here,
+        -- and counted cancelled below, in this same step, when it is not running.
+        if redis.call('HGET', wf, 's:' .. step) ~= 'queued'
+            or redis.call('HGET', wf, 't:' .. step) ~= state then
+            wf_cancelled = 'none'
+            return
+        end
+        wf_cancelled = wf_cancel_one(wf, step, delayed, ids, now)
+        if wf_cancelled ~= 'scheduled' and wf_cancelled ~= 'queued' then
+            return
+        end
+        state = 'cancelled'
+        document = wf_cancelled_doc(wf, step, now)
+    end
+    -- One read of what a finish looks at (a finish is the hot path: a chain's step,
+    -- each of a wide chord's children).
+    local seen = redis.call('HMGET', wf, 's:' .. step, 'state', 'handler', 'f:' .. step)
+    local current = seen[1]
+    if not current or wf_final(current) then
+        return  -- a duplicate finish (or no such step): counted once already
+    end
+    local mine = {'s:' .. step, state}  -- this step's fields, written below
+    if document then
+        mine[3], mine[4] = 'r:' .. step, document
+    end
+    if seen[2] ~= 'running' or step == seen[3] then
+        redis.call('HSET', wf, unpack(mine))
+        return
+    end
+    if not seen[4] then
+        -- a record written before finish fields (f:<step>) existed: its node decoded
+        wf_finish_node(wf, result_key, notice, step, state, document, now, delayed, ids, mine)
+        return
+    end
+    local t = wf_tokens(seen[4])
+    local left = redis.call('HINCRBY', wf, 'left', -1)
+    if state ~= 'succeeded' and t[1] == 'fail' then
+        redis.call('HSET', wf, unpack(mine))
+        wf_fail(wf, result_key, notice, step, now, delayed, ids, nil)
+        return
+    end
+    -- this step's fields and its queued children's in one HSET (a chain's step: one
+    -- call), in chunks for a wide fan-out (Lua's unpack is bounded)
+    local writes = mine
+    local carried = nil  -- the messages of the sole children queued (m:<child>)
+    local i = 2
+    while i <= #t do
+        local child = t[i + 1]
+        local id = nil
+        if t[i] == 's' then
+            -- this step is the child's one parent (a chain's next step): the child waits
+            -- for no other (its count is left as it is: only a pending step's is read),
+            -- and its stream, parent header and message are in this field; this step's
+            -- result rides in the entry, so the worker reads nothing before the run
+            if document and #document <= WF_INLINE then
+                id = redis.call('XADD', t[i + 2], '*', 'payload', t[i + 4], 'step_parent',
+                    t[i + 3], 'step_result', document)
+            else
+                id = redis.call('XADD', t[i + 2], '*', 'payload', t[i + 4])
+            end
+            carried = carried or {}
+            carried[#carried + 1] = 'm:' .. child
+            i = i + 5
+        else
+            i = i + 2
+            if redis.call('HINCRBY', wf, 'n:' .. child, -1) <= 0 then
+                -- queued from pending only (its message is there until then)
+                local fields = redis.call('HMGET', wf, 's:' .. child, 'q:' .. child,
+                    'm:' .. child)
+                if fields[1] == 'pending' and fields[2] and fields[3] then
+                    id = redis.call('XADD', fields[2], '*', 'payload', fields[3])
+                    redis.call('HDEL', wf, 'm:' .. child)
+                end
+            end
+        end
+        if id then
+            writes[#writes + 1] = 's:' .. child
+            writes[#writes + 1] = 'queued'
+            writes[#writes + 1] = 't:' .. child
+            writes[#writes + 1] = id
+            if #writes >= 2000 then
+                redis.call('HSET', wf, unpack(writes))
+                writes = {}
+            end
+        end
+    end
+    if carried then
+        -- this field's copies of the messages are no longer needed either
+        writes[#writes + 1] = 'f:' .. step
+        writes[#writes + 1] = ''
+        for first = 1, #carried, 1000 do
+            redis.call('HDEL', wf, unpack(carried, first, math.min(first + 999, #carried)))
+        end
+    end
+    if #writes > 0 then
+        redis.call('HSET', wf, unpack(writes))
+    end
+    if left <= 0 then
+        wf_end(wf, result_key, notice, 'succeeded', '', now)
     end
 end
 local function wf_steps(at, k)
