@@ -11,7 +11,7 @@ from _fleet import wait_until
 
 from taskrunner import TaskRunnerConfig
 from taskrunner._config import ConfigHolder
-from taskrunner._serve.acker import Acker
+from taskrunner._serve.acker import AT_ONCE_RUNNING, Acker
 from taskrunner.backends.memory import MemoryBackend
 from taskrunner.backends.redis._errors import RedisConnectionError, error_from_reply
 
@@ -108,4 +108,84 @@ async def test_acks_queued_during_a_flush_go_together_in_the_next_one(
         await wait_until(lambda: acker.acked == 4)
         nursery.cancel_scope.cancel()
     assert backend.calls == [[ids[0]], ids[1:]]
+    assert (await backend.group_info("g")).pending == 0
+
+
+async def test_an_idle_ackers_ack_lands_in_the_callers_step_in_memory(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """On a MemoryBackend, an ack handed to an idle acker with nothing else to send
+    lands at once, in the caller's step (no pass of the acker's loop); one with a lock
+    to release after it still waits for the loop's flush."""
+    backend = MemoryBackend()
+    ids = await backend.add("g", [b"a", b"b"])
+    assert len(await backend.read("g", "c1", 2, 0)) == 2
+    assert await backend.acquire_lock("lock", "t", 60)
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acker.run)
+        await trio.testing.wait_all_tasks_blocked()
+        acker.ack(ids[0])
+        assert (acker.acked, acker.backlog) == (1, 0)
+        assert backend.is_pending("g", ids[0]) is False
+        acker.ack(ids[1], ("lock", "t"))
+        assert (acker.acked, acker.backlog) == (1, 1)
+        await wait_until(lambda: acker.acked == 2)
+        nursery.cancel_scope.cancel()
+    assert (await backend.group_info("g")).pending == 0
+    assert await backend.acquire_lock("lock", "u", 60)  # released after its ack
+
+
+async def test_an_ack_replaced_on_the_backend_is_awaited_as_it_is(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An ``ack`` replaced on the instance (as the contract suite's broken backends do)
+    or overridden in a subclass is the one called: nothing acks around it."""
+    backend = MemoryBackend()
+    ids = await backend.add("g", [b"a"])
+    assert len(await backend.read("g", "c1", 1, 0)) == 1
+    calls: list[list[str]] = []
+    original = backend.ack
+
+    async def ack(group: str, ids: Sequence[str], **options: object) -> int:
+        calls.append(list(ids))
+        return await original(group, ids)
+
+    backend.ack = ack  # type: ignore[method-assign]
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acker.run)
+        await trio.testing.wait_all_tasks_blocked()
+        acker.ack(ids[0])
+        assert acker.backlog == 1  # queued for the loop, which awaits the replaced ack
+        await wait_until(lambda: acker.acked == 1)
+        nursery.cancel_scope.cancel()
+    assert calls == [ids]
+    assert backend.ack_at_once("g", ids) is None
+    assert RefusingBackend(set()).ack_at_once("g", ids) is None
+
+
+async def test_an_ack_that_other_runs_acks_would_join_waits_for_the_flush(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While more runs are running than ``AT_ONCE_RUNNING`` (the crew's count), an ack
+    queues for the loop's flush, which their acks join; at that count or fewer, it
+    lands at once."""
+    backend = MemoryBackend()
+    ids = await backend.add("g", [b"a", b"b"])
+    assert len(await backend.read("g", "c1", 2, 0)) == 2
+    acker = Acker(backend, ConfigHolder(TaskRunnerConfig(consumer_group="g")))
+    running = AT_ONCE_RUNNING + 1
+    acker.running = lambda: running
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acker.run)
+        await trio.testing.wait_all_tasks_blocked()
+        acker.ack(ids[0])
+        assert (acker.acked, acker.backlog) == (0, 1)
+        await wait_until(lambda: acker.acked == 1)
+        await trio.testing.wait_all_tasks_blocked()
+        running = AT_ONCE_RUNNING
+        acker.ack(ids[1])
+        assert (acker.acked, acker.backlog) == (2, 0)
+        nursery.cancel_scope.cancel()
     assert (await backend.group_info("g")).pending == 0

@@ -162,7 +162,9 @@ class Dispatcher:
         """See :meth:`TaskRunner.dispatch <taskrunner.TaskRunner.dispatch>`."""
         if self._ready_for is not self._config.current:  # the first call (of a config)
             await self._learn_layout()
-        with _UNTRACED if self.tracer is None else self.tracer(name) as trace:
+        if self.tracer is None:  # (no context manager entered for nothing: every dispatch)
+            return await self._dispatch(name, payload, None, queue)
+        with self.tracer(name) as trace:
             return await self._dispatch(name, payload, trace, queue)
 
     async def _dispatch(

@@ -43,7 +43,7 @@ unless the backend is unreachable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import trio
 
@@ -64,6 +64,13 @@ from taskrunner.errors import BackendError
 log = logging.getLogger(__name__)
 
 FINAL_FLUSH_TIMEOUT = 10.0
+
+AT_ONCE_RUNNING = 4
+"""Runs running at once up to which an ack with nothing beside it lands at once, in the
+worker's step, on a backend that can (:meth:`Acker.ack`). One ``await dispatch`` at a
+time keeps one to four workers busy or woken (the fetcher wakes another while the last
+one's step is still to come), and a flush would carry one or two acks for a step of
+the acker's own; a batch keeps the pool busy, and its flushes carry many."""
 
 
 class Acker:
@@ -99,6 +106,19 @@ class Acker:
         # (Not an Event, which cost one made per flush, nor a ParkingLot, whose dict and
         # wake-up generator cost as much again: trio's own reschedule of the one task.)
         self._parked: trio.lowlevel.Task | None = None
+        # A backend whose ack can land in the caller's step (in memory: see ack), else
+        # None. Read from its class: a proxy's __getattr__ must not lend it its inner
+        # backend's, which would skip the proxy's own ack.
+        at_once = getattr(type(backend), "ack_at_once", None)
+        self._at_once: Callable[..., int | None] | None = (
+            None if at_once is None else at_once.__get__(backend)
+        )
+        self.running: Callable[[], int] | None = None
+        """How many runs are running (the crew's count, set by
+        :func:`taskrunner._serve.worker.run` while it serves): an ack lands at once
+        only while they are at most :data:`AT_ONCE_RUNNING`, since one that many other
+        runs' acks would join soon costs less in their flush. ``None`` (no crew):
+        whenever the rest allows."""
         self.acked = 0
         self.dropped = 0
 
@@ -128,6 +148,17 @@ class Acker:
         refreshed until its ack lands and dropped then whatever that mark says, which
         only tells a later :meth:`~taskrunner._execution.inflight.InFlight.release`
         (there is none) to keep it."""
+        if (
+            self._parked is not None  # idle: nothing queued, no flush under way
+            and self._at_once is not None
+            and lock is None
+            and outcome is None
+            and tracked is None
+            and not self.reports.holds_anything
+            and (self.running is None or self.running() <= AT_ONCE_RUNNING)
+            and self._acked_at_once(entry_id, queue, group)
+        ):
+            return
         entry = ((group, queue), entry_id)
         self._ids.append(entry)
         if not ended:
@@ -143,6 +174,21 @@ class Acker:
         if self._parked is not None:
             parked, self._parked = self._parked, None  # woken once: later acks find None
             trio.lowlevel.reschedule(parked)
+
+    def _acked_at_once(self, entry_id: str, queue: str | None, group: str | None) -> bool:
+        """Ack ``entry_id`` now, in the caller's step, if the backend can (a flush of
+        one with nothing else to send, as :meth:`_flush_simple` would send it a pass
+        later, without waking the loop for it): whether it did."""
+        assert self._at_once is not None
+        try:
+            if self._at_once(self._group if group is None else group, (entry_id,), queue) is None:
+                return False
+        except Exception:  # (a malformed id): the loop's flush decides, as it always did
+            return False
+        self.acked += 1
+        inflight = self._inflight if group is None else self._inflight.of(group)
+        inflight.acked_ids(queue, (entry_id,))
+        return True
 
     @property
     def _queued(self) -> bool:

@@ -194,6 +194,10 @@ class Crew:
         """Worker tasks alive, busy or idle."""
         return self._alive
 
+    def busy(self) -> int:
+        """Worker tasks running a message, or woken to run one."""
+        return self._alive - len(self._idle)
+
     def start(self, entry: QueueEntry, consumer: str) -> None:
         """Run ``entry`` (read by ``consumer``, its pool slot reserved) on a worker."""
         self._queue.append((entry, consumer))

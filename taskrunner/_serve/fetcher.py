@@ -103,7 +103,9 @@ async def run(
     shares = WeightedShares(queues, context.weights) if context.weights else None
     consumer = config.consumer_name(fetcher_id)
     group = context.group or config.consumer_group
-    next_claim = trio.current_time()
+    # (The run's clock's own method: trio.current_time's two calls fewer, every read.)
+    now = trio.lowlevel.current_clock().current_time
+    next_claim = now()
     failures = 0
     task_status.started()
     log.debug("fetcher %s started", consumer)
@@ -131,7 +133,7 @@ async def run(
             continue
         entries: list[QueueEntry] = []
         try:
-            if trio.current_time() >= next_claim:
+            if now() >= next_claim:
                 for queue in active:
                     entries += await backend.claim_stale(
                         group, consumer, config.reclaim_delay, slots - len(entries), queue=queue
@@ -142,7 +144,7 @@ async def run(
                     counters.reclaimed += len(entries)
                     log.info("%s reclaimed %d stale message(s)", consumer, len(entries))
                 if len(entries) < slots:
-                    next_claim = trio.current_time() + config.effective_reclaim_interval
+                    next_claim = now() + config.effective_reclaim_interval
             block = config.block_duration if shard is None else shard.read_block
             if not entries and len(queues) == 1:  # as it always was: one XREADGROUP
                 entries = await backend.read(group, consumer, slots, block, queue=active[0])

@@ -166,6 +166,7 @@ class ServeParts:
         self.worker.middlewares = tuple(middlewares)
         limit = math.inf if sync_threads is None else sync_threads
         self.worker.thread_limiter = trio.CapacityLimiter(limit)
+        self.worker.clock = trio.lowlevel.current_clock().current_time
 
 
 def refresh_tick(tasks: Mapping[str, Task]) -> float:
@@ -263,7 +264,9 @@ async def run(
                 weights=cfg.queue_weights,
             )
             async with trio.open_nursery() as core:
-                parts.workers_scope = await core.start(worker.run, fetching, stop, grace)
+                parts.workers_scope = await core.start(
+                    partial(worker.run, acker=parts.acker), fetching, stop, grace
+                )
                 ready.set()
             parts.workers_scope = None
             services.cancel_scope.cancel()

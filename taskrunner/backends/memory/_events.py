@@ -140,6 +140,20 @@ class MemoryEvents(MemoryTracking):
             self._append_events(group, events)
         return acked
 
+    def ack_at_once(self, group: str, ids: Sequence[str], queue: str | None = None) -> int | None:
+        """:meth:`ack` without its checkpoint, for a caller already in a step of its own
+        (the acker, acking a run's entry in the worker's step when nothing else waits:
+        :mod:`taskrunner._serve.acker`); atomic like it, and as :meth:`ack` it raises
+        for a malformed id.
+
+        Returns ``None``, acking nothing, when this backend's :meth:`ack` is not its
+        own (replaced on the instance or overridden in a subclass, as the tests that
+        break or slow a backend do): the caller then awaits :meth:`ack`.
+        """
+        if type(self).ack is not MemoryEvents.ack or "ack" in self.__dict__:
+            return None
+        return self._checked_ack(group, ids, queue)
+
     async def finish(
         self,
         group: str,
