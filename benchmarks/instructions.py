@@ -12,7 +12,12 @@ result kept, no events, one shard).
 
     python benchmarks/instructions.py [--baseline REF_OR_PATH] [--candidate PATH]
         [--small 1000] [--large 3000] [--workers 32] [--rounds 1] [--memory]
-        [--profile | --opcodes]
+        [--keep-result | --features] [--profile | --opcodes]
+
+``--keep-result`` and ``--features`` count the workloads of ``kept_results.py``
+instead of the plain one: the task keeps its result (``keep_result=60``), and with
+``--features`` it has a 30 s timeout and a ``TaskContext`` parameter too, and one
+no-op middleware wraps every run.
 
 ``--baseline`` as in ``ab.py`` (a checkout's path or a git ref; default
 ``HEAD``). The two checkouts alternate, A B, then B A for a second round
@@ -43,17 +48,44 @@ from typing import Any
 
 from ab import checkout, interpreter
 
+from taskrunner import TaskContext  # read by the task's annotations (--features)
+
 HERE = Path(__file__).resolve()
 GROUP = "instr"
 MEMORY = "memory"
 """The url that stands for a MemoryBackend (``--memory``)."""
+WORKLOADS = ("plain", "keep", "features")
+"""As in ``kept_results.py``: the no-op task; kept results; kept results with a
+timeout, a context and one middleware."""
+
+
+def register(runner: Any, workload: str, action: Callable[[], None]) -> None:
+    """Register the ``noop`` task of ``workload`` on ``runner``, calling ``action``
+    on each run (the same task in the filling and the serving process: the message
+    carries the task's ``keep_result``)."""
+    keep = None if workload == "plain" else 60.0
+    if workload == "features":
+
+        @runner.middleware
+        async def passthrough(ctx: TaskContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+            return await call_next()
+
+        @runner.task(name="noop", timeout=30.0, keep_result=keep)
+        async def noop_with_context(payload: object, ctx: TaskContext) -> None:
+            action()
+
+        return
+
+    @runner.task(name="noop", keep_result=keep)
+    async def noop(payload: object) -> None:
+        action()
 
 
 def child_env(tree: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'benchmarks'}")
 
 
-def fill(url: str, queue: str, tasks: int) -> None:
+def fill(url: str, queue: str, tasks: int, workload: str) -> None:
     import trio
 
     from taskrunner import TaskRunner, TaskRunnerConfig
@@ -62,11 +94,7 @@ def fill(url: str, queue: str, tasks: int) -> None:
     async def main() -> None:
         backend = RedisBackend.from_url(url, queue=queue)
         runner = TaskRunner(TaskRunnerConfig(consumer_group=GROUP), backend)
-
-        @runner.task()
-        async def noop(payload: object) -> None:
-            pass
-
+        register(runner, workload, lambda: None)
         payloads = [None] * tasks
         for at in range(0, tasks, 10_000):
             await runner.dispatch_many("noop", payloads[at : at + 10_000])
@@ -75,7 +103,7 @@ def fill(url: str, queue: str, tasks: int) -> None:
     trio.run(main)
 
 
-def serve(url: str, queue: str, tasks: int, workers: int, mode: str) -> None:
+def serve(url: str, queue: str, tasks: int, workers: int, workload: str, mode: str) -> None:
     import trio
 
     from taskrunner import TaskRunner, TaskRunnerConfig
@@ -89,12 +117,13 @@ def serve(url: str, queue: str, tasks: int, workers: int, mode: str) -> None:
         done = trio.Event()
         count = 0
 
-        @runner.task()
-        async def noop(payload: object) -> None:
+        def ran() -> None:
             nonlocal count
             count += 1
             if count == tasks:
                 done.set()
+
+        register(runner, workload, ran)
 
         if url == MEMORY:  # filled here, in this process (counted: the dispatch path too)
             await runner.dispatch_many("noop", [None] * tasks)
@@ -154,12 +183,15 @@ def opcodes_per_task(main: Callable[[], Awaitable[None]], tasks: int) -> None:
     print(json.dumps([[round(sum(counts.values()) / tasks, 1), "(all)"], *rows]))
 
 
-def instructions(tree: Path, url: str, queue: str, tasks: int, workers: int) -> int:
+def instructions(tree: Path, url: str, queue: str, tasks: int, workers: int, workload: str) -> int:
     env = child_env(tree)
     python = interpreter(tree)
     if url != MEMORY:
         subprocess.run(
-            [python, str(HERE), "--fill", url, queue, str(tasks)], cwd=tree, env=env, check=True
+            [python, str(HERE), "--fill", url, queue, str(tasks), workload],
+            cwd=tree,
+            env=env,
+            check=True,
         )
     with tempfile.TemporaryDirectory(prefix="instr-") as tmp:
         out = Path(tmp) / "callgrind.out"
@@ -175,6 +207,7 @@ def instructions(tree: Path, url: str, queue: str, tasks: int, workers: int) -> 
                 queue,
                 str(tasks),
                 str(workers),
+                workload,
             ],
             cwd=tree,
             env=env,
@@ -187,16 +220,19 @@ def instructions(tree: Path, url: str, queue: str, tasks: int, workers: int) -> 
 
 
 def profile(
-    tree: Path, url: str, queue: str, tasks: int, workers: int, mode: str
+    tree: Path, url: str, queue: str, tasks: int, workers: int, workload: str, mode: str
 ) -> list[list[object]]:
     env = child_env(tree)
     python = interpreter(tree)
     if url != MEMORY:
         subprocess.run(
-            [python, str(HERE), "--fill", url, queue, str(tasks)], cwd=tree, env=env, check=True
+            [python, str(HERE), "--fill", url, queue, str(tasks), workload],
+            cwd=tree,
+            env=env,
+            check=True,
         )
     out = subprocess.run(
-        [python, str(HERE), "--serve", url, queue, str(tasks), str(workers), f"--{mode}"],
+        [python, str(HERE), "--serve", url, queue, str(tasks), str(workers), workload, f"--{mode}"],
         cwd=tree,
         env=env,
         check=True,
@@ -209,12 +245,12 @@ def profile(
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--fill":
-        fill(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        fill(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        url, queue, tasks, workers = sys.argv[2:6]
-        mode = sys.argv[6][2:] if len(sys.argv) > 6 else "count"
-        serve(url, queue, int(tasks), int(workers), mode)
+        url, queue, tasks, workers, workload = sys.argv[2:7]
+        mode = sys.argv[7][2:] if len(sys.argv) > 7 else "count"
+        serve(url, queue, int(tasks), int(workers), workload, mode)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="HEAD", help="checkout path or git ref (A)")
@@ -226,7 +262,13 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--opcodes", action="store_true")
     parser.add_argument("--memory", action="store_true", help="a MemoryBackend, not Redis")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--keep-result", action="store_true", help="keep_result=60")
+    kind.add_argument(
+        "--features", action="store_true", help="timeout, context, middleware, keep_result"
+    )
     args = parser.parse_args()
+    workload = "features" if args.features else "keep" if args.keep_result else "plain"
 
     from taskrunner.testing import running_server
 
@@ -236,14 +278,14 @@ def main() -> None:
         if args.profile:
             for name, tree in trees.items():
                 print(f"{name} = {tree}: calls per task, own s, total s ({args.large} tasks)")
-                rows = profile(tree, url, f"p{name}", args.large, args.workers, "profile")
+                rows = profile(tree, url, f"p{name}", args.large, args.workers, workload, "profile")
                 for calls, own, total, where in rows:
                     print(f"  {calls:7.2f} {own:8.3f} {total:8.3f}  {where}")
             return
         if args.opcodes:
             for name, tree in trees.items():
                 print(f"{name} = {tree}: bytecodes per task, by function ({args.large} tasks)")
-                rows = profile(tree, url, f"o{name}", args.large, args.workers, "opcodes")
+                rows = profile(tree, url, f"o{name}", args.large, args.workers, workload, "opcodes")
                 for count, where in rows:
                     print(f"  {count:9.1f}  {where}")
             return
@@ -252,7 +294,7 @@ def main() -> None:
             for name in "AB" if n % 2 == 0 else "BA":
                 tree = trees[name]
                 counts = [
-                    instructions(tree, url, f"i{name}{n}s{size}", size, args.workers)
+                    instructions(tree, url, f"i{name}{n}s{size}", size, args.workers, workload)
                     for size in (args.small, args.large)
                 ]
                 cost = (counts[1] - counts[0]) / (args.large - args.small)
@@ -260,7 +302,8 @@ def main() -> None:
                 print(f"  round {n + 1} {name}: {counts} -> {cost:,.0f} instructions/task")
     where = "in memory (dispatch included)" if args.memory else "on Redis"
     print(
-        f"instructions: {args.small} and {args.large} no-op tasks, {args.workers} workers, {where}"
+        f"instructions: {args.small} and {args.large} no-op tasks ({workload}), "
+        f"{args.workers} workers, {where}"
     )
     for name, tree in trees.items():
         print(f"  {name} = {tree}")

@@ -23,12 +23,15 @@ import trio
 from taskrunner import _shards
 from taskrunner._execution.context import EMPTY_STATE, TaskContext
 from taskrunner._execution.middleware import CallNext, Middleware, run_chain
+from taskrunner._execution.outcomes import entry_time
 from taskrunner._execution.progress import Reports
-from taskrunner._serve.outcome import dispatched_at
 from taskrunner._serve.steps import step_context
 from taskrunner._task import Task
-from taskrunner._wire import TaskMessage
+from taskrunner._wire import MessageExtras, TaskMessage
 from taskrunner.backends import QueueEntry
+
+NO_EXTRAS = MessageExtras()
+"""The extras of a message that has none: every field its default."""
 
 
 class Thread:
@@ -80,24 +83,28 @@ def attempt_call(
     shape = task.shape
     ctx = None
     if shape.context is not None or middlewares:
-        task_id = message.id or entry.id
+        # The extras read once (each of the message's properties reads them again); a
+        # message without any reads the defaults, which are what those properties say.
+        extras = message.extras or NO_EXTRAS
+        task_id = extras.id or entry.id
         if entry.group is not None:  # a shard's run: known by its sharded id
             task_id = _shards.run_task_id(entry.group, task_id)
+        first = extras.dispatched_at
         ctx = TaskContext(
             message_id=entry.id,
             task_id=task_id,
             task_name=task.name,
-            attempt=message.attempts + entry.delivery_count,
+            attempt=extras.attempts + entry.delivery_count,
             max_attempts=task.attempts,
             deadline=None if deadline == math.inf else deadline,
-            dispatched_at=unix_time(dispatched_at(entry.id, message)),
+            dispatched_at=unix_time(first if first is not None else entry_time(entry.id)),
             state=state,
-            trace=message.trace or EMPTY_STATE,
-            schedule=message.schedule,
-            tick=message.tick,
+            trace=extras.trace or EMPTY_STATE,
+            schedule=extras.schedule,
+            tick=extras.tick,
             reports=reports,
         )
-        if message.workflow is not None:  # a workflow's step: its parents' results
+        if extras.workflow is not None:  # a workflow's step: its parents' results
             ctx = step_context(ctx, message)
     if thread is None and not middlewares:  # a context alone: called as it is
         if shape.context == 1:

@@ -37,7 +37,13 @@ from taskrunner._execution.poison import scheduled_run_in, workflow_step_in
 from taskrunner._execution.progress import EVENT_DETAIL_CHARS, Reports
 from taskrunner._serve.acker import Acker
 from taskrunner._task import Task
-from taskrunner._wire import TaskMessage, decode_message, unique_lock
+from taskrunner._wire import (
+    TaskMessage,
+    decode_message,
+    keeps_result_alone,
+    notify_ttl,
+    unique_lock,
+)
 from taskrunner.backends import Backend, Outcome, QueueEntry, RunOutcome, TaskEvent
 from taskrunner.errors import BackendError, TaskRunnerError
 
@@ -220,8 +226,13 @@ class Finishing:
         keep: float | None,
         started_at: float,
         value: Any,
+        *,
+        ended: bool = False,
     ) -> None:
         """Acknowledge a run whose action returned ``value`` (with its result).
+
+        ``ended``: as for :meth:`Acker.ack <taskrunner._serve.acker.Acker.ack>` (the
+        worker ended the run's in-flight entry, and nothing releases it after this).
 
         Raises:
             InvalidTaskResult: the task keeps results and ``value`` cannot be
@@ -229,6 +240,35 @@ class Finishing:
         """
         document = None
         now = self._backend.now()
+        if (
+            keep is not None
+            and keeps_result_alone(message.extras)
+            and not message.unique
+            and not self._config.current.events
+        ):
+            # The common kept result: the message says nothing but its keep_result (no
+            # id, retry, schedule or workflow: its task id is its entry's, and the ack
+            # records the result alone) and holds no lock. What the general way below
+            # builds for it, without its tests (one run's Python cost, issue 29).
+            document = success_document(
+                task,
+                value,
+                attempts=entry.delivery_count,
+                enqueued_at=entry_time(entry.id),
+                started_at=started_at,
+                finished_at=now,
+            )
+            kept = Outcome(
+                entry_id=entry.id,
+                task_id=entry.id,
+                document=document,
+                keep=keep,
+                notify=notify_ttl(keep),
+            )
+            self._acker.ack(
+                entry.id, None, None, kept, queue=entry.queue, group=entry.group, ended=ended
+            )
+            return
         if keep is not None:
             document = success_document(
                 task,
@@ -249,6 +289,7 @@ class Finishing:
             outcome(entry.id, message, keep, document, state="succeeded"),
             queue=entry.queue,
             group=entry.group,
+            ended=ended,
         )
 
     def cancelled(

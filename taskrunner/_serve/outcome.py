@@ -193,13 +193,16 @@ class Outcomes:
         keep: float,
         started_at: float,
         value: Any,
+        *,
+        ended: bool = False,
     ) -> None:
-        """The action of a task that keeps results returned ``value``: ack with it.
+        """The action of a task that keeps results returned ``value``: ack with it
+        (``ended``: as for :meth:`done`).
 
         Raises:
             InvalidTaskResult: ``value`` cannot be kept; nothing was acknowledged.
         """
-        self.finishing.succeeded(entry, task, message, keep, started_at, value)
+        self.finishing.succeeded(entry, task, message, keep, started_at, value, ended=ended)
         self.counters.completed += 1
 
     def cancelled(

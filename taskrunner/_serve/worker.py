@@ -379,8 +379,8 @@ class Worker:
                     ended=True,
                 )
                 return
-            try:  # a kept result, with the ack
-                self.outcomes.succeeded(entry, task, message, keep, begun, value)
+            try:  # a kept result, with the ack (its entry ended above, as for done)
+                self.outcomes.succeeded(entry, task, message, keep, begun, value, ended=True)
             except InvalidTaskResult as invalid:
                 try:
                     await self.outcomes.fail(

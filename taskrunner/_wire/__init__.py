@@ -182,6 +182,7 @@ from taskrunner._wire.message import TaskMessage as TaskMessage
 from taskrunner._wire.message import TaskSettings as TaskSettings
 from taskrunner._wire.message import decode_message as decode_message
 from taskrunner._wire.message import encode_message as encode_message
+from taskrunner._wire.message import keeps_result_alone as keeps_result_alone
 from taskrunner._wire.message import new_message as new_message
 from taskrunner._wire.message import reservation_ns as reservation_ns
 from taskrunner._wire.message import unique_for_seconds as unique_for_seconds
@@ -245,6 +246,7 @@ __all__ = [
     "encode_succeeded",
     "failed",
     "frame_size",
+    "keeps_result_alone",
     "message_unique_key",
     "new_delayed",
     "new_message",

@@ -302,6 +302,13 @@ def _keep_only(keep: float) -> MessageExtras:
     return extras
 
 
+def keeps_result_alone(extras: MessageExtras | None) -> bool:
+    """Whether a message with ``extras`` says nothing beyond its ``keep_result``, if
+    that (no id, attempts, dispatch time, schedule or workflow): how nearly every
+    message of a task that keeps results is decoded, its extras shared by value."""
+    return extras is None or _KEEP_ONLY.get(extras.keep_result) is extras  # type: ignore[arg-type]
+
+
 def decode_message(raw: bytes | None) -> TaskMessage:
     """Parse a stream entry's ``payload`` field.
 

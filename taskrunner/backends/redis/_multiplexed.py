@@ -203,11 +203,20 @@ class SharedConnection:
                     if waiter.task is not None:
                         reschedule(waiter.task, outcome.Value(reply))
                 else:
-                    waiter.replies.append(reply)
-                    if len(waiter.replies) == waiter.count:
+                    replies = waiter.replies
+                    replies.append(reply)
+                    count = waiter.count
+                    # The rest of a pipeline's replies as they are buffered, without the
+                    # tests above for each (a transaction has one more per command).
+                    while len(replies) < count:
+                        reply = reader.gets()
+                        if reply is NOT_ENOUGH_DATA:
+                            break  # the outer loop's next gets() says so again
+                        replies.append(reply)
+                    if len(replies) == count:
                         waiters.popleft()
                         if waiter.task is not None:
-                            reschedule(waiter.task, outcome.Value(waiter.replies))
+                            reschedule(waiter.task, outcome.Value(replies))
             watchdog.deadline = trio.current_time() + self._timeout if waiters else math.inf
 
 
